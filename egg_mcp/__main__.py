@@ -1,0 +1,3 @@
+from egg_mcp.cli import main
+
+main()

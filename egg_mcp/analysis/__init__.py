@@ -1,0 +1,1 @@
+"""Reference analysis: operator list, FLOPs, minimum bytes, op classes, roofline floor."""

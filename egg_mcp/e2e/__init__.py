@@ -1,0 +1,1 @@
+"""End to end: the demo, the KernelBench batch runner and task reports."""

@@ -1,0 +1,219 @@
+"""The contract between the workflow and the evaluation engine.
+
+Everything that measures (verify, baselines, reference analysis, profiling targets, tiling trials)
+runs LLM-written or user-written code, so it all goes through `Evaluator`, which runs it in worker
+processes and returns these models. Field names here are relied on by the workflow, the profiler,
+the tiling search and the reports: extend, do not rename.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+Verdict = Literal[
+    "correct",
+    "incorrect",
+    "compile_error",
+    "runtime_error",
+    "timeout",
+    "oom",
+    "integrity_violation",
+    "interrupted",
+]
+"""What happened to a candidate. Only `correct` may be committed."""
+
+DType = Literal["float32", "float16", "bfloat16"]
+
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+"""async progress(done, total, message) — forwarded to MCP progress notifications."""
+
+
+class TolerancePolicy(BaseModel):
+    """A named correctness policy; recorded in every result so speedups are never compared across
+    policies by accident."""
+
+    name: str = Field(description="'kernelbench-v0.1' (strict), 'kernelbench-v0' (1e-2) or 'custom'")
+    atol: float
+    rtol: float
+
+
+STRICT_FP32 = TolerancePolicy(name="kernelbench-v0.1", atol=1e-4, rtol=1e-4)
+STRICT_HALF = TolerancePolicy(name="kernelbench-v0.1", atol=1e-2, rtol=1e-2)
+LOOSE = TolerancePolicy(name="kernelbench-v0", atol=1e-2, rtol=1e-2)
+
+
+def default_tolerance(dtype: DType, preset: str = "kernelbench-v0.1") -> TolerancePolicy:
+    if preset == "kernelbench-v0":
+        return LOOSE
+    if preset != "kernelbench-v0.1":
+        raise ValueError(f"unknown tolerance preset {preset!r}; use 'kernelbench-v0.1' or 'kernelbench-v0'")
+    return STRICT_FP32 if dtype == "float32" else STRICT_HALF
+
+
+class EvalOptions(BaseModel):
+    """How to evaluate one candidate (or one reference)."""
+
+    dtype: DType = "float32"
+    tolerance: TolerancePolicy = STRICT_FP32
+    correctness_trials: int = Field(5, ge=1, le=100)
+    timing: bool = True
+    """Time the candidate (and only when correct). Ignored without a GPU: timing is then reported
+    as unavailable, never made up."""
+    timing_trials: int | None = Field(None, ge=1, le=10000, description="None: adapt to kernel length")
+    size_overrides: dict[str, int] = Field(
+        default_factory=dict,
+        description="module-level size constants of the problem to override (quick check, CPU interpreter)",
+    )
+    device: Literal["auto", "cuda", "interpreter"] = "auto"
+    compile_timeout_s: float = 120.0
+    run_timeout_s: float = 300.0
+    check_integrity: bool = True
+    roofline_floor_ms: float | None = Field(
+        None, description="physical floor of the reference on this GPU; a faster candidate is flagged for review"
+    )
+
+
+class MismatchReport(BaseModel):
+    """What the Debug role needs to localise a wrong result."""
+
+    output_index: int = 0
+    expected_shape: list[int] | None = None
+    got_shape: list[int] | None = None
+    expected_dtype: str | None = None
+    got_dtype: str | None = None
+    max_abs_error: float | None = None
+    mean_abs_error: float | None = None
+    max_rel_error: float | None = None
+    fraction_mismatched: float | None = None
+    nonfinite_count: int | None = None
+    first_bad_indices: list[list[int]] = Field(default_factory=list)
+    trial: int | None = None
+    hint: str = ""
+
+
+class ErrorReport(BaseModel):
+    """A failure with the traceback trimmed to the lines of the candidate that matter."""
+
+    kind: str = Field(description="exception type, or 'timeout' / 'signal' / 'exit'")
+    message: str
+    candidate_line: int | None = Field(None, description="1-based line in the submitted source")
+    traceback: str = ""
+
+
+class TimingStats(BaseModel):
+    median_ms: float
+    mean_ms: float | None = None
+    min_ms: float | None = None
+    iqr_ms: float | None = None
+    cv: float | None = Field(None, description="coefficient of variation of the timed runs")
+    n_runs: int = 0
+    method: Literal["cuda_graph", "cuda_events"] = "cuda_events"
+    l2_flushed: bool = True
+    input_sets: int = 1
+    host_wall_ms: float | None = Field(None, description="host clock over the timed region (cross-check)")
+    sm_clock_mhz: int | None = None
+    throttled: bool | None = None
+    throttle_reasons: list[str] = Field(default_factory=list)
+
+
+class IntegrityFinding(BaseModel):
+    check: str = Field(
+        description="torch_compute | no_triton_kernel | reference_model | side_stream | output_cache | "
+        "monkeypatch | output_alias | tensor_subclass | input_mutation | beyond_floor | implausible_speedup"
+    )
+    severity: Literal["violation", "review"]
+    detail: str
+
+
+class KernelInfo(BaseModel):
+    """One Triton kernel the candidate launched, with the compiler's resource report."""
+
+    name: str
+    launches_per_forward: float = 0
+    num_warps: int | None = None
+    num_stages: int | None = None
+    registers: int | None = None
+    spills: int | None = None
+    shared_mem_bytes: int | None = None
+    grid: list[int] | None = None
+    constexprs: dict[str, Any] = Field(default_factory=dict)
+
+
+class EnvInfo(BaseModel):
+    device: str
+    interpreter: bool
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    triton: str | None = None
+    python: str | None = None
+
+
+class EvalResult(BaseModel):
+    verdict: Verdict
+    summary: str = Field(description="one sentence for the client: what happened and what to do next")
+    correctness_trials: int = 0
+    correctness_trials_passed: int = 0
+    mismatch: MismatchReport | None = None
+    error: ErrorReport | None = None
+    timing: TimingStats | None = None
+    timing_unavailable_reason: str | None = None
+    integrity: list[IntegrityFinding] = Field(default_factory=list)
+    kernels: list[KernelInfo] = Field(default_factory=list)
+    torch_ops: list[str] = Field(default_factory=list, description="aten compute ops the candidate ran")
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    env: EnvInfo | None = None
+    wall_s: float = 0.0
+    options: EvalOptions | None = None
+
+
+class BaselineResult(BaseModel):
+    """The reference timed as PyTorch eager and as torch.compile, once per task and device."""
+
+    eager: TimingStats | None = None
+    compiled: TimingStats | None = None
+    compile_error: str | None = None
+    unavailable_reason: str | None = None
+    env: EnvInfo | None = None
+
+
+class JobOutcome(BaseModel):
+    """Raw outcome of one isolated worker job (see `Evaluator.run_job`)."""
+
+    ok: bool
+    result: dict[str, Any] | None = None
+    error: ErrorReport | None = None
+    timed_out: bool = False
+    exit_code: int | None = None
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    wall_s: float = 0.0
+
+
+class Evaluator(Protocol):
+    """What the workflow, profiler and tiling search need from the engine."""
+
+    async def evaluate(
+        self,
+        reference_source: str,
+        candidate_source: str,
+        options: EvalOptions,
+        progress: ProgressFn | None = None,
+    ) -> EvalResult: ...
+
+    async def baselines(
+        self, reference_source: str, options: EvalOptions, progress: ProgressFn | None = None
+    ) -> BaselineResult: ...
+
+    async def run_job(
+        self, target: str, payload: dict[str, Any], *, timeout_s: float, uses_gpu: bool
+    ) -> JobOutcome:
+        """Run trusted function `target` ("egg_mcp.pkg.module:function", taking the payload dict and
+        returning a JSON-able dict) in an isolated worker process. `uses_gpu` jobs are serialised per
+        device with every other GPU job so timings never overlap."""
+        ...
+
+    def has_gpu(self) -> bool: ...

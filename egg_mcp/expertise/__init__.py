@@ -1,0 +1,1 @@
+"""The expertise the server hands the client: seed paradigms and stage briefs."""

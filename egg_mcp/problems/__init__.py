@@ -1,0 +1,1 @@
+"""Problems in KernelBench format: resolving references and checking their contract."""

@@ -1,0 +1,28 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """y = relu(x @ W^T + b): a linear layer with a fused bias and activation epilogue."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x))
+
+
+batch_size = 4096
+in_features = 4096
+out_features = 4096
+
+QUICK_SIZES = {"batch_size": 16, "in_features": 32, "out_features": 48}
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]

@@ -1,0 +1,1 @@
+"""propose_tiling: analytic enumeration and pruning of tile configurations, then measurement."""

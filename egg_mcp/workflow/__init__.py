@@ -1,0 +1,1 @@
+"""The EGG workflow: stage order, which tools each stage allows, selective handoff."""

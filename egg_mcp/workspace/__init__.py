@@ -1,0 +1,1 @@
+"""Workspace: SQLite (WAL) records plus content-addressed artifact files; nothing is lost."""
