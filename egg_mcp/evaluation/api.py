@@ -209,11 +209,18 @@ class Evaluator(Protocol):
     ) -> BaselineResult: ...
 
     async def run_job(
-        self, target: str, payload: dict[str, Any], *, timeout_s: float, uses_gpu: bool
+        self,
+        target: str,
+        payload: dict[str, Any],
+        *,
+        timeout_s: float,
+        uses_gpu: bool,
+        wrapper_argv: list[str] | None = None,
     ) -> JobOutcome:
         """Run trusted function `target` ("egg_mcp.pkg.module:function", taking the payload dict and
         returning a JSON-able dict) in an isolated worker process. `uses_gpu` jobs are serialised per
-        device with every other GPU job so timings never overlap."""
+        device with every other GPU job so timings never overlap. `wrapper_argv` prefixes the worker
+        command (e.g. `ncu --csv ... --`): such a job always gets a fresh process, never a pooled one."""
         ...
 
     def has_gpu(self) -> bool: ...
