@@ -49,7 +49,7 @@ TOOL_STAGES: dict[str, frozenset[Stage]] = {
     "get_context": ANY_STAGE,
     "export_kernel": ANY_STAGE,
     "get_candidate": ANY_STAGE,
-    "verify": WORKING_STAGES,
+    "verify": ANY_STAGE,
     "generate_seeds": frozenset({Stage.SEEDS}),
     "profile_ncu": WORKING_STAGES,
     "propose_tiling": frozenset({Stage.TILING, Stage.MEMORY}),

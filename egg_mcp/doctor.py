@@ -1,0 +1,134 @@
+"""`egg-mcp doctor`: one line per check of what this machine offers egg-mcp."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from egg_mcp.config import ServerConfig
+from egg_mcp.hardware import nvml_gpu_names, spec_for
+
+OK, WARN, FAIL = "ok  ", "warn", "FAIL"
+
+
+def _line(status: str, what: str, detail: str) -> None:
+    print(f"[{status}] {what:<22} {detail}", flush=True)
+
+
+def find_ncu() -> str | None:
+    """Nsight Compute CLI: $EGG_MCP_NCU, PATH, or the usual install folders."""
+    env = os.environ.get("EGG_MCP_NCU")
+    if env and Path(env).is_file():
+        return env
+    found = shutil.which("ncu")
+    if found:
+        return found
+    for pattern in ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda-*/bin/ncu"):
+        for hit in sorted(Path("/").glob(pattern.lstrip("/")), reverse=True):
+            if hit.is_file():
+                return str(hit)
+    return None
+
+
+_INTERPRETER_PROBE = textwrap.dedent("""
+    import torch, triton, triton.language as tl
+    @triton.jit
+    def k(x, y, n, B: tl.constexpr):
+        o = tl.program_id(0) * B + tl.arange(0, B)
+        tl.store(y + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
+    x = torch.arange(10, dtype=torch.float32); y = torch.empty_like(x)
+    k[(1,)](x, y, 10, B=16)
+    assert torch.equal(y, 2 * x), y
+    print("ok")
+""")
+
+_NCU_PROBE = "import torch; x = torch.ones(1024, device='cuda'); (x * 2).sum().item()"
+
+
+def run_doctor(config: ServerConfig) -> int:
+    failures = 0
+    _line(OK, "python", sys.version.split()[0])
+    try:
+        import mcp  # noqa: F401
+        from importlib.metadata import version
+
+        _line(OK, "mcp SDK", version("mcp"))
+    except Exception as exc:  # pragma: no cover - install problem
+        _line(FAIL, "mcp SDK", f"not importable: {exc}")
+        failures += 1
+    try:
+        import torch
+
+        _line(OK, "torch", f"{torch.__version__} (CUDA build: {torch.version.cuda or 'none'})")
+        cuda = torch.cuda.is_available()
+        if cuda:
+            for i in range(torch.cuda.device_count()):
+                p = torch.cuda.get_device_properties(i)
+                _line(OK, f"GPU {i} (torch)", f"{p.name}, {p.multi_processor_count} SMs, "
+                      f"{p.total_memory / 2**30:.0f} GiB, sm_{p.major}{p.minor}")
+        else:
+            _line(WARN, "GPU (torch)", "none: verification runs in the Triton CPU interpreter, no timing")
+    except Exception as exc:
+        _line(FAIL, "torch", f"not importable: {exc}")
+        return 1
+    names = nvml_gpu_names()
+    if names:
+        for i, name in enumerate(names):
+            spec = spec_for(name)
+            _line(OK, f"GPU {i} (NVML)", f"{name} -> hardware table entry '{spec.name}' ({spec.source})")
+    else:
+        _line(WARN, "NVML", "no NVIDIA driver/GPU visible (nvidia-ml-py found nothing)")
+    try:
+        import triton
+
+        _line(OK, "triton", triton.__version__)
+    except Exception as exc:
+        _line(FAIL, "triton", f"not importable: {exc}")
+        failures += 1
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, TRITON_INTERPRET="1", TRITON_CACHE_DIR=tmp)
+        probe = subprocess.run([sys.executable, "-c", _INTERPRETER_PROBE], env=env, capture_output=True, text=True,
+                               timeout=120)
+        if probe.returncode == 0:
+            _line(OK, "interpreter", "TRITON_INTERPRET=1 runs a kernel correctly on the CPU")
+        else:
+            _line(FAIL, "interpreter", (probe.stderr.strip().splitlines() or ["failed"])[-1])
+            failures += 1
+    ncu = find_ncu()
+    if ncu is None:
+        _line(WARN, "ncu", "not found: profile_ncu uses the no-counter fallback (set EGG_MCP_NCU to its path)")
+    elif not torch.cuda.is_available():
+        _line(WARN, "ncu", f"{ncu} (no GPU: cannot read counters here)")
+    else:
+        probe = subprocess.run([ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv",
+                                sys.executable, "-c", _NCU_PROBE], capture_output=True, text=True, timeout=180)
+        text = probe.stdout + probe.stderr
+        if probe.returncode == 0 and "gpu__time_duration" in text:
+            _line(OK, "ncu", f"{ncu} reads hardware counters")
+        else:
+            reason = "ERR_NVGPUCTRPERM (no permission for counters)" if "ERR_NVGPUCTRPERM" in text else \
+                (text.strip().splitlines() or ["failed"])[-1][:160]
+            _line(WARN, "ncu", f"{ncu} cannot read counters: {reason}; profile_ncu falls back")
+    try:
+        config.workspace.mkdir(parents=True, exist_ok=True)
+        probe_file = config.workspace / ".doctor"
+        probe_file.write_text("ok")
+        probe_file.unlink()
+        _line(OK, "workspace", str(config.workspace))
+    except OSError as exc:
+        _line(FAIL, "workspace", f"{config.workspace} not writable: {exc}; pass --workspace")
+        failures += 1
+    kb = config.kernelbench_dir
+    if kb is None:
+        _line(WARN, "KernelBench", "not configured (--kernelbench-dir): ids like level1/23 are unavailable")
+    elif (kb / "KernelBench").is_dir() or (kb / "level1").is_dir():
+        _line(OK, "KernelBench", str(kb))
+    else:
+        _line(FAIL, "KernelBench", f"{kb} has no KernelBench/level1 folder")
+        failures += 1
+    return 1 if failures else 0

@@ -1,0 +1,189 @@
+"""Resolving a reference (source text, file path, KernelBench id, built-in name) and checking the
+KernelBench contract — statically, with `ast`, because the server process never executes user or
+LLM-written code.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from egg_mcp.config import ServerConfig
+from egg_mcp.problems.builtin import BUILTIN_PROBLEMS, builtin_source
+
+
+class ProblemError(ValueError):
+    """The reference or candidate cannot be used; the message says what to do instead."""
+
+
+class ResolvedReference(BaseModel):
+    source: str
+    name: str = Field(description="short problem name, e.g. '23_Softmax' or 'softmax'")
+    origin: str = Field(description="'builtin:softmax', 'kernelbench:level1/23_Softmax.py', a path, or 'inline'")
+    size_constants: dict[str, int] = Field(default_factory=dict, description="module-level int constants")
+    quick_sizes: dict[str, int] = Field(default_factory=dict, description="the problem's QUICK_SIZES, if any")
+
+
+KERNELBENCH_ID = re.compile(r"^(?:kernelbench:)?(level\d+)/(\d+)(?:_[\w\-.]*)?(?:\.py)?$")
+
+
+def resolve_reference(reference: str, config: ServerConfig) -> ResolvedReference:
+    """Turn what the client passed into reference source, refusing anything unsafe or malformed."""
+    ref = reference.strip()
+    if not ref:
+        raise ProblemError("reference is empty: pass PyTorch source text, a file path, a KernelBench id "
+                           "like 'level1/23', or a built-in name (" + ", ".join(BUILTIN_PROBLEMS) + ")")
+    if len(ref.encode()) > config.max_source_bytes:
+        raise ProblemError(f"reference is {len(ref.encode())} bytes; the limit is {config.max_source_bytes}. "
+                           "Pass a file path or a KernelBench id instead of a huge source.")
+    if "\n" in ref or "class Model" in ref:
+        source, name, origin = ref + "\n", _name_from_source(ref), "inline"
+    elif ref.removeprefix("builtin:") in BUILTIN_PROBLEMS:
+        name = ref.removeprefix("builtin:")
+        source, origin = builtin_source(name), f"builtin:{name}"
+    elif m := KERNELBENCH_ID.match(ref):
+        path = _find_kernelbench(m.group(1), m.group(2), config)
+        source, name, origin = _read_allowed(path, config), path.stem, f"kernelbench:{m.group(1)}/{path.name}"
+    else:
+        path = Path(ref).expanduser()
+        source, name, origin = _read_allowed(path, config), path.stem, str(path.resolve())
+    check_reference_contract(source)
+    return ResolvedReference(
+        source=source, name=name, origin=origin,
+        size_constants=module_int_constants(source), quick_sizes=quick_sizes(source),
+    )
+
+
+def _find_kernelbench(level: str, number: str, config: ServerConfig) -> Path:
+    root = config.kernelbench_dir
+    if root is None:
+        raise ProblemError(
+            f"'{level}/{number}' is a KernelBench id but no KernelBench checkout is configured: start the "
+            "server with --kernelbench-dir /path/to/KernelBench (or set EGG_MCP_KERNELBENCH_DIR), or pass "
+            "the problem's source text instead"
+        )
+    for base in (root / "KernelBench" / level, root / level):
+        if base.is_dir():
+            hits = sorted(base.glob(f"{int(number)}_*.py"))
+            if hits:
+                return hits[0]
+            raise ProblemError(f"no problem {number} in {base}; ids there run "
+                               f"{_id_range(base)} (e.g. '{level}/1')")
+    raise ProblemError(f"{root} has no '{level}' folder (looked in {root / 'KernelBench' / level} and "
+                       f"{root / level}); check --kernelbench-dir")
+
+
+def _id_range(base: Path) -> str:
+    ids = sorted(int(p.name.split("_", 1)[0]) for p in base.glob("*_*.py") if p.name.split("_", 1)[0].isdigit())
+    return f"{ids[0]}..{ids[-1]}" if ids else "(none)"
+
+
+def _read_allowed(path: Path, config: ServerConfig) -> str:
+    resolved = path.expanduser().resolve()
+    roots = config.readable_roots()
+    if not any(resolved.is_relative_to(root) for root in roots):
+        allowed = ", ".join(str(r) for r in roots) or "none configured"
+        raise ProblemError(
+            f"{resolved} is outside the directories this server may read ({allowed}). Add its folder with "
+            "--allow-dir (or EGG_MCP_ALLOWED_ROOTS), or pass the source text instead."
+        )
+    if not resolved.is_file():
+        raise ProblemError(f"{resolved} does not exist or is not a file")
+    size = resolved.stat().st_size
+    if size > config.max_source_bytes:
+        raise ProblemError(f"{resolved} is {size} bytes; the limit is {config.max_source_bytes}")
+    return resolved.read_text(encoding="utf-8")
+
+
+def _name_from_source(source: str) -> str:
+    m = re.search(r'class Model\b[^:]*:\s*(?:"""|\'\'\')\s*([^\n]*)', source)
+    if m and m.group(1).strip():
+        words = re.findall(r"[A-Za-z0-9]+", m.group(1))[:4]
+        return "_".join(words) or "inline"
+    return "inline"
+
+
+def _parse(source: str, what: str) -> ast.Module:
+    try:
+        return ast.parse(source)
+    except SyntaxError as exc:
+        raise ProblemError(f"{what} does not parse: {exc.msg} at line {exc.lineno}: "
+                           f"{(exc.text or '').strip()!r}") from None
+
+
+def _top_level_names(tree: ast.Module) -> tuple[set[str], set[str]]:
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    funcs = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return classes, funcs
+
+
+def check_reference_contract(source: str) -> None:
+    tree = _parse(source, "the reference")
+    classes, funcs = _top_level_names(tree)
+    missing = [n for n, ok in (("class Model", "Model" in classes), ("def get_inputs()", "get_inputs" in funcs),
+                               ("def get_init_inputs()", "get_init_inputs" in funcs)) if not ok]
+    if missing:
+        raise ProblemError("the reference is not in KernelBench format: it lacks " + ", ".join(missing)
+                           + ". A reference defines class Model(nn.Module) with forward(), get_inputs() "
+                           "returning the forward arguments and get_init_inputs() returning Model's "
+                           "constructor arguments, at module level.")
+
+
+class CandidateCheck(BaseModel):
+    ok: bool
+    syntax_error: str | None = None
+    syntax_error_line: int | None = None
+
+
+def check_candidate_contract(source: str, max_bytes: int) -> CandidateCheck:
+    """Static checks before a candidate is queued. A syntax error is a verdict (compile_error) the
+    Debug role can act on; a missing ModelNew or an oversized source is a bad argument."""
+    size = len(source.encode())
+    if size > max_bytes:
+        raise ProblemError(f"the candidate source is {size} bytes; the limit is {max_bytes}. A kernel file "
+                           "is a few KB: submit only the module that defines ModelNew and its kernels.")
+    if not source.strip():
+        raise ProblemError("the candidate source is empty: submit a module that defines class ModelNew")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return CandidateCheck(ok=False, syntax_error=f"SyntaxError: {exc.msg}: {(exc.text or '').strip()!r}",
+                              syntax_error_line=exc.lineno)
+    classes, _ = _top_level_names(tree)
+    imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    assigned = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    if "ModelNew" not in classes | imported | assigned:
+        raise ProblemError("the candidate defines no ModelNew: a solution is a module with class "
+                           "ModelNew(nn.Module) whose __init__ takes the reference's get_init_inputs() and whose "
+                           "forward takes get_inputs(), computing with @triton.jit kernels")
+    return CandidateCheck(ok=True)
+
+
+def module_int_constants(source: str) -> dict[str, int]:
+    """Module-level `NAME = <int>` assignments: the problem's size constants."""
+    out: dict[str, int] = {}
+    for node in _parse(source, "the source").body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                value = ast.literal_eval(node.value)
+            except (ValueError, SyntaxError, TypeError):
+                continue
+            if isinstance(value, int) and not isinstance(value, bool):
+                out[node.targets[0].id] = value
+    return out
+
+
+def quick_sizes(source: str) -> dict[str, int]:
+    for node in _parse(source, "the source").body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "QUICK_SIZES"):
+            try:
+                value = ast.literal_eval(node.value)
+            except (ValueError, SyntaxError):
+                return {}
+            if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, int) for k, v in value.items()):
+                return value
+    return {}

@@ -1,0 +1,173 @@
+"""Pydantic models for every tool's input and output (they become the tools' MCP schemas)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from egg_mcp.evaluation.api import BaselineResult, EvalResult, TolerancePolicy, Verdict
+
+
+class TaskOptions(BaseModel):
+    """Fixed when the task starts; recorded with every result."""
+
+    k_seeds: int = Field(3, ge=1, le=8)
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    tolerance: TolerancePolicy
+    size_overrides: dict[str, int] = Field(
+        default_factory=dict, description="problem size constants overridden for evaluation (CPU quick check)"
+    )
+    correctness_trials: int = 5
+    gpu_name: str | None = Field(None, description="GPU the task is measured on; None: CPU interpreter only")
+
+
+class Evidence(BaseModel):
+    metric: str = Field(description="e.g. 'median_ms', 'dram_throughput_pct', 'registers'")
+    before: float | str | None = None
+    after: float | str | None = None
+    report_id: str | None = Field(None, description="profile/tiling report this number comes from")
+
+
+class StageDecision(BaseModel):
+    """What a stage finalised: the only thing (with the kernel) that travels to the next stage."""
+
+    summary: str = Field(description="one line: what this stage decided")
+    changes: list[str] = Field(default_factory=list, description="concrete changes to the kernel")
+    rationale: str = Field("", description="why, in terms of the bottleneck it addresses")
+    evidence: list[Evidence] = Field(default_factory=list, description="measurements before/after")
+
+
+class CommittedStage(BaseModel):
+    stage: str
+    candidate_id: str
+    time_ms: float | None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    decision: StageDecision
+    forced: bool = False
+    force_reason: str | None = None
+    guard: str = ""
+
+
+class HandoffContext(BaseModel):
+    """Selective handoff: what a stage starts from. Exploratory candidates are deliberately absent."""
+
+    task_id: str
+    problem: str
+    stage: str
+    stage_goal: str
+    dtype: str
+    tolerance: TolerancePolicy
+    gpu: str | None
+    analysis_summary: str | None = None
+    floor_ms: float | None = None
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    committed_candidate_id: str | None = None
+    committed_time_ms: float | None = None
+    committed_source: str | None = None
+    decisions: list[CommittedStage] = Field(default_factory=list)
+
+
+class StartTaskResult(BaseModel):
+    task_id: str
+    problem: str
+    origin: str
+    stage: str
+    options: TaskOptions
+    analysis: dict[str, Any] | None = Field(None, description="reference analysis (ops, FLOPs, bytes, floor)")
+    timing_available: bool
+    notes: list[str] = Field(default_factory=list)
+    brief: str = Field(description="the SEEDS stage brief for the Code role")
+    next_step: str
+
+
+class SeedsResult(BaseModel):
+    task_id: str
+    stage: str
+    k: int
+    brief: str = Field(description="markdown brief: what to write, the paradigms, the rules, how seeds are judged")
+    seed_plan: dict[str, Any] = Field(description="structured form of the brief (paradigms, fusion, precision)")
+    baselines: BaselineResult | None = None
+    next_step: str
+
+
+class VerifyResult(BaseModel):
+    task_id: str
+    candidate_id: str
+    stage: str
+    cached: bool = Field(description="true when this exact source was verified before; the stored result is returned")
+    verdict: Verdict
+    summary: str
+    time_ms: float | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    speedup_vs_committed: float | None = Field(None, description="vs the kernel committed by the previous stage")
+    best_in_stage: bool = False
+    result: EvalResult
+    debug_brief: str | None = Field(None, description="Debug-role brief when the candidate failed")
+    next_step: str
+
+
+class CommitResult(BaseModel):
+    task_id: str
+    committed: CommittedStage
+    new_stage: str
+    warnings: list[str] = Field(default_factory=list)
+    brief: str = Field(description="brief for the next stage's Code role ('' when DONE)")
+    context: HandoffContext
+    next_step: str
+
+
+class CandidateSummary(BaseModel):
+    candidate_id: str
+    stage: str
+    verdict: str | None
+    status: str
+    time_ms: float | None
+    note: str | None
+
+
+class TaskStatus(BaseModel):
+    task_id: str
+    problem: str
+    origin: str
+    stage: str
+    next_step: str
+    allowed_tools: list[str]
+    options: TaskOptions
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    history: list[CommittedStage] = Field(description="per committed stage: time and speedup (the ablation)")
+    candidates_in_stage: list[CandidateSummary]
+    running_jobs: int
+    reports: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class TaskSummary(BaseModel):
+    task_id: str
+    problem: str
+    stage: str
+    created_at: float
+    best_time_ms: float | None = None
+
+
+class TaskList(BaseModel):
+    tasks: list[TaskSummary]
+    workspace: str
+
+
+class ExportResult(BaseModel):
+    task_id: str
+    candidate_id: str
+    stage: str
+    path: str | None = None
+    source: str
+
+
+class CandidateDetail(BaseModel):
+    task_id: str
+    candidate: CandidateSummary
+    source: str
+    result: EvalResult | None = None
