@@ -1,0 +1,96 @@
+"""Streamable HTTP: loopback by default, a bearer token required (and enforced) beyond it."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(tmp_path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "egg_mcp", "serve", "--http", "--workspace", str(tmp_path / "ws"), "--interpreter",
+         *extra], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {proc.stderr.read()}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise AssertionError("server did not start listening")
+
+
+def test_refuses_to_serve_beyond_loopback_without_token(tmp_path):
+    proc = _serve(tmp_path, "--host", "0.0.0.0", "--port", str(_free_port()))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "without a bearer token" in err
+
+
+def test_bearer_token_is_enforced(tmp_path):
+    port = _free_port()
+    token = "s3cret-token"
+    proc = _serve(tmp_path, "--host", "0.0.0.0", "--port", str(port), "--token", token)
+    try:
+        _wait_listening(port, proc)
+        url = f"http://127.0.0.1:{port}/mcp"
+        req = urllib.request.Request(url, data=b"{}", method="POST", headers={"content-type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(req, timeout=10)
+        assert info.value.code == 401
+        req.add_header("authorization", "Bearer wrong")
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(req, timeout=10)
+        assert info.value.code == 401
+
+        async def main():
+            async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=60) as http:
+                async with Client(streamable_http_client(url, http_client=http)) as client:
+                    tools = {t.name for t in (await client.list_tools()).tools}
+                    assert {"start_task", "verify", "commit_stage"} <= tools
+                    result = await client.call_tool("list_tasks", {})
+                    assert not result.is_error
+
+        anyio.run(main)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_loopback_rejects_foreign_host_header(tmp_path):
+    port = _free_port()
+    proc = _serve(tmp_path, "--port", str(port))
+    try:
+        _wait_listening(port, proc)
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=b"{}", method="POST",
+                                     headers={"content-type": "application/json", "host": "evil.example:80"})
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(req, timeout=10)
+        assert info.value.code in (400, 403, 421)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
