@@ -1,0 +1,528 @@
+"""`egg-mcp demo`: the whole EGG workflow, driven over MCP by a scripted client, on a built-in problem.
+
+The demo starts the server as a subprocess on stdio (as Claude Desktop or Cursor would), then
+plays the client LLM's part with hand-written kernels shipped under `demo_kernels/<problem>/`:
+k structurally different seeds, then one change per stage (dataflow, parallel mapping, tiling
+through `propose_tiling`, memory), each committed with a structured decision and its evidence.
+
+It is honest by construction: it never forces a commit. When a stage's kernel is not faster than
+the committed one, the previous kernel is committed again with a "no gain" decision (the
+regression guard allows a candidate equal to the committed one). On a CPU every kernel is checked
+in the Triton interpreter at the problem's reduced sizes and the table says timings need a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from egg_mcp.config import ServerConfig
+
+KERNELS_DIR = Path(__file__).resolve().parent / "demo_kernels"
+PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)
+TUNABLE_LINE = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]*)\s*=\s*(?P<value>\d+)\b", re.MULTILINE)
+
+
+class DemoError(RuntimeError):
+    """The scripted workflow could not go on (a tool failed, or a shipped kernel is wrong)."""
+
+
+# -- the plan: which shipped kernel goes into which stage, and why --------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One stage of the scripted run."""
+
+    stage: str
+    kernels: tuple[str, ...]
+    summary: str
+    changes: tuple[str, ...]
+    rationale: str
+    profile_committed: bool = False
+    """profile the committed kernel first (the Profile role's evidence for this stage's change)"""
+    tiling: bool = False
+    """call propose_tiling on the stage's kernel and verify its recommended source"""
+    carry_tunables: bool = False
+    """copy the committed kernel's UPPERCASE int constants into this stage's kernels"""
+    gpu_variants: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """constant -> extra values to try, only when timings exist (they change nothing in the interpreter)"""
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    problem: str
+    seeds: tuple[tuple[str, str], ...]  # (file, paradigm)
+    steps: tuple[Step, ...]
+
+
+PLANS: dict[str, DemoPlan] = {
+    "softmax": DemoPlan(
+        problem="softmax",
+        seeds=(
+            ("seed_row_in_registers.py", "row in registers, one program per row"),
+            ("seed_online_blocked.py", "online single pass over column blocks, then a write pass"),
+            ("seed_split_row.py", "split row: partial statistics kernel + normalise kernel"),
+        ),
+        steps=(
+            Step("ALGORITHM", ("algorithm_exp2_reciprocal.py",),
+                 "exp via exp2 on log2(e)-scaled input; one reciprocal per row instead of a divide per element",
+                 ("tl.exp(x - max) -> tl.exp2((x - max) * log2(e))", "y = num / sum -> y = num * (1 / sum)"),
+                 "fewer special-function and divide instructions per element; same data movement"),
+            Step("PARALLEL_MAPPING", ("mapping_persistent_rows.py",),
+                 "persistent grid of PROGRAMS_PER_SM programs per SM looping over multi-row tiles",
+                 ("grid (n_rows,) -> (min(n_tiles, SMs * PROGRAMS_PER_SM),)",
+                  "tiles of max(1, 4096 // BLOCK_COLS) rows: several rows per program when rows are narrow"),
+                 "one short program per row leaves a tail wave and pays set-up per row; a persistent grid keeps "
+                 "every SM busy", profile_committed=True),
+            Step("TILING", ("tiling_tuning_space.py",),
+                 "tile configuration chosen by propose_tiling over the declared TUNING_SPACE",
+                 ("TUNING_SPACE declares NUM_WARPS x PROGRAMS_PER_SM",),
+                 "registers per thread vs latency hiding (warps) and resident programs per SM (grid size)",
+                 tiling=True),
+            Step("MEMORY", ("memory_pipelined_hints.py",),
+                 "software-pipelined persistent loop (num_stages) with streaming cache hints",
+                 ("for tile in tl.range(..., num_stages=NUM_STAGES)", "tl.load(..., eviction_policy='evict_first')",
+                  "tl.store(..., cache_modifier='.cs')"),
+                 "x and y are touched once: overlap the next tile's load with this tile's math and keep L2 for "
+                 "data still to come", profile_committed=True, carry_tunables=True,
+                 gpu_variants={"NUM_STAGES": (3,)}),
+        ),
+    ),
+}
+
+
+def available_problems() -> list[str]:
+    return sorted(PLANS)
+
+
+def kernel_source(problem: str, file: str) -> str:
+    return (KERNELS_DIR / problem / file).read_text()
+
+
+def carry_tunables(committed_source: str, target_source: str) -> tuple[str, dict[str, int]]:
+    """Copy the committed kernel's module-level UPPERCASE int constants into `target_source` where it
+    defines the same names: a later stage starts from the configuration an earlier one committed."""
+    committed = {m["name"]: int(m["value"]) for m in TUNABLE_LINE.finditer(committed_source)}
+    carried: dict[str, int] = {}
+
+    def swap(m: re.Match) -> str:
+        name = m["name"]
+        if name in committed and committed[name] != int(m["value"]):
+            carried[name] = committed[name]
+            return f"{name} = {committed[name]}"
+        return m.group(0)
+
+    return TUNABLE_LINE.sub(swap, target_source), carried
+
+
+def set_constant(source: str, name: str, value: int) -> str:
+    """Rewrite the module-level `NAME = <int>` line (the first one)."""
+    pattern = re.compile(rf"^{re.escape(name)}\s*=\s*\d+\b", re.MULTILINE)
+    if not pattern.search(source):
+        raise DemoError(f"the demo kernel has no module-level constant {name}")
+    return pattern.sub(f"{name} = {value}", source, count=1)
+
+
+# -- results --------------------------------------------------------------------------------------
+
+
+class CandidateRow(BaseModel):
+    stage: str
+    kernel: str = Field(description="shipped file (or how it was derived)")
+    candidate_id: str
+    verdict: str
+    time_ms: float | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    summary: str = ""
+
+
+class StageRow(BaseModel):
+    stage: str
+    kernel: str
+    candidate_id: str
+    time_ms: float | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    changed: str = Field(description="the committed decision's summary")
+    kept_previous: bool = Field(False, description="no candidate of this stage beat the committed kernel")
+    guard: str = ""
+    evidence: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class DemoReport(BaseModel):
+    problem: str
+    task_id: str
+    transport: str
+    timing_available: bool
+    gpu: str | None = None
+    size_overrides: dict[str, int] = Field(default_factory=dict)
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    stages: list[StageRow] = Field(default_factory=list)
+    candidates: list[CandidateRow] = Field(default_factory=list)
+    reports: list[dict[str, Any]] = Field(default_factory=list, description="profile / tiling reports cited")
+    export_path: str | None = None
+    final_stage: str = ""
+    notes: list[str] = Field(default_factory=list)
+    status: dict[str, Any] | None = Field(None, description="final task_status")
+    wall_s: float = 0.0
+
+
+# -- the scripted client ----------------------------------------------------------------------------
+
+
+class ToolFailed(DemoError):
+    def __init__(self, tool: str, message: str):
+        super().__init__(f"{tool} failed: {message}")
+        self.tool = tool
+        self.message = message
+
+
+class _Driver:
+    """Calls tools and keeps what the table needs."""
+
+    def __init__(self, client, plan: DemoPlan, log):
+        self.client = client
+        self.plan = plan
+        self.log = log
+        self.task_id = ""
+        self.timing = False
+        self.report: DemoReport | None = None
+        self.kernel_of: dict[str, str] = {}  # candidate id -> kernel label
+
+    async def call(self, tool: str, **args: Any) -> dict[str, Any]:
+        result = await self.client.call_tool(tool, args)
+        if result.is_error:
+            text = result.content[0].text if result.content else "(no message)"
+            raise ToolFailed(tool, text)
+        if result.structured_content is None:
+            raise DemoError(f"{tool} returned no structured content")
+        return result.structured_content
+
+    async def verify(self, stage: str, label: str, source: str, note: str) -> dict[str, Any]:
+        self.log(f"  verify {label} ...")
+        v = await self.call("verify", task_id=self.task_id, source=source, note=note)
+        self.kernel_of.setdefault(v["candidate_id"], label)
+        assert self.report is not None
+        self.report.candidates.append(CandidateRow(
+            stage=stage, kernel=label, candidate_id=v["candidate_id"], verdict=v["verdict"], time_ms=v["time_ms"],
+            speedup_vs_eager=v["speedup_vs_eager"], speedup_vs_compile=v["speedup_vs_compile"], summary=v["summary"]))
+        self.log(f"    {v['verdict']}" + (f", {v['time_ms']:.4g} ms" if v["time_ms"] is not None else "")
+                 + ("" if v["verdict"] == "correct" else f": {v['summary']}"))
+        return v
+
+    async def profile(self, candidate_id: str) -> dict[str, Any]:
+        self.log(f"  profile_ncu {self.kernel_of.get(candidate_id, candidate_id)} ...")
+        p = await self.call("profile_ncu", task_id=self.task_id, candidate_id=candidate_id)
+        report = p["report"]
+        headline = ""
+        kernels = report.get("kernels") or []
+        if kernels:
+            headline = (kernels[0].get("classification") or {}).get("headline", "")
+        assert self.report is not None
+        self.report.reports.append({"kind": "profile", "report_id": p["report_id"], "candidate_id": candidate_id,
+                                    "source": report.get("source"), "summary": report.get("summary", ""),
+                                    "headline": headline})
+        self.log(f"    [{report.get('source')}] {headline or report.get('summary', '')}")
+        return p
+
+    async def commit(self, stage: str, candidate: dict[str, Any] | None, committed: dict[str, Any] | None,
+                     step_summary: str, changes: list[str], rationale: str,
+                     extra_evidence: list[dict[str, Any]]) -> dict[str, Any]:
+        """Commit `candidate` if it is faster than the committed kernel (or timings are unavailable);
+        otherwise commit the committed kernel again with a 'no gain' decision. Never forces."""
+        keep = False
+        evidence = list(extra_evidence)
+        before = committed["time_ms"] if committed else None
+        if candidate is None:
+            keep = True
+            why = "no candidate of this stage verified correct"
+        elif self.timing and before is not None and candidate["time_ms"] is not None:
+            evidence.append({"metric": "median_ms", "before": before, "after": candidate["time_ms"]})
+            keep = candidate["time_ms"] >= before
+            why = f"{candidate['time_ms']:.4g} ms vs committed {before:.4g} ms"
+        else:
+            why = "correctness only (no timing without a GPU)"
+        if not keep:
+            assert candidate is not None
+            decision = {"summary": step_summary, "changes": changes, "rationale": f"{rationale} ({why})",
+                        "evidence": evidence}
+            try:
+                return await self._commit(stage, candidate["candidate_id"], decision, kept=False)
+            except ToolFailed as exc:  # the guard saw a regression beyond noise: keep the previous kernel
+                why = f"refused by the regression guard: {exc.message}"
+        if committed is None:
+            raise DemoError(f"{stage}: nothing to commit ({why})")
+        decision = {"summary": f"no gain: kept the committed kernel ({why})",
+                    "changes": [], "rationale": f"tried: {step_summary}; it did not beat the committed kernel",
+                    "evidence": evidence}
+        return await self._commit(stage, committed["candidate_id"], decision, kept=True)
+
+    async def _commit(self, stage: str, candidate_id: str, decision: dict[str, Any], *, kept: bool) -> dict[str, Any]:
+        result = await self.call("commit_stage", task_id=self.task_id, candidate_id=candidate_id, decision=decision)
+        c = result["committed"]
+        assert self.report is not None
+        self.report.stages.append(StageRow(
+            stage=stage, kernel=self.kernel_of.get(candidate_id, candidate_id), candidate_id=candidate_id,
+            time_ms=c["time_ms"], speedup_vs_eager=c["speedup_vs_eager"], speedup_vs_compile=c["speedup_vs_compile"],
+            changed=decision["summary"], kept_previous=kept, guard=c.get("guard", ""), evidence=decision["evidence"]))
+        self.log(f"  commit {stage}: {self.kernel_of.get(candidate_id, candidate_id)}"
+                 + (" (kept previous)" if kept else "") + f" -> {result['new_stage']}")
+        for w in result.get("warnings") or []:
+            self.log(f"    warning: {w}")
+        return result
+
+
+def _best(verified: list[dict[str, Any]], timing: bool) -> dict[str, Any] | None:
+    correct = [v for v in verified if v["verdict"] == "correct"]
+    if not correct:
+        return None
+    if timing and all(v["time_ms"] is not None for v in correct):
+        return min(correct, key=lambda v: v["time_ms"])
+    return correct[0]
+
+
+async def drive(client, problem: str, *, transport: str, log=lambda msg: None) -> DemoReport:
+    """Run the scripted workflow for `problem` through an open MCP client session."""
+    if problem not in PLANS:
+        raise DemoError(f"no demo for {problem!r}; available: {', '.join(available_problems())}")
+    plan = PLANS[problem]
+    t0 = time.monotonic()
+    d = _Driver(client, plan, log)
+    log(f"start_task {problem}")
+    started = await d.call("start_task", reference=problem, k_seeds=len(plan.seeds))
+    d.task_id = started["task_id"]
+    d.timing = bool(started["timing_available"])
+    d.report = report = DemoReport(
+        problem=problem, task_id=d.task_id, transport=transport, timing_available=d.timing,
+        gpu=started["options"].get("gpu_name"), size_overrides=started["options"].get("size_overrides") or {},
+        notes=list(started.get("notes") or []))
+    if not d.timing:
+        report.notes.append("timings need a GPU: on this machine every kernel was checked for correctness in the "
+                            "Triton interpreter only")
+
+    # SEEDS ---------------------------------------------------------------------------------------
+    log("SEEDS: generate_seeds")
+    seeds = await d.call("generate_seeds", task_id=d.task_id)
+    base = seeds.get("baselines") or {}
+    report.eager_ms = (base.get("eager") or {}).get("median_ms")
+    report.compile_ms = (base.get("compiled") or {}).get("median_ms")
+    if base.get("compile_error"):
+        report.notes.append(f"torch.compile baseline failed: {base['compile_error']}")
+    verified = [await d.verify("SEEDS", f, kernel_source(problem, f), f"seed: {paradigm}") for f, paradigm in plan.seeds]
+    best = _best(verified, d.timing)
+    if best is None:
+        raise DemoError("no seed verified correct: " + "; ".join(v["summary"] for v in verified))
+    seed_names = {v["candidate_id"]: f for v, (f, _) in zip(verified, plan.seeds)}
+    evidence = [{"metric": f"median_ms[{seed_names[v['candidate_id']]}]", "after": v["time_ms"]}
+                for v in verified if v["verdict"] == "correct" and v["time_ms"] is not None]
+    paradigm = dict(plan.seeds)[seed_names[best["candidate_id"]]]
+    commit = await d._commit("SEEDS", best["candidate_id"], {
+        "summary": f"seed: {paradigm}",
+        "changes": [f"chose {seed_names[best['candidate_id']]} among {len(plan.seeds)} structurally different seeds"],
+        "rationale": ("fastest correct seed by measurement" if d.timing
+                      else "first correct seed (no timing without a GPU; on a GPU the fastest one is chosen)"),
+        "evidence": evidence}, kept=False)
+    committed = best
+
+    # later stages -----------------------------------------------------------------------------------
+    for step in plan.steps:
+        status = await d.call("task_status", task_id=d.task_id)
+        if status["stage"] != step.stage:
+            raise DemoError(f"expected stage {step.stage}, the task is in {status['stage']}")
+        log(f"{step.stage}:")
+        extra: list[dict[str, Any]] = []
+        if step.profile_committed:
+            p = await d.profile(committed["candidate_id"])
+            extra.append({"metric": "profile", "before": _profile_line(p), "report_id": p["report_id"]})
+        committed_source = commit["context"]["committed_source"] or ""
+        changes = list(step.changes)
+        verified = []
+        for file in step.kernels:
+            source = kernel_source(problem, file)
+            label = file
+            if step.carry_tunables:
+                source, carried = carry_tunables(committed_source, source)
+                if carried:
+                    changes.append("kept the committed configuration " + ", ".join(f"{k}={v}" for k, v in carried.items()))
+            verified.append(await d.verify(step.stage, label, source, step.summary))
+            if d.timing:
+                for name, values in step.gpu_variants.items():
+                    for value in values:
+                        verified.append(await d.verify(step.stage, f"{file} {name}={value}",
+                                                       set_constant(source, name, value), f"{step.summary} ({name}={value})"))
+        if step.tiling:
+            first = _best(verified, d.timing)
+            if first is not None:
+                log("  propose_tiling ...")
+                t = await d.call("propose_tiling", task_id=d.task_id, candidate_id=first["candidate_id"], max_trials=8,
+                                 time_budget_s=120.0)
+                prop = t["proposal"]
+                rec = prop.get("recommended") or {}
+                label = ", ".join(f"{k}={v}" for k, v in (rec.get("values") or {}).items()) or "unchanged"
+                report.reports.append({"kind": "tiling", "report_id": t["report_id"], "candidate_id": first["candidate_id"],
+                                       "measured": prop.get("measured"), "recommended": label,
+                                       "feasible": prop.get("feasible_count"), "pruned": prop.get("pruned_count"),
+                                       "reason": prop.get("recommended_reason", "")})
+                log(f"    recommended {label} ({'measured' if prop.get('measured') else 'analytic ranking only'}; "
+                    f"{prop.get('feasible_count')} feasible, {prop.get('pruned_count')} pruned)")
+                extra.append({"metric": "tiling_recommendation", "after": label, "report_id": t["report_id"]})
+                if prop.get("recommended_source"):
+                    verified.append(await d.verify(step.stage, f"propose_tiling: {label}", prop["recommended_source"],
+                                                   f"propose_tiling recommendation {label}"))
+                    changes.append(f"propose_tiling recommended {label}")
+        candidate = _best(verified, d.timing)
+        commit = await d.commit(step.stage, candidate, committed, step.summary, changes, step.rationale, extra)
+        committed = {"candidate_id": commit["committed"]["candidate_id"], "time_ms": commit["committed"]["time_ms"]}
+
+    # DONE --------------------------------------------------------------------------------------------
+    exported = await d.call("export_kernel", task_id=d.task_id)
+    report.export_path = exported.get("path")
+    final = await d.call("task_status", task_id=d.task_id)
+    report.final_stage = final["stage"]
+    report.status = final
+    report.eager_ms = final.get("eager_ms", report.eager_ms)
+    report.compile_ms = final.get("compile_ms", report.compile_ms)
+    report.wall_s = round(time.monotonic() - t0, 2)
+    return report
+
+
+def _profile_line(p: dict[str, Any]) -> str:
+    report = p["report"]
+    kernels = report.get("kernels") or []
+    headline = (kernels[0].get("classification") or {}).get("headline") if kernels else None
+    return f"[{report.get('source')}] {headline or report.get('summary', '')}"[:300]
+
+
+def server_command(config: ServerConfig) -> list[str]:
+    """`python -m egg_mcp serve` with the demo's workspace and settings."""
+    args = ["-m", "egg_mcp", "serve", "--workspace", str(config.workspace), "--log-level", "WARNING"]
+    if config.kernelbench_dir:
+        args += ["--kernelbench-dir", str(config.kernelbench_dir)]
+    for root in config.allowed_roots:
+        args += ["--allow-dir", str(root)]
+    if config.force_interpreter:
+        args.append("--interpreter")
+    return [sys.executable, *args]
+
+
+async def run_demo(problem: str, config: ServerConfig, *, transport: Literal["stdio", "in_process"] = "stdio",
+                   log=lambda msg: None) -> DemoReport:
+    """Start the server (a stdio subprocess, or in this process for tests) and drive the workflow."""
+    from mcp import Client, StdioServerParameters
+
+    if transport == "stdio":
+        cmd = server_command(config)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        target: Any = StdioServerParameters(command=cmd[0], args=cmd[1:], env=env)
+    elif transport == "in_process":
+        from egg_mcp.server import create_server
+
+        target = create_server(config)
+    else:
+        raise ValueError(f"unknown transport {transport!r}; use 'stdio' or 'in_process'")
+    async with Client(target, read_timeout_seconds=900) as client:
+        return await drive(client, problem, transport=transport, log=log)
+
+
+# -- output -------------------------------------------------------------------------------------------
+
+
+def _ms(v: float | None) -> str:
+    return "—" if v is None else f"{v:.4g}"
+
+
+def _x(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}x"
+
+
+def render_table(report: DemoReport) -> str:
+    """The stage-by-stage table (markdown, readable in a terminal)."""
+    lines = [
+        f"egg-mcp demo: {report.problem} (task {report.task_id}, "
+        + (f"GPU {report.gpu}" if report.timing_available else "CPU interpreter") + ")",
+        "",
+        f"baselines: eager {_ms(report.eager_ms)} ms, torch.compile {_ms(report.compile_ms)} ms",
+        "",
+        "| stage | candidate | time ms | vs eager | vs torch.compile | what changed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in report.stages:
+        kernel = row.kernel + (" (kept)" if row.kept_previous else "")
+        lines.append(f"| {row.stage} | {kernel} | {_ms(row.time_ms)} | {_x(row.speedup_vs_eager)} | "
+                     f"{_x(row.speedup_vs_compile)} | {row.changed} |")
+    lines.append("")
+    if not report.timing_available:
+        sizes = ", ".join(f"{k}={v}" for k, v in report.size_overrides.items())
+        lines.append("Timings need a GPU: every kernel above was verified correct in the Triton interpreter"
+                     + (f" at reduced sizes ({sizes})" if sizes else "") + "; run `egg-mcp demo` on a CUDA machine "
+                     "for times and speedups.")
+    failed = [c for c in report.candidates if c.verdict != "correct"]
+    if failed:
+        lines.append("Candidates that failed: " + "; ".join(f"{c.kernel}: {c.verdict}" for c in failed))
+    if report.export_path:
+        lines.append(f"final kernel: {report.export_path}")
+    return "\n".join(lines) + "\n"
+
+
+def run_demo_cli(args: argparse.Namespace, config: ServerConfig) -> int:
+    """Entry point of `egg-mcp demo`."""
+    import anyio
+
+    problem = args.problem
+    if problem not in PLANS:
+        print(f"no demo for {problem!r}; choose one of: {', '.join(available_problems())}", file=sys.stderr)
+        return 2
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    try:
+        report = anyio.run(lambda: run_demo(problem, config, log=log))
+    except DemoError as exc:
+        print(f"demo failed: {exc}", file=sys.stderr)
+        return 1
+    print(render_table(report))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(report.model_dump_json(indent=2))
+        files = write_demo_report(report, args.json.with_suffix(""))
+        print(f"wrote {args.json}, " + ", ".join(str(f) for f in files), file=sys.stderr)
+    return 0
+
+
+def write_demo_report(report: DemoReport, stem: Path) -> list[Path]:
+    """Markdown report and stage-time chart next to the JSON (`<stem>.md`, `<stem>_stages.png`)."""
+    from egg_mcp.e2e.report import render_task_report, stage_time_chart
+
+    out = [stem.with_suffix(".md")]
+    if report.status is None:
+        return []
+    out[0].write_text(render_task_report(report.status, kernel_path=report.export_path,
+                                         notes=report.notes, demo_table=render_table(report)))
+    chart = stage_time_chart(report.status, stem.parent / f"{stem.name}_stages.png")
+    if chart is not None:
+        out.append(chart)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:  # pragma: no cover - convenience for `python -m`
+    from egg_mcp.cli import build_parser, config_from_args
+
+    args = build_parser().parse_args(["demo", *(argv if argv is not None else sys.argv[1:])])
+    return run_demo_cli(args, config_from_args(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
