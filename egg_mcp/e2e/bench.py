@@ -491,6 +491,7 @@ def run_bench(problems_dir: Path, solutions_dir: Path, out_dir: Path, *, config:
     """Evaluate, resume, aggregate and write the outputs. `evaluator` (tests) bypasses the engine and
     the per-GPU worker processes."""
     import anyio
+    import anyio.to_thread
 
     t0 = time.monotonic()
     items, orphans = discover(problems_dir, solutions_dir, levels)
@@ -511,16 +512,22 @@ def run_bench(problems_dir: Path, solutions_dir: Path, out_dir: Path, *, config:
               file=sys.stderr)
     progress = Progress(len(todo), enabled=show_progress)
     n_gpus = 0 if interpreter or not own else (gpus if gpus is not None else gpu_count())
-    try:
-        if n_gpus > 1 and len(todo) > 1:
-            notes.append(f"{n_gpus} GPUs: one bench worker process per GPU")
-            _run_sharded(todo, out_dir, config, n_gpus, progress)
-        elif todo:
-            anyio.run(lambda: evaluate_items(evaluator, todo, out_dir / "results.jsonl", interpreter=interpreter,
-                                             progress=progress))
-    finally:
-        if own:
-            anyio.run(lambda: _aclose(evaluator))
+    if n_gpus > 1 and len(todo) > 1:
+        notes.append(f"{n_gpus} GPUs: one bench worker process per GPU")
+
+    async def evaluate_all() -> None:
+        # one event loop for the evaluator's whole life: its workers belong to the loop that started them
+        try:
+            if n_gpus > 1 and len(todo) > 1:
+                await anyio.to_thread.run_sync(lambda: _run_sharded(todo, out_dir, config, n_gpus, progress))
+            elif todo:
+                await evaluate_items(evaluator, todo, out_dir / "results.jsonl", interpreter=interpreter,
+                                     progress=progress)
+        finally:
+            if own:
+                await _aclose(evaluator)
+
+    anyio.run(evaluate_all)
     done = load_results(out_dir)
     results = [done[i.key] for i in items if i.key in done]
     lost = [i.key for i in items if i.key not in done]

@@ -347,6 +347,7 @@ async def drive(client, problem: str, *, transport: str, log=lambda msg: None) -
             extra.append({"metric": "profile", "before": _profile_line(p), "report_id": p["report_id"]})
         committed_source = commit["context"]["committed_source"] or ""
         changes = list(step.changes)
+        summary = step.summary
         verified = []
         for file in step.kernels:
             source = kernel_source(problem, file)
@@ -378,11 +379,22 @@ async def drive(client, problem: str, *, transport: str, log=lambda msg: None) -
                     f"{prop.get('feasible_count')} feasible, {prop.get('pruned_count')} pruned)")
                 extra.append({"metric": "tiling_recommendation", "after": label, "report_id": t["report_id"]})
                 if prop.get("recommended_source"):
-                    verified.append(await d.verify(step.stage, f"propose_tiling: {label}", prop["recommended_source"],
-                                                   f"propose_tiling recommendation {label}"))
+                    rec_v = await d.verify(step.stage, f"propose_tiling: {label}", prop["recommended_source"],
+                                           f"propose_tiling recommendation {label}")
                     changes.append(f"propose_tiling recommended {label}")
+                    if not d.timing and rec_v["verdict"] == "correct":
+                        # nothing to measure on a CPU: the verified recommendation goes on
+                        verified = [rec_v]
+                    else:
+                        verified.append(rec_v)
+                    if rec_v["verdict"] == "correct":
+                        summary = f"{step.summary}: {label}"
         candidate = _best(verified, d.timing)
-        commit = await d.commit(step.stage, candidate, committed, step.summary, changes, step.rationale, extra)
+        if step.tiling and candidate is not None and d.kernel_of.get(candidate["candidate_id"], "").startswith("propose"):
+            step_summary = summary
+        else:
+            step_summary = step.summary
+        commit = await d.commit(step.stage, candidate, committed, step_summary, changes, step.rationale, extra)
         committed = {"candidate_id": commit["committed"]["candidate_id"], "time_ms": commit["committed"]["time_ms"]}
 
     # DONE --------------------------------------------------------------------------------------------
@@ -453,7 +465,8 @@ def render_table(report: DemoReport) -> str:
         f"egg-mcp demo: {report.problem} (task {report.task_id}, "
         + (f"GPU {report.gpu}" if report.timing_available else "CPU interpreter") + ")",
         "",
-        f"baselines: eager {_ms(report.eager_ms)} ms, torch.compile {_ms(report.compile_ms)} ms",
+        (f"baselines: eager {_ms(report.eager_ms)} ms, torch.compile {_ms(report.compile_ms)} ms"
+         if report.timing_available else "baselines: need a GPU (eager and torch.compile are timed on CUDA only)"),
         "",
         "| stage | candidate | time ms | vs eager | vs torch.compile | what changed |",
         "|---|---|---|---|---|---|",
