@@ -11,7 +11,7 @@ Connect to a server it starts over stdio, or to one already serving streamable H
 
 A string argument "@path" is replaced by the text of that file ("@@..." passes a literal "@...").
 Commands: tools | prompts | resources | read URI | prompt NAME [JSON] | call TOOL [JSON].
-Output: the structured result as JSON on stdout. Exit 1 on a tool error (message on stderr), 2 on a
+Output: the structured result as JSON on stdout (listings use the protocol's camelCase names). Exit 1 on a tool error (message on stderr), 2 on a
 usage or connection error.
 """
 
@@ -135,13 +135,7 @@ async def dispatch(client, args: argparse.Namespace) -> tuple[int, Any]:
         return 0, {"resources": [_dump(r) for r in resources], "resource_templates": [_dump(t) for t in templates]}
     if cmd == "read":
         result = await client.read_resource(args.uri)
-        out = []
-        for c in result.contents:
-            item = {"uri": str(c.uri), "mime_type": getattr(c, "mime_type", None)}
-            text = getattr(c, "text", None)
-            item["text"] = text
-            out.append(item)
-        return 0, {"contents": out}
+        return 0, {"contents": [_dump(c) for c in result.contents]}
     if cmd == "prompt":
         result = await client.get_prompt(args.name, {k: str(v) for k, v in args.parsed_arguments.items()})
         return 0, _dump(result)

@@ -255,7 +255,7 @@ class _Driver:
             why = "correctness only (no timing without a GPU)"
         if not keep:
             assert candidate is not None
-            decision = {"summary": step_summary, "changes": changes, "rationale": f"{rationale} ({why})",
+            decision = {"summary": step_summary, "changes": changes, "rationale": f"{rationale}; {why}",
                         "evidence": evidence}
             try:
                 return await self._commit(stage, candidate["candidate_id"], decision, kept=False)
