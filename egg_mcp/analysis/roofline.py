@@ -88,3 +88,11 @@ def fmt_ms(ms: float | None) -> str:
 
 def fmt_shape(shape: list[int] | tuple[int, ...]) -> str:
     return "x".join(str(d) for d in shape) if len(shape) else "scalar"
+
+
+def fmt_tol(x: float) -> str:
+    """1e-4 rather than 0.0001: how tolerances are written everywhere else."""
+    if x and abs(x) < 0.05:
+        mant, exp = f"{x:.0e}".split("e")
+        return f"{mant}e{int(exp)}"
+    return f"{x:g}"
