@@ -139,3 +139,15 @@ def test_half_precision_notes_and_baselines_in_judging():
 
 def test_fusion_scopes_are_distinct():
     assert len({p.name for p in FUSION_SCOPES}) == len(FUSION_SCOPES) >= 2
+
+
+def test_small_row_problems_do_not_split_rows_and_instance_norm_uses_rows():
+    small = build_seed_brief(analyze(nn.LogSoftmax(dim=-1), (32, 1000)), k=3, tolerance=STRICT_FP32,
+                             dtype="float32", gpu=H200)
+    assert small.paradigms[0].name.startswith("row in registers")
+    inst = build_seed_brief(analyze(nn.InstanceNorm2d(8), (2, 8, 16, 16)), k=3, tolerance=STRICT_FP32,
+                            dtype="float32", gpu=H200)
+    assert inst.paradigms[0].name.startswith("row in registers")
+    bn = build_seed_brief(analyze(nn.BatchNorm2d(8), (32, 8, 64, 64)), k=3, tolerance=STRICT_FP32,
+                          dtype="float32", gpu=H200)
+    assert bn.paradigms[0].name.startswith("per-channel statistics")

@@ -23,6 +23,9 @@ FP32_IEEE_DOT_ERROR = 1e-3
 TILE = 128
 """Reference output tile edge for tile-count estimates (a common GEMM tile)."""
 
+SPLIT_ROW_MIN_LENGTH = 8192
+"""Below this row length a split-row seed only adds a launch: the problem is launch-bound anyway."""
+
 ROW_IN_REGISTERS_MAX_BYTES = 64 * 1024
 """Largest row one program keeps in registers without spilling (16K fp32 with num_warps=16)."""
 
@@ -111,7 +114,10 @@ def _why(p: Paradigm, analysis: ReferenceAnalysis, gpu: GpuSpec, dtype: str) -> 
         rows, length = rl
         row_bytes = length * _elt_bytes(dtype)
         fits = row_bytes <= ROW_IN_REGISTERS_MAX_BYTES
-        few_rows = rows < 2 * sms
+        # splitting a row only pays when the rows cannot fill the SMs AND each row is long enough
+        # that one program would stream it for longer than a launch (~3 us) costs
+        few_rows = rows < 2 * sms and length >= SPLIT_ROW_MIN_LENGTH
+        strided_stats = "batch_norm" in op.op and op.input_shapes[0][0] > 1  # instance norm: [1, N*C, H, W]
         fact = f"{rows} rows of {length} ({fmt_bytes(row_bytes)} per row; {sms} SMs)"
         table = {
             "row_in_registers": (3 if fits else 0.5, "row fits registers" if fits else "row too long for registers"),
@@ -130,8 +136,8 @@ def _why(p: Paradigm, analysis: ReferenceAnalysis, gpu: GpuSpec, dtype: str) -> 
             "reduce_then_scan": (3.5 if few_rows else 1.0, "few long rows: parallel over chunks" if few_rows
                                  else "rows already fill the SMs"),
             "atomics": (2 if few_rows else 0.8, "one launch for few outputs" if few_rows else "atomic order varies"),
-            "channel_stats_then_apply": (3.5 if "batch_norm" in op.op else 0.8, "per-channel statistics over N*H*W"
-                                         if "batch_norm" in op.op else "for batch/instance norm"),
+            "channel_stats_then_apply": (3.5 if strided_stats else 0.8, "per-channel statistics over N*H*W"
+                                         if strided_stats else "each normalised row is contiguous"),
         }
         score, reason = table.get(name, (1.0, p.wins_when))
         return score, f"{fact}: {reason}"
