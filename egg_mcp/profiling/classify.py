@@ -288,7 +288,7 @@ def classify_kernel(
     blocks_per_sm = None
     if ncu_limits:
         blocks_per_sm = min(ncu_limits.values())
-        occ_limiter = min(ncu_limits, key=lambda k: (ncu_limits[k], ("registers", "shared_mem", "warps", "blocks").index(k)))
+        occ_limiter = min(ncu_limits, key=lambda k: (ncu_limits[k], ("warps", "blocks", "registers", "shared_mem").index(k)))
         occ_limiter = {"shared_mem": "shared_memory"}.get(occ_limiter, occ_limiter)
     elif occupancy_estimate is not None:
         blocks_per_sm = occupancy_estimate.blocks_per_sm

@@ -280,3 +280,25 @@ def invalid_metrics(text: str, requested: Iterable[str]) -> list[str]:
 
 def no_kernels_profiled(text: str) -> bool:
     return "No kernels were profiled" in text
+
+
+def render_raw_csv(launches: list[dict[str, object]], units: dict[str, str] | None = None) -> str:
+    """Write launches in ncu's `--page raw --csv` layout (header, units row, one row per launch).
+
+    Each launch is {"ID", "Kernel Name", optional launch columns, metric -> value}; used to build
+    test logs and to store a filtered copy of a real log."""
+    units = units or {}
+    fixed = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+             "Grid Size", "Device", "CC"]
+    metric_names = list(dict.fromkeys(k for launch in launches for k in launch if k not in fixed))
+    header = fixed + metric_names
+    defaults = {"Process ID": "4242", "Process Name": "python3", "Host Name": "127.0.0.1", "Context": "1",
+                "Stream": "7", "Block Size": "(128, 1, 1)", "Grid Size": "(1, 1, 1)", "Device": "0", "CC": "9.0"}
+
+    def line(fields: list[object]) -> str:
+        return ",".join('"' + str(f).replace('"', '""') + '"' for f in fields)
+
+    rows = [line(header), line([""] * len(fixed) + [units.get(m, "") for m in metric_names])]
+    for launch in launches:
+        rows.append(line([launch.get(c, defaults.get(c, "")) for c in fixed] + [launch.get(m, "n/a") for m in metric_names]))
+    return "\n".join(rows) + "\n"

@@ -69,7 +69,8 @@ def occupancy(
         per_block = _round_up(shared_mem_bytes, SMEM_ALLOC_UNIT) + SMEM_RESERVED_PER_BLOCK
         limits["shared_memory"] = gpu.smem_per_sm_bytes // per_block
     blocks = min(limits.values())
-    binding = [k for k in ("registers", "shared_memory", "warps", "blocks") if limits.get(k) == blocks]
+    # on a tie the hardware caps (warps, blocks) are named: the resource is not what holds occupancy back
+    binding = [k for k in ("warps", "blocks", "registers", "shared_memory") if limits.get(k) == blocks]
     limiter: Limiter = binding[0] if binding else "none"  # type: ignore[assignment]
     if blocks == 0 and not note:
         note = f"no block fits on an SM (limited by {limiter})"
