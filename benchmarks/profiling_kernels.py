@@ -317,7 +317,8 @@ def check_expectation(kind: str, report) -> list[str]:
         if not any("spill" in m for m in k.next_moves):
             problems.append(f"no spill move in {report.stage}: {k.next_moves}")
     if expect.get("uncoalesced"):
-        if not any(e.metric == "computed.global_load_bytes_per_sector" for e in k.evidence):
+        if not any(e.metric in ("computed.global_load_bytes_per_sector", "computed.global_load_sectors_per_request")
+                   for e in k.evidence):
             problems.append("no uncoalesced-load evidence (bytes per sector)")
         if not any("uncoalesced" in m for m in k.next_moves):
             problems.append(f"no coalescing move in {report.stage}: {k.next_moves}")

@@ -91,6 +91,25 @@ def test_uncoalesced_loads_in_memory_stage():
     assert k.next_moves[0].startswith("loads 4.0 B/sector (32 is ideal): uncoalesced")
 
 
+def test_uncoalesced_from_sectors_per_request_when_bytes_counter_is_missing():
+    k = C.classify_kernel("strided", ncu(duration_ns=400_000, sm=10, mem=75, sectors=32e6,
+                                         **{"l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum": 1e6}),
+                          stage=Stage.MEMORY, gpu=H200)
+    assert any(e.metric == "computed.global_load_sectors_per_request" and e.value == 32 for e in k.evidence)
+    assert any("32 sectors per request" in m and "uncoalesced" in m for m in k.next_moves)
+    vectorised = C.classify_kernel("copy", ncu(duration_ns=400_000, sm=10, mem=75, sectors=16e6,
+                                               **{"l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum": 1e6}),
+                                   stage=Stage.MEMORY, gpu=H200)
+    assert not any("uncoalesced" in m for m in vectorised.next_moves)
+
+
+def test_gemm_with_busy_shared_memory_is_still_compute_bound():
+    # wgmma GEMMs keep L1/shared busy too: memory SOL can exceed SM SOL while the tensor pipe is the roof
+    k = C.classify_kernel("gemm", ncu(duration_ns=250_000, sm=70, mem=82, dram=30, gmma=78, grid=512),
+                          stage=Stage.TILING, gpu=H200)
+    assert k.classification.bound == "compute-bound"
+
+
 def test_coalesced_loads_raise_no_flag():
     k = C.classify_kernel("copy", ncu(duration_ns=400_000, sm=10, mem=90, sectors=8e6, requested=8e6 * 32),
                           stage=Stage.MEMORY, gpu=H200)

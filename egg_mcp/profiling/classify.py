@@ -27,6 +27,8 @@ NEAR_FLOOR = 0.90
 """floor / measured at or above this: the kernel is at the roof; further work there is wasted."""
 LOW_BYTES_PER_SECTOR = 20.0
 """Fewer useful bytes per 32-byte sector than this: global loads are poorly coalesced."""
+UNCOALESCED_SECTORS_PER_REQUEST = 16.0
+"""More sectors per warp-wide load than a 16-byte-per-thread vector load needs: scattered."""
 
 # Names of readings that do not come from ncu (fallback path and cross-checks).
 EVENT_DURATION = "event.duration"
@@ -98,6 +100,14 @@ class Readings:
                             "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active")
                 if (v := self.get(n)) is not None]
         return max(vals) if vals else None
+
+    @property
+    def sectors_per_request(self) -> float | None:
+        sectors = self.get("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
+        requests = self.get("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")
+        if not requests or sectors is None or sectors < 64:
+            return None
+        return sectors / requests
 
     @property
     def bytes_per_sector(self) -> float | None:
@@ -262,7 +272,12 @@ def classify_kernel(
             evidence.append(_ev(r, "sm__throughput.avg.pct_of_peak_sustained_elapsed", unit="%"))
         if mem_pct is not None:
             evidence.append(_ev(r, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", unit="%"))
-        if max(compute_pct, memory_pct) >= BUSY_PCT:
+        roof_pct = max(tensor or 0.0, dram_pct or 0.0)
+        if roof_pct >= BUSY_PCT:
+            # the two real roofs first: a busy tensor pipe (a GEMM also keeps shared memory busy,
+            # which inflates the memory SOL) or busy DRAM
+            bound = "compute-bound" if (tensor or 0.0) >= (dram_pct or 0.0) else "memory-bound"
+        elif max(compute_pct, memory_pct) >= BUSY_PCT:
             bound = "memory-bound" if memory_pct >= compute_pct else "compute-bound"
         else:
             bound = "latency-or-occupancy-bound"
@@ -369,6 +384,16 @@ def classify_kernel(
             moves.add({_M}, f"loads {bps:.1f} B/sector (32 is ideal): uncoalesced; make the innermost tl.arange walk the "
                       "stride-1 dimension (or stage the tile through shared memory)")
             moves.add({_P}, f"loads {bps:.1f} B/sector: map adjacent program lanes to contiguous addresses")
+    spr = r.sectors_per_request
+    if bps is None and spr is not None and spr > UNCOALESCED_SECTORS_PER_REQUEST:
+        # without the requested-bytes counter: a warp's load touching more sectors than even a
+        # 16-byte-per-thread vector load needs (16) is scattered
+        evidence.append(Evidence(metric="computed.global_load_sectors_per_request", value=spr, unit="sector/request",
+                                 source="computed",
+                                 why="32-byte sectors per warp-wide load: 4 (4 B/thread) to 16 (16 B/thread) when "
+                                     "coalesced, 32 when every thread hits its own sector"))
+        moves.add({_M}, f"loads touch {spr:.0f} sectors per request (4-16 when coalesced): uncoalesced; make the "
+                  "innermost tl.arange walk the stride-1 dimension (or stage the tile through shared memory)")
     l2 = r.get("lts__t_sector_hit_rate.pct")
     if l2 is not None and l2 < 50 and bound == "memory-bound":
         evidence.append(_ev(r, "lts__t_sector_hit_rate.pct", unit="%"))

@@ -64,6 +64,7 @@ class _LaunchRecorder:
         self.grids: dict[str, list[int]] = {}
         self.event_pairs: list[tuple[str, Any, Any]] | None = None
         self._restore: list[tuple[Any, str, Any]] = []
+        self._undo: list[Any] = []
 
     # -- JIT functions -------------------------------------------------------------------------
     @staticmethod
@@ -135,8 +136,12 @@ class _LaunchRecorder:
             from triton import knobs
 
             previous = knobs.runtime.launch_enter_hook
-            knobs.runtime.launch_enter_hook = hook
-            self._restore.append((knobs.runtime, "launch_enter_hook", previous))
+            if hasattr(previous, "add") and hasattr(previous, "remove"):  # Triton >= 3.5: a HookChain
+                previous.add(hook)
+                self._undo.append(lambda: previous.remove(hook))
+            else:
+                knobs.runtime.launch_enter_hook = hook
+                self._restore.append((knobs.runtime, "launch_enter_hook", previous))
         except (ImportError, AttributeError):
             try:
                 from triton.compiler import CompiledKernel
@@ -148,6 +153,12 @@ class _LaunchRecorder:
                 pass
 
     def restore(self) -> None:
+        for undo in self._undo:
+            try:
+                undo()
+            except Exception:
+                pass
+        self._undo.clear()
         for obj, attr, value in reversed(self._restore):
             try:
                 setattr(obj, attr, value)
