@@ -279,3 +279,14 @@ def test_several_kernels_are_reported_with_shares():
     assert report.roofline.measured_ms == pytest.approx(0.04)
     with pytest.raises(ValueError, match="no profiled launch"):
         runner.build_ncu_report("==ERROR== boom\n", stage=Stage.TILING, gpu=H200)
+
+
+def test_candidate_without_modelnew_fails_with_a_clear_error():
+    from egg_mcp.profiling.local_jobs import LocalJobRunner
+
+    options = EvalOptions(size_overrides={"batch_size": 8, "dim": 100}, device="interpreter")
+    with pytest.raises(ProfileError, match="defines no `class ModelNew`"):
+        asyncio.run(profile_candidate(
+            LocalJobRunner(has_gpu=False), reference_source=SOFTMAX_REFERENCE, candidate_source="import torch\n",
+            options=options, stage=Stage.TILING, gpu=H200, timeout_s=120,
+        ))
