@@ -40,7 +40,11 @@ MAX_REGS = 255
 GEMM_TILE_FIXED_S = 1.0e-6  # pipeline fill + epilogue latency per output tile
 PROGRAM_FIXED_S = 0.5e-6  # launch of one program (CTA) + index math
 REDUCTION_STEP_S = 0.1e-6  # one cross-warp reduction level (shared memory + barrier)
+OVERLAP_P = 3.0  # exponent of the smooth max of bandwidth and latency time (inf = perfect overlap)
 
+_BASE_OPS = {"softmax": 10, "norm": 12, "reduction": 3, "elementwise": 6}  # instructions per element
+_TRANSCENDENTAL = {"exp", "exp2", "log", "log2", "erf", "tanh", "sigmoid", "sqrt", "rsqrt", "sin", "cos", "pow"}
+TRANSCENDENTAL_OPS = 12  # MUFU-based functions cost ~a dozen issue slots per element (erf is a polynomial)
 _REDUCTIONS = {"softmax": 2, "norm": 2, "reduction": 1, "elementwise": 0}
 # fp32 values live per element of the register tile (loaded value plus what is kept alongside it)
 _LIVE_PER_ELEMENT = {"softmax": 2.0, "norm": 2.0, "reduction": 2.0, "elementwise": 1.5}
@@ -266,7 +270,16 @@ def _stream(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSp
     chain = iters * passes * DRAM_LATENCY_S + PROGRAM_FIXED_S + _REDUCTIONS[kind] * REDUCTION_STEP_S * math.log2(
         max(w, 1) * 2) * (iters * passes if kind == "softmax" and iters > 1 else 1)
     t_latency = math.ceil(math.ceil(per_sm_programs) / max(c, 1)) * chain
-    t_sm = max(t_bandwidth, t_latency) * (1 + 0.25 * est.tail_waste)
+    # instruction issue: every launched lane (masked ones too) costs ~ops instructions; a scheduler
+    # needs ~4 resident warps to hide ALU / MUFU latency
+    calls = {c.split(".")[-1] for kn in space.kernels for c in kn.tl_calls}
+    ops = _BASE_OPS[kind] + TRANSCENDENTAL_OPS * len(calls & _TRANSCENDENTAL)
+    lanes = covered * (passes if kind in ("softmax", "norm") else 1)
+    warps_per_scheduler = min(c * w, gpu.max_threads_per_sm // 32) / 4
+    issue_rate = 4 * 32 * (gpu.sm_clock_mhz or 1500) * 1e6 * min(1.0, warps_per_scheduler / 4)
+    t_issue = lanes / active * ops / issue_rate
+    # smooth max: near the boundary neither bandwidth, latency nor issue is fully hidden behind the others
+    t_sm = sum(t ** OVERLAP_P for t in (t_bandwidth, t_latency, t_issue)) ** (1 / OVERLAP_P) * (1 + 0.1 * est.tail_waste)
     w_exact = est.waves
     if w_exact > 1:
         t_sm *= 1 + 0.3 * (math.ceil(w_exact) - w_exact) / math.ceil(w_exact)

@@ -312,6 +312,9 @@ def extract_space(source: str, *, kind: str | None = None, dims: dict[str, int] 
             param.choices, param.choices_from = list(declared[param.name]), "declared"
         elif param.name in autotune_values:
             param.choices, param.choices_from = sorted(autotune_values[param.name]), "autotune"
+        elif declared:
+            param.choices = [param.current] if param.current is not None else []
+            param.choices_from, param.note = "current", "not in TUNING_SPACE: kept at its current value"
         else:
             choices, note = _inferred_choices(param.name, param.role, param.current, param.axis, kind, dims, any_loop)
             param.choices, param.choices_from = choices, ("inferred" if len(choices) > 1 else "current")
