@@ -62,11 +62,11 @@ def normalize_dims(kind: str, dims: dict[str, int]) -> dict[str, int]:
 def _block_suffix(name: str) -> str | None:
     """'BLOCK_SIZE_M' -> 'M', 'BLOCK_N' -> 'N', 'BLOCK' -> '', 'XBLOCK' -> 'X', 'ROWS_PER_PROGRAM' -> 'ROWS'."""
     upper = name.upper()
+    if upper in ("BLOCK", "BLOCK_SIZE", "TILE", "TILE_SIZE"):
+        return ""
     for prefix in ("BLOCK_SIZE_", "BLOCK_", "TILE_SIZE_", "TILE_"):
         if upper.startswith(prefix):
             return upper[len(prefix):]
-    if upper in ("BLOCK", "BLOCK_SIZE", "TILE", "TILE_SIZE"):
-        return ""
     if upper.endswith("BLOCK") and len(upper) <= 7:
         return upper[:-5].rstrip("_")
     if upper.startswith("ROWS_PER") or upper.endswith("_ROWS") or upper == "ROWS":
