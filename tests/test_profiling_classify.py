@@ -35,7 +35,7 @@ def ncu(**values) -> list[Metric]:
         "local_st": "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum",
         "sectors": "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
         "requested": "smsp__sass_data_bytes_mem_global_op_ld.sum",
-        "gmma": "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+        "gmma": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
         "l2_hit": "lts__t_sector_hit_rate.pct",
     }
     out = []

@@ -131,7 +131,7 @@ def test_counter_permission_error_falls_back_without_a_second_job(fake_ncu):
 
 
 def test_rejected_metric_is_dropped_and_retried(fake_ncu):
-    bad = "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
+    bad = runner.metrics_for_stage(Stage.TILING)[-1]
     first = f"==ERROR== Failed to find metric {bad}\n"
     ev = FakeEvaluator([(first, JobOutcome(ok=False, exit_code=1)),
                         (softmax_log(), JobOutcome(ok=True, result=TARGET_RESULT))])

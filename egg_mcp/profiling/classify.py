@@ -96,10 +96,7 @@ class Readings:
 
     @property
     def tensor_pct(self) -> float | None:
-        vals = [v for n in ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-                            "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active")
-                if (v := self.get(n)) is not None]
-        return max(vals) if vals else None
+        return self.get("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active")
 
     @property
     def sectors_per_request(self) -> float | None:

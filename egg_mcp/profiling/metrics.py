@@ -94,10 +94,10 @@ _ALL: list[MetricSpec] = [
     _m("smsp__sass_data_bytes_mem_global_op_ld.sum", "global load bytes requested", "coalescing",
        "bytes the threads asked for; / (sectors x 32) is the coalescing efficiency"),
     # tensor cores
-    _m("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "tensor pipe (mma.sync)", "tensor",
-       "tensor-core activity of warp-level MMA: tl.dot on fp16/bf16/tf32"),
-    _m("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active", "tensor pipe (wgmma)", "tensor",
-       "Hopper warpgroup MMA activity: the path to peak GEMM throughput"),
+    # ncu 2025.3 on the H200 has no separate gmma cycles metric (a request for one is dropped
+    # silently); the hmma pipe counts HMMA and Hopper's HGMMA (wgmma) alike.
+    _m("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "tensor pipe (mma / wgmma)",
+       "tensor", "tensor-core activity of tl.dot on fp16/bf16/tf32 (HMMA and Hopper HGMMA)"),
     # warp state
     _m("smsp__issue_active.avg.pct_of_peak_sustained_active", "issue slot utilisation", "stalls",
        "cycles an instruction was issued: low with low SOL means latency-bound"),

@@ -205,8 +205,11 @@ def parse_details_page(text: str) -> tuple[list[NcuLaunch], list[NcuRule]]:
     by_id: dict[int, NcuLaunch] = {}
     rules: list[NcuRule] = []
     for row in rows[start + 1:]:
-        if row == header or len(row) != len(header):
+        # real ncu 2025.3 metric rows stop after "Metric Value" (the rule columns are left off, not
+        # emptied): pad short rows, skip repeated headers and rows longer than the header
+        if row == header or len(row) > len(header):
             continue
+        row = row + [""] * (len(header) - len(row))
         launch_id = _launch_id(get(row, "ID"))
         if launch_id is None:
             continue
