@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch._dynamo  # noqa: F401  (imported lazily by use_deterministic_algorithms; it rebinds torch functions)
 import torch.utils.deterministic  # noqa: F401  (its flag poisons fresh allocations)
 
 from egg_mcp.evaluation import worker
