@@ -113,17 +113,21 @@ def error_report(exc: BaseException, candidate_path: str | None) -> ErrorReport:
     """The exception with its traceback trimmed to candidate frames; candidate_line = submitted line."""
     line = None
     frames_text: list[str] = []
+    # Innermost exception first: its deepest candidate frame is the line to fix.
     for item in reversed(_exception_chain(exc)):
+        item_line = None
         for frame in traceback.extract_tb(item.__traceback__):
             if candidate_path and frame.filename == candidate_path:
-                line = frame.lineno
+                item_line = frame.lineno
                 frames_text.append(f'  candidate line {frame.lineno}, in {frame.name}\n    {frame.line or ""}')
         if isinstance(item, SyntaxError) and candidate_path and item.filename == candidate_path:
-            line = item.lineno
+            item_line = item.lineno
             frames_text.append(f"  candidate line {item.lineno}\n    {(item.text or '').rstrip()}")
         compile_line = _triton_compile_line(item)
         if compile_line is not None:
-            line = compile_line
+            item_line = compile_line
+        if line is None:
+            line = item_line
     if not frames_text:
         frames_text = [ln.rstrip() for ln in traceback.format_tb(exc.__traceback__)[-3:]]
     message = f"{type(exc).__name__}: {exc}"
