@@ -180,6 +180,18 @@ class WorkerEvaluator:
         """Pre-start the spare workers now (otherwise they start with the first job)."""
         self._schedule_refill(self.evaluation_mode())
 
+    async def wait_pool_ready(self, timeout_s: float = 180.0) -> int:
+        """Wait until the spare workers have finished their preloads; returns how many are ready."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._refills:
+                await asyncio.wait(list(self._refills), timeout=max(0.0, deadline - time.monotonic()))
+            spares = [w for ws in self._pool.values() for w in ws]
+            if all(any(m.get("type") == "ready" for m in w.messages) for w in spares) and not self._refills:
+                return len(spares)
+            await asyncio.sleep(0.05)
+        return sum(1 for ws in self._pool.values() for w in ws if any(m.get("type") == "ready" for m in w.messages))
+
     async def evaluate(
         self,
         reference_source: str,
