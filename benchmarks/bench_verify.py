@@ -130,6 +130,10 @@ async def section_cv(scratch: Path) -> dict:
 
 async def main(out_path: Path) -> None:
     report: dict = {"protocol": "softmax 4096x8192 fp32, 5 correctness + 100 timing trials", "errors": {}}
+    if not WorkerEvaluator(scratch_dir=Path(tempfile.gettempdir())).has_gpu():
+        report["errors"]["setup"] = "no CUDA GPU visible through NVML: this benchmark only runs on a GPU"
+        out_path.write_text(json.dumps(report, indent=2))
+        sys.exit(report["errors"]["setup"])
     with tempfile.TemporaryDirectory(prefix="bench_verify_") as tmp:
         scratch = Path(tmp)
         for name, section in (("cold", section_cold), ("warm", section_warm), ("pool", section_pool),

@@ -259,9 +259,12 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1 and a1 > a0 and b1 > b0
 
 
+_cuda_synchronize = torch.cuda.synchronize
+
+
 def _sync(device: str) -> None:
     if device == "cuda":
-        torch.cuda.synchronize()
+        _cuda_synchronize()
 
 
 # ------------------------------------------------------------------------------- the evaluation
@@ -281,6 +284,7 @@ class Evaluation:
         self.candidate_active = False
         self.trials_passed = 0
         self.trials_run = 0
+        self.previous_outputs: list[torch.Tensor] = []
 
     def seed(self) -> int:
         return self.seeds.pop() if self.seeds else secrets.randbits(62)
@@ -476,6 +480,11 @@ class Evaluation:
                                     correctness_trials_passed=self.trials_passed)) from None
         self.trials_run += 1
         outs = _as_list(out)
+        # Earlier outputs are kept alive, so a fresh allocation can never reuse their address: an output
+        # at the same address as an earlier one is a buffer the candidate kept between calls.
+        reused = any(isinstance(o, torch.Tensor) and o.numel() and any(
+            _overlaps(o, p) for p in self.previous_outputs) for o in outs)
+        self.previous_outputs.extend(o for o in outs if isinstance(o, torch.Tensor))
         for i, o in enumerate(outs):
             if isinstance(o, torch.Tensor) and type(o) not in (torch.Tensor, torch.nn.Parameter):
                 self.finding("tensor_subclass", f"output {i} is a {type(o).__module__}.{type(o).__name__}, not a "
@@ -513,6 +522,9 @@ class Evaluation:
         del expected
         if mismatch is not None:
             mismatch.trial = trial + 1
+            if reused:
+                self.finding("output_cache", "the output is the same buffer as an earlier call's and its contents "
+                             "are stale for the new inputs: outputs are cached between calls")
             return mismatch
         self.trials_passed += 1
         return None

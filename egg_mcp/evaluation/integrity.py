@@ -186,9 +186,12 @@ class LaunchCounter:
                 if key in kwargs:
                     info[key] = kwargs[key]
         for key, field in (("n_regs", "registers"), ("n_spills", "spills")):
-            value = getattr(kernel, key, None)
-            if isinstance(value, int):
-                info[field] = value
+            try:
+                value = getattr(kernel, key, None)
+                if value is not None:
+                    info[field] = int(value)
+            except Exception:
+                pass
         constexprs = {}
         for name_, value in kwargs.items():
             if isinstance(value, (int, float, bool, str)) and name_ not in ("num_warps", "num_stages", "num_ctas"):
