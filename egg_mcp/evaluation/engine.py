@@ -344,6 +344,7 @@ class WorkerEvaluator:
         worker = _Worker(mode=mode, proc=proc, job_fd=job_w, workdir=workdir)
         worker.stdout = LogCapture(self.log_limit_bytes)
         worker.stderr = LogCapture(self.log_limit_bytes)
+        self._live.add(worker)  # before the next await: a cancelled refill must not orphan the process
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=MAX_RESULT_LINE)
         transport, _ = await loop.connect_read_pipe(
@@ -355,7 +356,6 @@ class WorkerEvaluator:
             asyncio.create_task(worker.stderr.drain(proc.stderr)),
             asyncio.create_task(self._read_messages(worker, reader)),
         ]
-        self._live.add(worker)
         return worker
 
     @staticmethod
@@ -620,11 +620,18 @@ class WorkerEvaluator:
         if error.kind == "oom":
             verdict = "oom"
             summary = f"The worker ran out of memory ({error.message}). Use less memory (smaller tiles, no huge temporaries)."
-        else:
+        elif error.kind in ("exit", "signal"):
             verdict = "runtime_error"
             summary = (
                 f"The worker died without a result during phase '{state.phase}': {error.message}. "
                 "Fix the crash (out-of-bounds pointer, exit call, bad ctypes use) and verify again."
+            )
+        else:
+            verdict = "runtime_error"
+            summary = (
+                f"The evaluation harness itself failed in phase '{state.phase}' ({error.kind}: "
+                f"{error.message[:300]}); candidate code may have broken harness internals. Simplify the "
+                "candidate and verify again; report it if a plain candidate shows this."
             )
         return EvalResult(verdict=verdict, summary=summary, error=error, options=options, **logs)
 
