@@ -20,6 +20,9 @@ ADVERSARIAL = Path(__file__).parent / "adversarial"
 CASES = sorted(p.stem for p in ADVERSARIAL.glob("*.py") if not p.stem.startswith("gpu_"))
 QUICK = {"batch_size": 8, "dim": 100}
 
+# ~35 s on 2 cores for the module (one worker process per candidate, two at a time).
+pytestmark = pytest.mark.slow
+
 
 def expectation(name: str) -> tuple[str, str | None]:
     match = re.search(r"^expect: (\w+)(?: (\w+))?$", (ADVERSARIAL / f"{name}.py").read_text(), re.M)

@@ -15,6 +15,9 @@ from egg_mcp.problems.builtin import builtin_source
 CORRECT = (Path(__file__).parent / "adversarial" / "correct_row_softmax.py").read_text()
 QUICK = {"batch_size": 8, "dim": 100}
 
+# ~35 s on 2 cores for the module (one worker process per candidate, two at a time).
+pytestmark = pytest.mark.slow
+
 
 def with_forward_prefix(statement: str) -> str:
     """The correct candidate with `statement` executed at the top of forward."""
