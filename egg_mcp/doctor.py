@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -12,27 +11,13 @@ from pathlib import Path
 
 from egg_mcp.config import ServerConfig
 from egg_mcp.hardware import nvml_gpu_names, spec_for
+from egg_mcp.profiling.runner import find_ncu
 
 OK, WARN, FAIL = "ok  ", "warn", "FAIL"
 
 
 def _line(status: str, what: str, detail: str) -> None:
     print(f"[{status}] {what:<22} {detail}", flush=True)
-
-
-def find_ncu() -> str | None:
-    """Nsight Compute CLI: $EGG_MCP_NCU, PATH, or the usual install folders."""
-    env = os.environ.get("EGG_MCP_NCU")
-    if env and Path(env).is_file():
-        return env
-    found = shutil.which("ncu")
-    if found:
-        return found
-    for pattern in ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda-*/bin/ncu"):
-        for hit in sorted(Path("/").glob(pattern.lstrip("/")), reverse=True):
-            if hit.is_file():
-                return str(hit)
-    return None
 
 
 _INTERPRETER_PROBE = textwrap.dedent("""

@@ -73,6 +73,11 @@ class EvalOptions(BaseModel):
     roofline_floor_ms: float | None = Field(
         None, description="physical floor of the reference on this GPU; a faster candidate is flagged for review"
     )
+    baseline_ms: float | None = Field(
+        None,
+        description="eager reference time on this device (from `baselines`); None: the engine times the reference "
+        "itself in the same job. A candidate more than 10x faster is flagged for review",
+    )
 
 
 class MismatchReport(BaseModel):
@@ -168,6 +173,10 @@ class EvalResult(BaseModel):
     env: EnvInfo | None = None
     wall_s: float = 0.0
     options: EvalOptions | None = None
+    reference_timing: TimingStats | None = Field(
+        None, description="the reference (eager PyTorch) timed in the same job, same method, when no baseline_ms"
+    )
+    speedup: float | None = Field(None, description="reference_timing.median_ms / timing.median_ms")
 
 
 class BaselineResult(BaseModel):

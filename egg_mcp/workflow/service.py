@@ -195,7 +195,7 @@ class EggService:
                              "which can be slow; pass size_overrides for a quick check")
         opts = TaskOptions(k_seeds=k_seeds, dtype=dtype, tolerance=tol, size_overrides=overrides,
                            correctness_trials=correctness_trials, gpu_name=self.gpu.name if timing and self.gpu else None)
-        analysis, analysis_error = await self._analyze(ref.source, dtype)
+        analysis, analysis_error = await self._analyze(ref.source, dtype, tol)
         if analysis_error:
             notes.append(f"reference analysis failed: {analysis_error}")
         task_id = new_id("t")
@@ -214,11 +214,14 @@ class EggService:
             brief=self._brief(row, Stage.SEEDS, "code"), next_step=NEXT_STEP[Stage.SEEDS],
         )
 
-    async def _analyze(self, source: str, dtype: str) -> tuple[dict[str, Any] | None, str | None]:
+    async def _analyze(self, source: str, dtype: str, tolerance: TolerancePolicy
+                       ) -> tuple[dict[str, Any] | None, str | None]:
+        """Reference analysis in a worker (the reference is user code), at the problem's real sizes."""
         from egg_mcp.analysis.reference import AnalysisError, analyze_reference
 
         try:
-            analysis = await analyze_reference(self.evaluator, source, dtype=dtype, gpu=self._gpu_for_roofline())
+            analysis = await analyze_reference(self.evaluator, source, dtype=dtype, gpu=self._gpu_for_roofline(),
+                                               tolerance=tolerance)
         except AnalysisError as exc:
             return None, str(exc)
         return analysis.model_dump(mode="json"), None
@@ -529,34 +532,38 @@ class EggService:
 
     # -- briefs -----------------------------------------------------------------------------------
     def _brief(self, row, stage: Stage, role: Literal["code", "profile", "debug"]) -> str:
-        from egg_mcp.expertise.briefs import BriefFacts, render_brief
+        from egg_mcp.expertise.briefs import render_brief
 
         if stage is Stage.DONE:
             return ""
         return render_brief(stage, role, self.brief_facts(row))
 
     def brief_facts(self, row):
+        from egg_mcp.analysis.models import ReferenceAnalysis
         from egg_mcp.expertise.briefs import BriefFacts
 
         opts = self._options(row)
-        analysis = self._analysis(row) or {}
+        analysis = self._analysis(row)
         base = self._baselines(row)
         commits = self._commits(row["id"])
-        return BriefFacts(
-            task_id=row["id"], problem=row["name"], dtype=opts.dtype, tolerance=opts.tolerance,
-            gpu=opts.gpu_name, analysis_summary=analysis.get("summary"), floor_ms=self._floor_ms(analysis),
+        facts = dict(
+            task_id=row["id"], problem_name=row["name"], dtype=opts.dtype, tolerance=opts.tolerance,
             eager_ms=base.eager.median_ms if base and base.eager else None,
             compile_ms=base.compiled.median_ms if base and base.compiled else None,
             best_ms=min((c.time_ms for c in commits if c.time_ms is not None), default=None),
-            committed_decisions=[f"{c.stage}: {c.decision.summary}" for c in commits], stage=row["stage"],
+            committed_decisions=[f"{c.stage}: {c.decision.summary}" for c in commits], stage=Stage(row["stage"]),
+            has_gpu=self.timing_available(), k=opts.k_seeds,
         )
+        if analysis:
+            return BriefFacts.from_analysis(ReferenceAnalysis.model_validate(analysis), **facts)
+        return BriefFacts(**facts)
 
     def brief_for(self, stage: Stage, role: Literal["code", "profile", "debug"], task_id: str | None) -> str:
         from egg_mcp.expertise.briefs import BriefFacts, render_brief
 
         if task_id:
             return render_brief(stage, role, self.brief_facts(self._task_row(task_id)))
-        return render_brief(stage, role, BriefFacts(stage=stage.value))
+        return render_brief(stage, role, BriefFacts(stage=stage, has_gpu=self.timing_available()))
 
 
 def _ratio(base_ms: float | None, t_ms: float | None) -> float | None:

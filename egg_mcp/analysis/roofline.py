@@ -1,0 +1,98 @@
+"""Roofline floor and the compute type a tolerance policy allows (pure; no torch import).
+
+The server process uses these to re-derive a floor when the policy changes, so they must not
+pull torch in (importing torch costs seconds; the server answers in milliseconds).
+"""
+
+from __future__ import annotations
+
+from egg_mcp.analysis.models import RooflineFloor
+from egg_mcp.evaluation.api import TolerancePolicy
+from egg_mcp.hardware import GpuSpec
+
+TF32_MIN_TOLERANCE = 5e-3
+"""TF32 keeps 10 mantissa bits: a K=4096 fp32 dot in TF32 errs ~1e-3 relative, so a policy must
+allow at least this much (atol and rtol) before TF32 tensor cores are a legal way to compute."""
+
+
+def compute_type_for(dtype: str, tolerance: TolerancePolicy | None) -> str:
+    """The fastest tensor-core compute type whose rounding error the policy tolerates.
+
+    fp32 tasks at the strict KernelBench v0.1 policy (1e-4) need IEEE fp32 dots; at 1e-2
+    (KernelBench v0) TF32 passes. Half-precision tasks use their own type (fp32 accumulation).
+    """
+    if dtype in ("float16", "fp16", "half"):
+        return "fp16"
+    if dtype in ("bfloat16", "bf16"):
+        return "bf16"
+    if dtype not in ("float32", "fp32", "float"):
+        raise ValueError(f"unsupported task dtype {dtype!r}; use float32, float16 or bfloat16")
+    if tolerance is not None and min(tolerance.atol, tolerance.rtol) >= TF32_MIN_TOLERANCE:
+        return "tf32"
+    return "fp32"
+
+
+def candidate_compute_types(dtype: str) -> list[str]:
+    """Compute types worth quoting a floor for: both fp32 and tf32 for an fp32 task."""
+    if dtype in ("float32", "fp32", "float"):
+        return ["fp32", "tf32"]
+    return [compute_type_for(dtype, None)]
+
+
+def roofline_floor(
+    flops: float, tensor_core_flops: float, min_bytes: float, gpu: GpuSpec, compute_type: str
+) -> RooflineFloor:
+    """max(compute time, memory time) on `gpu`.
+
+    Tensor-core-eligible FLOPs (GEMM, conv, attention) run at the `compute_type` peak; the rest
+    (elementwise, reductions) at the fp32 CUDA-core rate. Memory time is the minimum bytes at the
+    achievable DRAM bandwidth (the table holds measured copy bandwidth where available).
+    """
+    if compute_type not in gpu.peak_flops:
+        raise ValueError(f"{gpu.name} has no peak for compute type {compute_type!r}; known: {sorted(gpu.peak_flops)}")
+    other_flops = max(0.0, float(flops) - float(tensor_core_flops))
+    compute_s = tensor_core_flops / gpu.peak_flops[compute_type] + other_flops / gpu.peak_flops["fp32"]
+    memory_s = min_bytes / gpu.dram_bytes_per_s
+    return RooflineFloor(
+        gpu_name=gpu.name,
+        compute_type=compute_type,
+        floor_ms=max(compute_s, memory_s) * 1e3,
+        bound="compute" if compute_s > memory_s else "memory",
+        compute_ms=compute_s * 1e3,
+        memory_ms=memory_s * 1e3,
+        spec_source=gpu.source,
+    )
+
+
+def fmt_flops(flops: float) -> str:
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if flops >= scale:
+            return f"{flops / scale:.3g} {unit}"
+    return f"{flops:.0f} FLOP"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "unknown"
+    if ms >= 1:
+        return f"{ms:.3g} ms"
+    return f"{ms * 1e3:.3g} us"
+
+
+def fmt_shape(shape: list[int] | tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape) if len(shape) else "scalar"
+
+
+def fmt_tol(x: float) -> str:
+    """1e-4 rather than 0.0001: how tolerances are written everywhere else."""
+    if x and abs(x) < 0.05:
+        mant, exp = f"{x:.0e}".split("e")
+        return f"{mant}e{int(exp)}"
+    return f"{x:g}"

@@ -1,0 +1,662 @@
+"""The evaluation engine as the server sees it: `WorkerEvaluator`.
+
+Runs in the server process and never imports torch or candidate code. Every job runs in a worker
+process (`python -m egg_mcp.evaluation.worker`) in a new session (so a timeout can kill the whole
+process group), with stdin closed, stdout/stderr drained into bounded buffers, a private working
+directory and a private Triton cache. Results come back as JSON lines over a dedicated pipe.
+
+A warm pool of pre-started spare workers (torch/triton imported, CUDA initialised) hides the
+~5 s start-up of a fresh Python; each spare serves exactly one job. GPU jobs take a FIFO lock per
+device so their timings never overlap; everything else keeps being answered meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import egg_mcp
+from egg_mcp.evaluation.api import (
+    BaselineResult,
+    ErrorReport,
+    EvalOptions,
+    EvalResult,
+    JobOutcome,
+    ProgressFn,
+)
+from egg_mcp.evaluation.worker import TARGET_PATTERN
+
+log = logging.getLogger(__name__)
+
+PACKAGE_PARENT = str(Path(egg_mcp.__file__).resolve().parent.parent)
+"""Put on the workers' PYTHONPATH: they import egg_mcp from where the server has it, installed or not."""
+
+STARTUP_ALLOWANCE_S = 180.0
+"""A fresh worker may take this long to import torch and initialise CUDA before its job timer starts."""
+
+KILL_MARGIN_S = 0.05
+MAX_RESULT_LINE = 64 * 1024 * 1024
+
+SIGNAL_NAMES = {
+    signal.SIGSEGV: "segmentation fault (SIGSEGV)",
+    signal.SIGBUS: "bus error (SIGBUS)",
+    signal.SIGILL: "illegal instruction (SIGILL)",
+    signal.SIGFPE: "floating-point exception (SIGFPE)",
+    signal.SIGABRT: "abort (SIGABRT)",
+    signal.SIGKILL: "killed (SIGKILL)",
+    signal.SIGTERM: "terminated (SIGTERM)",
+}
+
+
+class LogCapture:
+    """Keeps the first and last `limit/2` bytes of a stream; the middle is counted and dropped."""
+
+    def __init__(self, limit: int):
+        self.half = max(1, limit // 2)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.half:
+                del self.tail[: len(self.tail) - self.half]
+
+    def text(self) -> str:
+        dropped = self.total - len(self.head) - len(self.tail)
+        middle = f"\n... [{dropped} bytes omitted] ...\n" if dropped > 0 else ""
+        return self.head.decode(errors="replace") + middle + self.tail.decode(errors="replace")
+
+    async def drain(self, stream: asyncio.StreamReader) -> None:
+        while True:
+            chunk = await stream.read(1 << 16)
+            if not chunk:
+                return
+            self.add(chunk)
+
+
+@dataclass(eq=False)
+class _Worker:
+    """One worker process and the pipes the parent holds to it."""
+
+    mode: str
+    proc: asyncio.subprocess.Process
+    job_fd: int
+    workdir: Path
+    messages: list[dict] = field(default_factory=list)
+    new_message: asyncio.Event = field(default_factory=asyncio.Event)
+    stdout: LogCapture | None = None
+    stderr: LogCapture | None = None
+    tasks: list[asyncio.Task] = field(default_factory=list)
+    transport: asyncio.BaseTransport | None = None
+    spawned_at: float = field(default_factory=time.monotonic)
+
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+    def kill_group(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+@dataclass
+class _JobState:
+    phase: str = "starting"
+    result_message: dict | None = None
+    forged: list[str] = field(default_factory=list)
+    timed_out: bool = False
+    timeout_phase: str | None = None
+
+
+class WorkerEvaluator:
+    """Evaluator (see api.Evaluator) that runs everything in isolated worker processes."""
+
+    def __init__(
+        self,
+        *,
+        scratch_dir: Path,
+        force_interpreter: bool = False,
+        spare_workers: int = 1,
+        log_limit_bytes: int = 64 * 1024,
+        max_cpu_jobs: int | None = None,
+    ):
+        self.scratch_dir = Path(scratch_dir)
+        self.scratch_dir.mkdir(parents=True, exist_ok=True)
+        self.force_interpreter = force_interpreter
+        self.spare_workers = max(0, spare_workers)
+        self.log_limit_bytes = log_limit_bytes
+        self._gpu_lock = asyncio.Lock()  # FIFO: asyncio.Lock wakes waiters in arrival order
+        self._cpu_slots = asyncio.Semaphore(max_cpu_jobs or max(1, (os.cpu_count() or 2)))
+        self._pool: dict[str, list[_Worker]] = {}
+        self._refills: set[asyncio.Task] = set()
+        self._live: set[_Worker] = set()
+        self._has_gpu: bool | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ public API
+
+    def has_gpu(self) -> bool:
+        """A CUDA GPU visible through NVML (cheap: no torch in the server) and not forced off."""
+        if self.force_interpreter:
+            return False
+        if self._has_gpu is None:
+            from egg_mcp.hardware import nvml_gpu_names
+
+            self._has_gpu = bool(nvml_gpu_names())
+        return self._has_gpu
+
+    def evaluation_mode(self, device: str = "auto") -> str:
+        """'gpu' or 'interp' (Triton interpreter on the CPU) for an EvalOptions.device value."""
+        if device == "interpreter":
+            return "interp"
+        if device == "cuda":
+            if not self.has_gpu():
+                raise ValueError(
+                    "device='cuda' was requested but this machine has no usable CUDA GPU "
+                    "(or the server runs with force_interpreter); use device='auto' or 'interpreter'"
+                )
+            return "gpu"
+        return "gpu" if self.has_gpu() else "interp"
+
+    async def start_pool(self) -> None:
+        """Pre-start the spare workers now (otherwise they start with the first job)."""
+        self._schedule_refill(self.evaluation_mode())
+
+    async def wait_pool_ready(self, timeout_s: float = 180.0) -> int:
+        """Wait until the spare workers have finished their preloads; returns how many are ready."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._refills:
+                await asyncio.wait(list(self._refills), timeout=max(0.0, deadline - time.monotonic()))
+            spares = [w for ws in self._pool.values() for w in ws]
+            if all(any(m.get("type") == "ready" for m in w.messages) for w in spares) and not self._refills:
+                return len(spares)
+            await asyncio.sleep(0.05)
+        return sum(1 for ws in self._pool.values() for w in ws if any(m.get("type") == "ready" for m in w.messages))
+
+    async def evaluate(
+        self,
+        reference_source: str,
+        candidate_source: str,
+        options: EvalOptions,
+        progress: ProgressFn | None = None,
+    ) -> EvalResult:
+        mode = self.evaluation_mode(options.device)
+        n_seeds = options.correctness_trials + 80
+        payload = {
+            "kind": "evaluate",
+            "reference_source": reference_source,
+            "candidate_source": candidate_source,
+            "options": options.model_dump(mode="json"),
+            "init_seed": secrets.randbits(62),
+            "seeds": [secrets.randbits(62) for _ in range(n_seeds)],
+        }
+        outcome, state = await self._run(
+            "egg_mcp.evaluation.harness:evaluate_job",
+            payload,
+            mode=mode,
+            first_timeout_s=options.compile_timeout_s,
+            run_timeout_s=options.run_timeout_s,
+            uses_gpu=(mode == "gpu"),
+            progress=progress,
+        )
+        return self._evaluation_result(outcome, state, options)
+
+    async def baselines(
+        self, reference_source: str, options: EvalOptions, progress: ProgressFn | None = None
+    ) -> BaselineResult:
+        mode = self.evaluation_mode(options.device)
+        if mode != "gpu":
+            return BaselineResult(
+                unavailable_reason="no CUDA GPU (Triton interpreter on the CPU): baseline timings would be "
+                "meaningless, so none are reported"
+            )
+        payload = {
+            "kind": "baselines",
+            "reference_source": reference_source,
+            "options": options.model_dump(mode="json"),
+            "init_seed": secrets.randbits(62),
+            "seeds": [secrets.randbits(62) for _ in range(80)],
+        }
+        outcome, state = await self._run(
+            "egg_mcp.evaluation.harness:baselines_job",
+            payload,
+            mode=mode,
+            first_timeout_s=options.compile_timeout_s,
+            run_timeout_s=options.run_timeout_s + options.compile_timeout_s,
+            uses_gpu=True,
+            progress=progress,
+        )
+        if outcome.ok and outcome.result is not None:
+            return BaselineResult.model_validate(outcome.result)
+        reason = outcome.error.message if outcome.error else "the baseline worker gave no result"
+        return BaselineResult(unavailable_reason=f"baseline measurement failed: {reason}")
+
+    async def run_job(
+        self,
+        target: str,
+        payload: dict[str, Any],
+        *,
+        timeout_s: float,
+        uses_gpu: bool,
+        wrapper_argv: list[str] | None = None,
+    ) -> JobOutcome:
+        if not TARGET_PATTERN.match(target):
+            raise ValueError(
+                f"refused job target {target!r}: run_job only runs trusted functions named "
+                "'egg_mcp.<module>:<function>'"
+            )
+        if uses_gpu:
+            mode = self.evaluation_mode()
+        else:
+            mode = "plain"
+        outcome, _ = await self._run(
+            target,
+            payload,
+            mode=mode,
+            first_timeout_s=timeout_s,
+            run_timeout_s=None,
+            uses_gpu=uses_gpu,
+            wrapper_argv=wrapper_argv,
+        )
+        return outcome
+
+    async def aclose(self) -> None:
+        """Kill spares and anything still running; remove nothing the caller owns."""
+        self._closed = True
+        for task in list(self._refills):
+            task.cancel()
+        for task in list(self._refills):
+            with contextlib.suppress(BaseException):
+                await task
+        for worker in list(self._live):
+            await self._dispose(worker)
+        self._pool.clear()
+
+    # ------------------------------------------------------------------ workers
+
+    def _worker_env(self, mode: str, workdir: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        for key in ("TRITON_INTERPRET", "PYTHONSTARTUP", "PYTHONINSPECT"):
+            env.pop(key, None)
+        existing = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + existing if existing else "")
+        env["TRITON_CACHE_DIR"] = str(workdir / "triton_cache")
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / "inductor_cache")
+        env["TMPDIR"] = str(workdir / "tmp")
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env["PYTHONUNBUFFERED"] = "1"
+        if mode == "interp":
+            env["TRITON_INTERPRET"] = "1"
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+
+    async def _spawn(self, mode: str, wrapper_argv: list[str] | None = None) -> _Worker:
+        workdir = Path(tempfile.mkdtemp(prefix=f"worker-{mode}-", dir=self.scratch_dir))
+        (workdir / "tmp").mkdir()
+        job_r, job_w = os.pipe()
+        res_r, res_w = os.pipe()
+        argv = [
+            sys.executable, "-m", "egg_mcp.evaluation.worker",
+            "--job-fd", str(job_r), "--result-fd", str(res_w), "--mode", mode,
+        ]
+        if wrapper_argv:
+            argv = [*wrapper_argv, *argv]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=workdir,
+                env=self._worker_env(mode, workdir),
+                start_new_session=True,
+                pass_fds=(job_r, res_w),
+            )
+        except BaseException:
+            for fd in (job_r, job_w, res_r, res_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        finally:
+            for fd in (job_r, res_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        worker = _Worker(mode=mode, proc=proc, job_fd=job_w, workdir=workdir)
+        worker.stdout = LogCapture(self.log_limit_bytes)
+        worker.stderr = LogCapture(self.log_limit_bytes)
+        self._live.add(worker)  # before the next await: a cancelled refill must not orphan the process
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_RESULT_LINE)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(res_r, "rb", buffering=0)
+        )
+        worker.transport = transport
+        worker.tasks = [
+            asyncio.create_task(worker.stdout.drain(proc.stdout)),
+            asyncio.create_task(worker.stderr.drain(proc.stderr)),
+            asyncio.create_task(self._read_messages(worker, reader)),
+        ]
+        return worker
+
+    @staticmethod
+    async def _read_messages(worker: _Worker, reader: asyncio.StreamReader) -> None:
+        while True:
+            try:
+                line = await reader.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                worker.messages.append({"type": "garbage", "detail": "result line over the size limit"})
+                worker.new_message.set()
+                return
+            if not line:
+                return
+            try:
+                message = json.loads(line)
+                if not isinstance(message, dict):
+                    raise ValueError("not an object")
+            except ValueError:
+                message = {"type": "garbage", "detail": line[:200].decode(errors="replace")}
+            worker.messages.append(message)
+            worker.new_message.set()
+
+    async def _dispose(self, worker: _Worker) -> None:
+        worker.kill_group()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(worker.proc.wait(), 5.0)
+        with contextlib.suppress(OSError):
+            os.close(worker.job_fd)
+        if worker.tasks:
+            await asyncio.wait(worker.tasks, timeout=1.0)
+            for task in worker.tasks:
+                task.cancel()
+        if worker.transport is not None:
+            worker.transport.close()
+        self._live.discard(worker)
+        shutil.rmtree(worker.workdir, ignore_errors=True)
+
+    def _schedule_refill(self, mode: str) -> None:
+        if self._closed or self.spare_workers <= 0 or mode == "plain":
+            return
+        pending = len(self._pool.get(mode, [])) + sum(
+            1 for t in self._refills if getattr(t, "egg_mode", None) == mode
+        )
+        for _ in range(self.spare_workers - pending):
+            task = asyncio.create_task(self._refill(mode))
+            task.egg_mode = mode  # type: ignore[attr-defined]
+            self._refills.add(task)
+            task.add_done_callback(self._refills.discard)
+
+    async def _refill(self, mode: str) -> None:
+        worker = await self._spawn(mode)
+        if self._closed:
+            await self._dispose(worker)
+            return
+        self._pool.setdefault(mode, []).append(worker)
+
+    async def _take_worker(self, mode: str, wrapper_argv: list[str] | None) -> tuple[_Worker, bool]:
+        """A spare from the pool when one is alive (wrapped jobs always get a fresh process)."""
+        if wrapper_argv:
+            return await self._spawn(mode, wrapper_argv), False
+        spares = self._pool.get(mode, [])
+        while spares:
+            worker = spares.pop(0)
+            if worker.alive():
+                self._schedule_refill(mode)
+                return worker, True
+            await self._dispose(worker)
+        worker = await self._spawn(mode)
+        self._schedule_refill(mode)
+        return worker, False
+
+    # ------------------------------------------------------------------ one job
+
+    async def _run(
+        self,
+        target: str,
+        payload: dict[str, Any],
+        *,
+        mode: str,
+        first_timeout_s: float,
+        run_timeout_s: float | None,
+        uses_gpu: bool,
+        progress: ProgressFn | None = None,
+        wrapper_argv: list[str] | None = None,
+    ) -> tuple[JobOutcome, _JobState]:
+        guard = self._gpu_lock if uses_gpu else self._cpu_slots
+        async with guard:
+            worker, pooled = await self._take_worker(mode, wrapper_argv)
+            try:
+                return await self._drive(
+                    worker, target, payload, first_timeout_s, run_timeout_s, progress
+                )
+            finally:
+                await self._dispose(worker)
+
+    async def _drive(
+        self,
+        worker: _Worker,
+        target: str,
+        payload: dict[str, Any],
+        first_timeout_s: float,
+        run_timeout_s: float | None,
+        progress: ProgressFn | None,
+    ) -> tuple[JobOutcome, _JobState]:
+        started = time.monotonic()
+        nonce = secrets.token_hex(16)
+        job_path = worker.workdir / f"job-{secrets.token_hex(8)}.json"
+        fd = os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"nonce": nonce, "target": target, "payload": payload}, f)
+        # The worker stdout/stderr so far belong to its start-up, not to this job.
+        worker.stdout = _reset_capture(worker.stdout, self.log_limit_bytes)
+        worker.stderr = _reset_capture(worker.stderr, self.log_limit_bytes)
+        try:
+            os.write(worker.job_fd, (str(job_path) + "\n").encode())
+        except OSError:
+            pass  # the worker died while waiting: reported below from its exit status
+        with contextlib.suppress(OSError):
+            os.close(worker.job_fd)
+        worker.job_fd = -1
+
+        state = _JobState()
+        deadline = time.monotonic() + STARTUP_ALLOWANCE_S + first_timeout_s
+        seen = 0
+        wait_task = asyncio.ensure_future(worker.proc.wait())
+        try:
+            while True:
+                # Handle every message that arrived so far.
+                while seen < len(worker.messages):
+                    message = worker.messages[seen]
+                    seen += 1
+                    kind = message.get("type")
+                    if kind == "ready":
+                        continue
+                    if message.get("nonce") != nonce:
+                        state.forged.append(str(message)[:200])
+                        continue
+                    if kind == "started":
+                        state.phase = "load"
+                        deadline = time.monotonic() + first_timeout_s
+                    elif kind == "phase":
+                        state.phase = str(message.get("phase"))
+                        if state.phase == "run" and run_timeout_s is not None:
+                            deadline = time.monotonic() + run_timeout_s
+                        if progress is not None:
+                            with contextlib.suppress(Exception):
+                                await progress(
+                                    float(message.get("done", 0)),
+                                    message.get("total"),
+                                    message.get("message") or state.phase,
+                                )
+                    elif kind == "result":
+                        if state.result_message is not None:
+                            state.forged.append("a second result message")
+                        else:
+                            state.result_message = message
+                if wait_task.done():
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    state.timed_out = True
+                    state.timeout_phase = state.phase
+                    worker.kill_group()
+                    await asyncio.wait_for(asyncio.shield(wait_task), 10.0)
+                    break
+                worker.new_message.clear()
+                msg_wait = asyncio.ensure_future(worker.new_message.wait())
+                await asyncio.wait({wait_task, msg_wait}, timeout=remaining + KILL_MARGIN_S,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                msg_wait.cancel()
+        finally:
+            if not wait_task.done():
+                worker.kill_group()
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(asyncio.shield(wait_task), 10.0)
+        # Stragglers (threads/processes the candidate left) die with the group; then drain pipes.
+        worker.kill_group()
+        if worker.tasks:
+            await asyncio.wait(worker.tasks, timeout=2.0)
+        for message in worker.messages[seen:]:
+            if message.get("type") == "result" and message.get("nonce") == nonce and state.result_message is None:
+                state.result_message = message
+            elif message.get("type") not in ("ready",) and message.get("nonce") != nonce:
+                state.forged.append(str(message)[:200])
+        wall = time.monotonic() - started
+        return self._outcome(worker, state, wall, first_timeout_s, run_timeout_s), state
+
+    @staticmethod
+    def _outcome(
+        worker: _Worker, state: _JobState, wall: float, first_timeout_s: float, run_timeout_s: float | None
+    ) -> JobOutcome:
+        code = worker.proc.returncode
+        common = dict(
+            exit_code=code,
+            stdout_tail=worker.stdout.text() if worker.stdout else "",
+            stderr_tail=worker.stderr.text() if worker.stderr else "",
+            wall_s=round(wall, 3),
+        )
+        message = state.result_message
+        if state.timed_out:
+            limit = run_timeout_s if (state.timeout_phase == "run" and run_timeout_s is not None) else first_timeout_s
+            return JobOutcome(
+                ok=False,
+                timed_out=True,
+                result=message.get("result") if message and message.get("ok") else None,
+                error=ErrorReport(
+                    kind="timeout",
+                    message=f"no result within {limit:g} s (phase '{state.timeout_phase}'); the worker's whole "
+                    "process group was killed",
+                ),
+                **common,
+            )
+        if message is not None:
+            if message.get("ok"):
+                return JobOutcome(ok=True, result=message.get("result"), **common)
+            err = message.get("error") or {}
+            return JobOutcome(
+                ok=False,
+                error=ErrorReport(
+                    kind=str(err.get("kind", "error")),
+                    message=str(err.get("message", "")),
+                    traceback=str(err.get("traceback", "")),
+                ),
+                **common,
+            )
+        return JobOutcome(ok=False, error=_death_report(code, state.phase), **common)
+
+    # ------------------------------------------------------------------ evaluation results
+
+    def _evaluation_result(self, outcome: JobOutcome, state: _JobState, options: EvalOptions) -> EvalResult:
+        logs = dict(stdout_tail=outcome.stdout_tail, stderr_tail=outcome.stderr_tail, wall_s=outcome.wall_s)
+        if state.forged:
+            from egg_mcp.evaluation.api import IntegrityFinding
+
+            return EvalResult(
+                verdict="integrity_violation",
+                summary="The worker's result channel received messages the harness did not write: candidate "
+                "code tampered with the evaluation; remove whatever writes to inherited file descriptors.",
+                integrity=[IntegrityFinding(check="monkeypatch", severity="violation",
+                                            detail="forged result-channel messages: " + "; ".join(state.forged[:3]))],
+                options=options,
+                **logs,
+            )
+        if outcome.ok and outcome.result is not None:
+            result = EvalResult.model_validate({**outcome.result, **logs, "options": options})
+            return result
+        if outcome.timed_out:
+            phase = state.timeout_phase or "load"
+            partial = outcome.result or {}
+            where = "importing/compiling the candidate" if phase in ("starting", "load") else f"phase '{phase}'"
+            return EvalResult(
+                verdict="timeout",
+                summary=f"The candidate did not finish {where} within the time limit; the worker was killed. "
+                "Look for an endless loop (a Python loop or a kernel loop whose bound never reaches its end), "
+                "then verify again.",
+                error=outcome.error,
+                correctness_trials=int(partial.get("correctness_trials", 0)),
+                options=options,
+                **logs,
+            )
+        error = outcome.error or ErrorReport(kind="unknown", message="no result")
+        if error.kind == "oom":
+            verdict = "oom"
+            summary = f"The worker ran out of memory ({error.message}). Use less memory (smaller tiles, no huge temporaries)."
+        elif error.kind in ("exit", "signal"):
+            verdict = "runtime_error"
+            summary = (
+                f"The worker died without a result during phase '{state.phase}': {error.message}. "
+                "Fix the crash (out-of-bounds pointer, exit call, bad ctypes use) and verify again."
+            )
+        else:
+            verdict = "runtime_error"
+            summary = (
+                f"The evaluation harness itself failed in phase '{state.phase}' ({error.kind}: "
+                f"{error.message[:300]}); candidate code may have broken harness internals. Simplify the "
+                "candidate and verify again; report it if a plain candidate shows this."
+            )
+        return EvalResult(verdict=verdict, summary=summary, error=error, options=options, **logs)
+
+
+def _reset_capture(capture: LogCapture | None, limit: int) -> LogCapture:
+    """Clear the buffers in place (the drain task keeps writing to the same object)."""
+    if capture is None:
+        return LogCapture(limit)
+    capture.head.clear()
+    capture.tail.clear()
+    capture.total = 0
+    return capture
+
+
+def _death_report(code: int | None, phase: str) -> ErrorReport:
+    """Why a worker ended without a result, from its exit status."""
+    if code is not None and code < 0:
+        sig = -code
+        name = SIGNAL_NAMES.get(sig, f"signal {sig}")
+        if sig == signal.SIGKILL:
+            return ErrorReport(kind="oom", message=f"worker {name} without a timeout: most likely the host's "
+                                                     "out-of-memory killer")
+        return ErrorReport(kind="signal", message=f"worker ended by {name} in phase '{phase}'")
+    return ErrorReport(
+        kind="exit",
+        message=f"worker exited with code {code} in phase '{phase}' before the harness reported "
+        "(os._exit / sys.exit / abort in candidate code?)",
+    )

@@ -1,0 +1,75 @@
+"""Small trusted job targets: health checks for the worker machinery (and the tests of it)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+
+def echo(payload: dict[str, Any]) -> dict[str, Any]:
+    """Return the payload with the worker's pid and wall-clock start/end (FIFO and isolation checks)."""
+    start = time.time()
+    sleep_s = float(payload.get("sleep_s", 0.0))
+    if sleep_s:
+        time.sleep(sleep_s)
+    return {"payload": payload, "pid": os.getpid(), "start": start, "end": time.time(), "cwd": os.getcwd()}
+
+
+def environment(payload: dict[str, Any]) -> dict[str, Any]:
+    """What a worker sees: interpreter flag, cache dirs, CUDA availability."""
+    import torch
+
+    return {
+        "triton_interpret": os.environ.get("TRITON_INTERPRET"),
+        "triton_cache_dir": os.environ.get("TRITON_CACHE_DIR"),
+        "cuda": torch.cuda.is_available(),
+        "cwd": os.getcwd(),
+    }
+
+
+def fail(payload: dict[str, Any]) -> dict[str, Any]:
+    """Raise, so callers can see how a failing job is reported."""
+    raise RuntimeError(payload.get("message", "requested failure"))
+
+
+def timing_probe(payload: dict[str, Any]) -> dict[str, Any]:
+    """Time a built-in problem's reference twice per size with the engine's timer (GPU only).
+
+    payload: {"problem": "softmax", "sizes": [{"batch_size": .., "dim": ..}, ...], "dtype": "float32"}.
+    Returns per size: both medians, the A/A ratio (should read 1.00 +- 0.01), CV, method, input sets.
+    """
+    import secrets
+    from pathlib import Path
+
+    import torch
+
+    from egg_mcp.evaluation.harness import DTYPES, Problem, apply_size_overrides, load_module
+    from egg_mcp.evaluation.timing import GpuTimer
+    from egg_mcp.problems.builtin import builtin_source
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("timing_probe needs a CUDA GPU")
+    torch.set_grad_enabled(False)
+    timer = GpuTimer(torch.cuda.current_device())
+    rows = []
+    for i, sizes in enumerate(payload["sizes"]):
+        module = load_module(builtin_source(payload.get("problem", "softmax")), Path(f"problem_{i}.py"),
+                             f"egg_probe_{i}")
+        apply_size_overrides(module, None, sizes)
+        problem = Problem(module, "cuda", DTYPES[payload.get("dtype", "float32")])
+        model = problem.build(module.Model, problem.init_inputs(0), 0)
+        cache: dict[int, list] = {}
+
+        def make_inputs(k: int) -> list:
+            if k not in cache:
+                cache[k] = problem.inputs(secrets.randbits(62))
+            return cache[k]
+
+        a, _ = timer.measure(lambda xs: model(*xs), make_inputs, n_runs=payload.get("n_runs"))
+        b, _ = timer.measure(lambda xs: model(*xs), make_inputs, n_runs=payload.get("n_runs"))
+        rows.append({"sizes": sizes, "a": a.model_dump(), "b": b.model_dump(),
+                     "aa_ratio": a.median_ms / b.median_ms if b.median_ms else None})
+        del cache
+        torch.cuda.empty_cache()
+    return {"rows": rows, "device": torch.cuda.get_device_name()}

@@ -1,0 +1,146 @@
+"""Worker process entry point: `python -m egg_mcp.evaluation.worker --job-fd N --result-fd M --mode MODE`.
+
+Why a separate process: candidate code is LLM-written; it may crash, hang, corrupt the CUDA
+context or print without end. The parent (engine.py) starts this module in its own session with
+stdin closed and stdout/stderr on pipes it drains and truncates, so nothing here can reach the
+server process.
+
+Protocol (all JSON lines on the result fd, never stdout, which the candidate owns):
+  {"type": "ready"}                                   after the preloads (torch, triton, CUDA)
+  {"type": "started", "nonce": ...}                   the job was read (before any job code ran)
+  {"type": "phase", "nonce": ..., "phase": ..., ...}  progress; "run" switches to the run timeout
+  {"type": "result", "nonce": ..., "ok": bool, "result" | "error": ...}
+The job itself arrives as one line on the job fd: the path of a JSON file that is read and
+deleted before the target is imported. The worker is used for one job only, then `os._exit`s
+(skipping atexit handlers and CUDA teardown that candidate code could have poisoned).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import sys
+import traceback
+
+TARGET_PATTERN = re.compile(r"^egg_mcp(\.[A-Za-z_][A-Za-z0-9_]*)+:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ResultChannel:
+    """Writes JSON lines to the result pipe; every job message carries the job's nonce."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.nonce: str | None = None
+
+    def send(self, message: dict) -> None:
+        if self.nonce is not None:
+            message = {**message, "nonce": self.nonce}
+        data = (json.dumps(message, default=str) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+
+    def phase(self, name: str, **extra) -> None:
+        self.send({"type": "phase", "phase": name, **extra})
+
+
+_channel: ResultChannel | None = None
+
+
+def channel() -> ResultChannel | None:
+    """The running job's result channel (harness code reports phases through it)."""
+    return _channel
+
+
+def _preload(mode: str) -> None:
+    """Pay the import and CUDA-init cost before the job arrives (this is what a pool buys)."""
+    if mode == "plain":
+        return
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+
+    import egg_mcp.evaluation.harness  # noqa: F401
+
+    if mode == "gpu" and torch.cuda.is_available():
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+
+
+def _read_job_path(fd: int) -> str:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        if b"\n" in chunk:
+            break
+    os.close(fd)
+    return b"".join(chunks).decode().strip()
+
+
+def resolve_target(target: str):
+    """Import "egg_mcp.pkg.module:function"; anything outside the egg_mcp package is refused."""
+    if not TARGET_PATTERN.match(target):
+        raise ValueError(f"refused job target {target!r}: only 'egg_mcp.<module>:<function>' may run in a worker")
+    module_name, func_name = target.split(":")
+    return getattr(importlib.import_module(module_name), func_name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    global _channel
+    if __name__ == "__main__":  # let harness code reach this module's channel by its real name
+        sys.modules.setdefault("egg_mcp.evaluation.worker", sys.modules["__main__"])
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--job-fd", type=int, required=True)
+    parser.add_argument("--result-fd", type=int, required=True)
+    parser.add_argument("--mode", choices=["gpu", "interp", "plain"], default="plain")
+    args = parser.parse_args(argv)
+    _channel = ResultChannel(args.result_fd)
+    try:
+        _preload(args.mode)
+    except Exception:
+        traceback.print_exc()
+    _channel.send({"type": "ready"})
+    path = _read_job_path(args.job_fd)
+    exit_code = 0
+    try:
+        with open(path) as f:
+            job = json.load(f)
+        os.unlink(path)
+        _channel.nonce = job["nonce"]
+        _channel.send({"type": "started", "pid": os.getpid()})
+        func = resolve_target(job["target"])
+        result = func(job["payload"])
+        _channel.send({"type": "result", "ok": True, "result": result})
+    except BaseException as exc:  # noqa: BLE001 - report everything, SystemExit included
+        exit_code = 1
+        try:
+            _channel.send(
+                {
+                    "type": "result",
+                    "ok": False,
+                    "error": {
+                        "kind": type(exc).__name__,
+                        "message": str(exc)[:4000],
+                        "traceback": traceback.format_exc()[-8000:],
+                    },
+                }
+            )
+        except Exception:
+            pass
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(exit_code)
+
+
+if __name__ == "__main__":
+    main()

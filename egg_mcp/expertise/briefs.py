@@ -1,0 +1,210 @@
+"""Stage briefs: what a senior kernel engineer tells a colleague at each stage and role.
+
+The text lives in markdown under `stage_prompts/` (one file per stage and role, plus shared
+fragments whose names start with `_`), so it can be read and edited without touching code.
+`render_brief` fills in the task's facts; a fact that is missing renders as "unknown" (or
+"needs a GPU" for timings on a machine without one), never as an error: briefs are shown in
+every status and a missing baseline must not break the workflow.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from string import Template
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from egg_mcp.analysis.models import ReferenceAnalysis
+from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_tol
+from egg_mcp.evaluation.api import TolerancePolicy
+from egg_mcp.hardware import spec_for
+from egg_mcp.workflow.stages import STAGE_ORDER, Stage
+
+Role = Literal["code", "profile", "debug"]
+ROLES: tuple[Role, ...] = ("code", "profile", "debug")
+ROLE_TITLES = {"code": "Code", "profile": "Profile", "debug": "Debug"}
+BRIEF_STAGES: tuple[Stage, ...] = tuple(s for s in STAGE_ORDER if s is not Stage.DONE)
+
+UNKNOWN = "unknown"
+NEEDS_GPU = "needs a GPU"
+MAX_DECISIONS = 5
+"""Only the latest committed decisions are repeated in a brief (older ones are in get_context)."""
+
+_DESCRIPTION = re.compile(r"^<!--\s*description:\s*(.*?)\s*-->\s*\n", re.S)
+_LEFTOVER = re.compile(r"\$\{[A-Za-z0-9_]+\}")
+
+
+class BriefFacts(BaseModel):
+    """The task's facts a brief quotes. Every field is optional: missing ones render as unknown."""
+
+    task_id: str | None = None
+    problem_name: str | None = None
+    dtype: str | None = None
+    tolerance: TolerancePolicy | str | None = None
+    gpu_name: str | None = None
+    analysis_summary: str | None = None
+    floor_ms: float | None = None
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    best_ms: float | None = None
+    committed_decisions: list[str] = Field(default_factory=list)
+    stage: Stage | None = None
+    has_gpu: bool | None = Field(None, description="False: timings render as 'needs a GPU'")
+    min_bytes: int | None = None
+    unfused_bytes: int | None = None
+    fusion_opportunities: list[str] = Field(default_factory=list)
+    k: int | None = Field(None, description="number of seeds asked for (SEEDS stage)")
+
+    @classmethod
+    def from_analysis(cls, analysis: ReferenceAnalysis, **facts) -> "BriefFacts":
+        """Facts that come straight from the reference analysis; pass the rest as keywords."""
+        from egg_mcp.expertise.seeds import fusion_opportunities
+
+        base = dict(
+            analysis_summary=analysis.summary,
+            floor_ms=analysis.floor.floor_ms,
+            gpu_name=analysis.floor.gpu_name,
+            dtype=analysis.dtype,
+            min_bytes=analysis.min_bytes,
+            unfused_bytes=analysis.unfused_bytes,
+            fusion_opportunities=fusion_opportunities(analysis),
+        )
+        base.update(facts)
+        return cls(**base)
+
+
+def prompts_dir() -> Path:
+    """Where the stage prompt files are: package data in a wheel, `<repo>/stage_prompts` in a checkout."""
+    package = Path(__file__).resolve().parent.parent  # egg_mcp/
+    for candidate in (package / "stage_prompts", package.parent / "stage_prompts"):
+        if (candidate / "_header.md").is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"stage prompts not found in {package / 'stage_prompts'} (installed wheel) or "
+        f"{package.parent / 'stage_prompts'} (source checkout); reinstall egg-mcp or run from the repository"
+    )
+
+
+@lru_cache(maxsize=64)
+def _read(name: str) -> str:
+    return (prompts_dir() / name).read_text(encoding="utf-8")
+
+
+def _brief_file(stage: Stage, role: str) -> str:
+    return f"{stage.value.lower()}_{role}.md"
+
+
+def _split_description(text: str) -> tuple[str, str]:
+    m = _DESCRIPTION.match(text)
+    if not m:
+        return "", text
+    return m.group(1), text[m.end():]
+
+
+def list_briefs() -> list[tuple[Stage, str, str]]:
+    """(stage, role, one-line description) for every brief: the server's MCP prompts."""
+    out = []
+    for stage in BRIEF_STAGES:
+        for role in ROLES:
+            description, _ = _split_description(_read(_brief_file(stage, role)))
+            out.append((stage, role, description or f"{stage.value} {ROLE_TITLES[role]} brief"))
+    return out
+
+
+def _timing(ms: float | None, has_gpu: bool | None) -> str:
+    if ms is not None:
+        return fmt_ms(ms)
+    return NEEDS_GPU if has_gpu is False else UNKNOWN
+
+
+def _tolerance_text(tol: TolerancePolicy | str | None) -> str:
+    if tol is None:
+        return UNKNOWN
+    if isinstance(tol, str):
+        return tol
+    return f"{tol.name} (atol={fmt_tol(tol.atol)}, rtol={fmt_tol(tol.rtol)})"
+
+
+def precision_line(dtype: str | None, tol: TolerancePolicy | str | None) -> str:
+    """What the dtype and tolerance imply for how dots and reductions must be computed."""
+    if dtype is None:
+        return "dtype unknown: accumulate in fp32"
+    policy = tol if isinstance(tol, TolerancePolicy) else None
+    try:
+        compute = compute_type_for(dtype, policy)
+    except ValueError:
+        return f"dtype {dtype}: accumulate in fp32"
+    if compute == "fp32":
+        return ('fp32 at a strict tolerance: tl.dot(..., input_precision="ieee") (TF32 errs ~1e-3); '
+                "accumulate in fp32; fp32 GEMMs have little headroom vs cuBLAS, gains come from fusion")
+    if compute == "tf32":
+        return "fp32 with a loose tolerance: TF32 tl.dot allowed (default precision); accumulate in fp32"
+    return f"{dtype}: load/store {dtype}, accumulate in fp32 (tl.dot does), cast once at the store"
+
+
+def _decisions(decisions: list[str]) -> str:
+    if not decisions:
+        return "  - none yet"
+    shown = decisions[-MAX_DECISIONS:]
+    lines = [f"  - {d.strip().splitlines()[0][:200]}" for d in shown if d.strip()]
+    if len(decisions) > len(shown):
+        lines.insert(0, f"  - ({len(decisions) - len(shown)} earlier: see get_context)")
+    return "\n".join(lines) or "  - none yet"
+
+
+def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
+    gpu = spec_for(facts.gpu_name) if facts.gpu_name else None
+    best_vs_floor = UNKNOWN
+    if facts.best_ms is not None and facts.floor_ms:
+        best_vs_floor = f"{facts.best_ms / facts.floor_ms:.2f}x the floor"
+        if facts.eager_ms:
+            best_vs_floor += f", {facts.eager_ms / facts.best_ms:.2f}x vs eager"
+    elif facts.best_ms is None:
+        best_vs_floor = "nothing committed yet"
+    values = {
+        "stage": stage.value,
+        "role_title": ROLE_TITLES[role],
+        "problem": facts.problem_name or UNKNOWN,
+        "task_id": facts.task_id or UNKNOWN,
+        "dtype": facts.dtype or UNKNOWN,
+        "tolerance": _tolerance_text(facts.tolerance),
+        "gpu": facts.gpu_name or UNKNOWN,
+        "analysis": facts.analysis_summary or "not analysed yet",
+        "floor": fmt_ms(facts.floor_ms) if facts.floor_ms is not None else UNKNOWN,
+        "eager": _timing(facts.eager_ms, facts.has_gpu),
+        "compile": _timing(facts.compile_ms, facts.has_gpu),
+        "best": _timing(facts.best_ms, facts.has_gpu) if facts.best_ms is not None or facts.has_gpu is False
+        else "none yet",
+        "best_vs_floor": best_vs_floor,
+        "precision": precision_line(facts.dtype, facts.tolerance),
+        "decisions": _decisions(facts.committed_decisions),
+        "k": str(facts.k) if facts.k else "k",
+        "min_bytes": fmt_bytes(facts.min_bytes) if facts.min_bytes is not None else UNKNOWN,
+        "unfused_bytes": fmt_bytes(facts.unfused_bytes) if facts.unfused_bytes is not None else UNKNOWN,
+        "fusion": "; ".join(facts.fusion_opportunities) if facts.fusion_opportunities
+        else "none found by the analysis (single op or nothing fusible)",
+        "sm_count": str(gpu.sm_count) if gpu else UNKNOWN,
+        "smem": f"{gpu.smem_per_block_optin_bytes // 1024} KiB" if gpu else UNKNOWN,
+        "l2": f"{gpu.l2_bytes // (1024 * 1024)} MiB" if gpu else UNKNOWN,
+        "bandwidth": f"{gpu.dram_bytes_per_s / 1e12:.2g} TB/s" if gpu else UNKNOWN,
+    }
+    return values
+
+
+def render_brief(stage: Stage, role: Literal["code", "profile", "debug"], facts: BriefFacts) -> str:
+    """The brief for `stage` and `role`, filled with the task's facts (missing facts: 'unknown')."""
+    stage = Stage(stage)
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
+    if stage is Stage.DONE:
+        return "# DONE\nThe task is finished: call export_kernel to write the final ModelNew, or start_task for a new problem.\n"
+    values = _values(stage, role, facts)
+    _, body = _split_description(_read(_brief_file(stage, role)))
+    values["header"] = Template(_read("_header.md")).safe_substitute(values).rstrip()
+    values["returns"] = _read(f"_return_{role}.md").rstrip()
+    text = Template(body).safe_substitute(values)
+    text = _LEFTOVER.sub(UNKNOWN, text)
+    return text.strip() + "\n"

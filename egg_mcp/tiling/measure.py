@@ -1,0 +1,417 @@
+"""Worker target: compile tile configs in parallel, check each against the reference, time them.
+
+Runs inside an evaluation worker (never in the server process): `Evaluator.run_job(
+"egg_mcp.tiling.measure:measure_configs", payload, uses_gpu=True)`. Also a CLI for scripts:
+``python -m egg_mcp.tiling.measure payload.json result.json``.
+
+Why a compile pool: a cold Triton compile costs ~0.5 s per config one at a time on the H200, ~0.1 s
+per config with 14 processes writing one shared TRITON_CACHE_DIR; the timing loop then finds every
+kernel in the cache. The pool forks when CUDA is not yet initialised in this process (fast), and
+spawns otherwise (each child imports torch, ~3 s, in parallel); if neither works, configs compile
+one by one in the timing loop.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from egg_mcp.tiling.models import MeasuredConfig, TilingConfig
+from egg_mcp.tiling.plan import config_key, next_configs, round_sizes
+
+TORCH_DTYPES = ("float32", "float16", "bfloat16")
+
+
+class CandidateJob(BaseModel):
+    config: dict[str, int]
+    source: str
+
+
+class AdaptiveJob(BaseModel):
+    """Let the worker pick the configs round by round (see plan.next_configs)."""
+
+    candidate_source: str
+    ranked: list[tuple[dict[str, int], float]] = Field(description="(config, predicted_ms), best first")
+    choices: dict[str, list[int]]
+    max_trials: int = Field(8, ge=1)
+
+
+class MeasurePayload(BaseModel):
+    reference_source: str
+    candidates: list[CandidateJob] = Field(default_factory=list, description="configs already applied, all measured")
+    adaptive: AdaptiveJob | None = None
+    dtype: str = "float32"
+    size_overrides: dict[str, int] = Field(default_factory=dict)
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    device: str = Field("auto", description="'auto' | 'cuda' | 'interpreter'")
+    compile_workers: int = Field(14, ge=0, description="0 or 1: compile in the timing loop")
+    warmup_ms: float = 10.0
+    rep_ms: float = 40.0
+    seed: int = 0
+    cache_dir: str | None = Field(None, description="TRITON_CACHE_DIR for this job (shared with the compile pool)")
+    time_budget_s: float = 300.0
+    per_config_timeout_s: float = 120.0
+
+
+# ------------------------------------------------------------------------------- module loading
+
+
+def _load_module(path: str, name: str):
+    """Import a source file as a fresh module (Triton reads kernel source through inspect)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+class _Problem:
+    """The reference module, its inputs and its output, built once per process."""
+
+    def __init__(self, reference_path: str, dtype: str, size_overrides: dict[str, int], seed: int, device: str):
+        import torch
+
+        self.torch = torch
+        self.device = device
+        self.dtype = getattr(torch, dtype)
+        self.seed = seed
+        self.module = _load_module(reference_path, f"_egg_tiling_ref_{os.getpid()}")
+        for name, value in size_overrides.items():
+            if not hasattr(self.module, name):
+                raise ValueError(f"size override {name!r} is not a module-level constant of the reference")
+            setattr(self.module, name, value)
+        torch.manual_seed(seed)
+        self.init_inputs = list(self.module.get_init_inputs())
+        torch.manual_seed(seed)
+        inputs = list(self.module.get_inputs())
+        self.inputs = [self._cast(x) for x in inputs]
+        torch.manual_seed(seed)
+        self.reference = self.module.Model(*self.init_inputs).to(device=device, dtype=self.dtype)
+        self._expected = None
+
+    def _cast(self, x):
+        torch = self.torch
+        if isinstance(x, torch.Tensor):
+            x = x.to(self.device)
+            return x.to(self.dtype) if x.is_floating_point() else x
+        return x
+
+    def expected(self):
+        if self._expected is None:
+            with self.torch.no_grad():
+                self._expected = self.reference(*self.inputs)
+        return self._expected
+
+    def build(self, module):
+        torch = self.torch
+        torch.manual_seed(self.seed)
+        model = module.ModelNew(*self.init_inputs)
+        ref_state, new_state = self.reference.state_dict(), model.state_dict()
+        if ref_state.keys() == new_state.keys() and all(ref_state[k].shape == new_state[k].shape for k in ref_state):
+            model.load_state_dict(ref_state)
+        return model.to(device=self.device, dtype=self.dtype)
+
+
+def _error_kind(exc: BaseException) -> str:
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if "OutOfResources" in names:
+        return "out_of_resources"
+    if names & {"CompilationError", "CompileTimeAssertionFailure", "PTXASError", "MLIRCompilationError"}:
+        return "compile_error"
+    return "runtime_error"
+
+
+def _short(exc: BaseException, limit: int = 600) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def compiled_kernels(module) -> list[dict[str, Any]]:
+    """Compiler resource reports (registers, spills, shared memory) of every kernel `module` launched."""
+    from triton.runtime.jit import JITFunction
+
+    out = []
+    for value in list(vars(module).values()):
+        fn = value
+        while fn is not None and not isinstance(fn, JITFunction):
+            fn = getattr(fn, "fn", None)
+        if fn is None:
+            continue
+        caches = getattr(fn, "device_caches", None)
+        if caches:
+            compiled = [k for entry in caches.values() for k in entry[0].values()]
+        else:
+            compiled = [k for entry in getattr(fn, "cache", {}).values() for k in entry.values()]
+        for kernel in compiled:
+            meta = getattr(kernel, "metadata", None)
+            out.append({
+                "name": getattr(kernel, "name", fn.__name__),
+                "num_warps": getattr(meta, "num_warps", None),
+                "num_stages": getattr(meta, "num_stages", None),
+                "registers": getattr(kernel, "n_regs", None),
+                "spills": getattr(kernel, "n_spills", None),
+                "shared_mem_bytes": getattr(meta, "shared", None),
+            })
+    return out
+
+
+# ----------------------------------------------------------------------------------- compile pool
+
+_WORKER_PROBLEM: _Problem | None = None
+
+
+def _warm_compile(task: tuple[str, str, str, dict, int, str]) -> dict[str, Any]:
+    """Pool child: run the candidate once so its kernels land in the shared cache."""
+    global _WORKER_PROBLEM
+    reference_path, candidate_path, dtype, overrides, seed, device = task
+    try:
+        if _WORKER_PROBLEM is None:
+            _WORKER_PROBLEM = _Problem(reference_path, dtype, overrides, seed, device)
+        problem = _WORKER_PROBLEM
+        name = f"_egg_tiling_warm_{os.path.basename(candidate_path)[:-3]}_{os.getpid()}"
+        module = _load_module(candidate_path, name)
+        with problem.torch.no_grad():
+            problem.build(module)(*problem.inputs)
+        if device == "cuda":
+            problem.torch.cuda.synchronize()
+        sys.modules.pop(name, None)
+        return {"ok": True}
+    except BaseException as exc:  # noqa: BLE001 - reported, the parent decides
+        return {"ok": False, "kind": _error_kind(exc), "error": _short(exc)}
+
+
+def _compile_pool(tasks: list[tuple], workers: int, timeout_s: float) -> tuple[list[dict | None], str]:
+    if workers <= 1 or len(tasks) <= 1:
+        return [None] * len(tasks), "serial"
+    import multiprocessing as mp
+
+    torch = sys.modules.get("torch")
+    cuda_started = torch is not None and torch.cuda.is_initialized()
+    method = "spawn" if cuda_started or "fork" not in mp.get_all_start_methods() else "fork"
+    if method == "spawn" and len(tasks) < 6:
+        return [None] * len(tasks), "serial (too few configs to pay for spawning)"
+    try:
+        context = mp.get_context(method)
+        with context.Pool(min(workers, len(tasks))) as pool:
+            pending = [pool.apply_async(_warm_compile, (t,)) for t in tasks]
+            deadline = time.monotonic() + timeout_s
+            results: list[dict | None] = []
+            for item in pending:
+                try:
+                    results.append(item.get(timeout=max(0.1, deadline - time.monotonic())))
+                except Exception:  # noqa: BLE001 - a slow or dead child: compile it in the loop instead
+                    results.append(None)
+            pool.terminate()
+        return results, method
+    except (AssertionError, OSError, ValueError) as exc:  # e.g. daemonic worker processes cannot have children
+        return [None] * len(tasks), f"serial ({type(exc).__name__}: {exc})"
+
+
+# -------------------------------------------------------------------------------------- timing
+
+
+def _time_ms(torch, fn, device: str, warmup_ms: float, rep_ms: float) -> tuple[float, str]:
+    if device == "cuda":
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")), "do_bench median, L2 flushed"
+    times = []
+    fn()
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    times.sort()
+    return times[len(times) // 2], "cpu interpreter wall clock (not a GPU time)"
+
+
+def _measure_one(problem: _Problem, config: dict[str, int], path: str, index: int, warm: dict | None,
+                 payload: MeasurePayload) -> MeasuredConfig:
+    torch = problem.torch
+    result = MeasuredConfig(config=TilingConfig(values=config))
+    if warm is not None and not warm.get("ok") and warm.get("kind") == "compile_error":
+        result.error_kind, result.error, result.correct = "compile_error", warm.get("error"), False
+        return result
+    name = f"_egg_tiling_cand_{index}_{os.getpid()}"
+    try:
+        module = _load_module(path, name)
+    except BaseException as exc:  # noqa: BLE001
+        result.error_kind, result.error, result.correct = "compile_error", _short(exc), False
+        return result
+    try:
+        model = problem.build(module)
+        with torch.no_grad():
+            got = model(*problem.inputs)
+            if problem.device == "cuda":
+                torch.cuda.synchronize()
+        result.kernels = compiled_kernels(module)
+        expected = problem.expected()
+        got_list = list(got) if isinstance(got, (tuple, list)) else [got]
+        exp_list = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+        ok, max_err = len(got_list) == len(exp_list), 0.0
+        for g, e in zip(got_list, exp_list):
+            if g.shape != e.shape:
+                ok = False
+                result.error = f"output shape {tuple(g.shape)} != expected {tuple(e.shape)}"
+                continue
+            diff = (g.float() - e.float()).abs()
+            max_err = max(max_err, float(diff.max()) if diff.numel() else 0.0)
+            if not torch.allclose(g.float(), e.float(), atol=payload.atol, rtol=payload.rtol):
+                ok = False
+        result.max_abs_error, result.correct = max_err, ok
+        if not ok:
+            result.error_kind = "incorrect"
+            result.error = result.error or f"max abs error {max_err:.3g} beyond atol={payload.atol}, rtol={payload.rtol}"
+            return result
+
+        def run():
+            with torch.no_grad():
+                model(*problem.inputs)
+
+        result.median_ms, result.timing_method = _time_ms(torch, run, problem.device, payload.warmup_ms, payload.rep_ms)
+    except BaseException as exc:  # noqa: BLE001 - recorded per config
+        result.error_kind, result.error, result.correct = _error_kind(exc), _short(exc), False
+        if not result.kernels:
+            try:
+                result.kernels = compiled_kernels(module)
+            except Exception:  # noqa: BLE001
+                pass
+    finally:
+        sys.modules.pop(name, None)
+    return result
+
+
+def measure_configs(payload: dict) -> dict:
+    """Compile, check and time candidate configs; one result per config (errors included).
+
+    payload: see `MeasurePayload` — `candidates` (config + applied source, all measured) and/or
+    `adaptive` (the worker picks up to max_trials configs in rounds from the model's ranking,
+    walking around the best measured one). Returns {"results": [MeasuredConfig...], "device",
+    "compile_mode", "compile_wall_s", "wall_s", "notes"}.
+    """
+    started = time.perf_counter()
+    job = MeasurePayload.model_validate(payload)
+    if job.dtype not in TORCH_DTYPES:
+        raise ValueError(f"dtype {job.dtype!r} is not one of {TORCH_DTYPES}")
+    device = job.device
+    if device == "auto":
+        from egg_mcp.hardware import nvml_gpu_names
+
+        device = "cuda" if nvml_gpu_names() else "interpreter"
+    if device == "interpreter":
+        os.environ["TRITON_INTERPRET"] = "1"
+    workdir = tempfile.mkdtemp(prefix="egg_tiling_")
+    previous_cache = os.environ.get("TRITON_CACHE_DIR")
+    if job.cache_dir:
+        os.environ["TRITON_CACHE_DIR"] = job.cache_dir
+    notes: list[str] = []
+    results: list[MeasuredConfig] = []
+    compile_wall = 0.0
+    modes: list[str] = []
+    try:
+        reference_path = os.path.join(workdir, "reference.py")
+        with open(reference_path, "w") as f:
+            f.write(job.reference_source)
+        torch_device = "cuda" if device == "cuda" else "cpu"
+        problem: _Problem | None = None
+        counter = 0
+
+        def run_batch(batch: list[tuple[dict[str, int], str]]) -> list[MeasuredConfig]:
+            nonlocal problem, counter, compile_wall
+            paths, indices = [], []
+            for config, source in batch:
+                path = os.path.join(workdir, f"cand_{counter}.py")
+                indices.append(counter)
+                counter += 1
+                with open(path, "w") as f:
+                    f.write(source)
+                paths.append(path)
+            t0 = time.perf_counter()
+            workers = job.compile_workers if device == "cuda" else 0
+            tasks = [(reference_path, p, job.dtype, job.size_overrides, job.seed, torch_device) for p in paths]
+            remaining = job.time_budget_s - (time.perf_counter() - started)
+            warm, mode = _compile_pool(tasks, workers, max(1.0, min(remaining, job.per_config_timeout_s * 4)))
+            compile_wall += time.perf_counter() - t0
+            modes.append(mode)
+            if problem is None:
+                problem = _Problem(reference_path, job.dtype, job.size_overrides, job.seed, torch_device)
+            out = []
+            for (config, _), path, index, w in zip(batch, paths, indices, warm):
+                if time.perf_counter() - started > job.time_budget_s:
+                    out.append(MeasuredConfig(config=TilingConfig(values=config), error_kind="timeout",
+                                              error="not measured: the job's time budget was spent"))
+                    continue
+                out.append(_measure_one(problem, config, path, index, w, job))
+            return out
+
+        if job.candidates:
+            results += run_batch([(c.config, c.source) for c in job.candidates])
+        if job.adaptive is not None:
+            from egg_mcp.tiling.space import apply_config
+
+            adaptive = job.adaptive
+            measured: dict[tuple, float | None] = {config_key(r.config.values): r.median_ms for r in results}
+            for size in round_sizes(adaptive.max_trials):
+                if time.perf_counter() - started > job.time_budget_s:
+                    notes.append("stopped early: time budget spent")
+                    break
+                picks = next_configs([(dict(c), p) for c, p in adaptive.ranked], adaptive.choices, measured, size)
+                if not picks:
+                    break
+                batch = [(c, apply_config(adaptive.candidate_source, c)) for c in picks]
+                for r in run_batch(batch):
+                    measured[config_key(r.config.values)] = r.median_ms if r.correct else None
+                    results.append(r)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        if job.cache_dir:
+            if previous_cache is None:
+                os.environ.pop("TRITON_CACHE_DIR", None)
+            else:
+                os.environ["TRITON_CACHE_DIR"] = previous_cache
+    device_name = device
+    torch = sys.modules.get("torch")
+    if device == "cuda" and torch is not None and torch.cuda.is_available():
+        device_name = torch.cuda.get_device_name()
+    return {
+        "results": [r.model_dump() for r in results],
+        "device": device_name,
+        "compile_mode": ", ".join(sorted(set(modes))) or "none",
+        "compile_wall_s": compile_wall,
+        "wall_s": time.perf_counter() - started,
+        "notes": notes,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m egg_mcp.tiling.measure PAYLOAD.json RESULT.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        payload = json.load(f)
+    try:
+        result = measure_configs(payload)
+    except Exception as exc:  # noqa: BLE001
+        result = {"error": _short(exc), "traceback": traceback.format_exc()}
+    with open(argv[1], "w") as f:
+        json.dump(result, f)
+    return 0 if "error" not in result else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,370 @@
+"""Analytic feasibility and cost model of tile configurations on one GPU.
+
+Two models, chosen by the kernel kind:
+  * GEMM (``gemm``): output tiles BM x BN over M x N, a K loop of BK steps pipelined over
+    ``num_stages`` shared-memory buffers. Time = the busiest SM's tiles x per-tile time, where a
+    K step costs max(tensor-core time, L2 operand-load time), derated for small per-thread
+    accumulators, short BK rows, shallow pipelines and (on Hopper) tiles too small for wgmma.
+  * streaming (``softmax``, ``norm``, ``reduction``, ``elementwise``): the busiest SM's time is
+    max(bytes it moves / its bandwidth share, chains of dependent memory latencies it cannot
+    overlap) — Little's law at the granularity of programs.
+
+Feasibility rules are the compiler's own limits, checked on the H200 (see benchmarks/tiling_bench.py):
+  * shared memory = num_stages x (BM + BN) x BK x bytes per element for a GEMM; this matched
+    Triton's reported use on every compiled config of a 216-config bf16 matmul space and separated
+    all 48 out-of-resource failures;
+  * fp32 accumulator registers per thread = BM x BN / (32 x num_warps); every config at >= 256
+    spilled.
+Every pruned config carries its reasons in words.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from egg_mcp.hardware import GpuSpec
+from egg_mcp.tiling.dims import next_pow2
+from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate, TilingConfig, TunableParam
+
+KB = 1024
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+# Model constants (assumptions, not measurements; the benchmark checks the ranking they produce).
+LAUNCH_OVERHEAD_S = 3e-6  # measured: ~3 us per launch on the H200 (do_bench at ~5 us kernels)
+L2_OVER_DRAM = 2.5  # L2 bandwidth / DRAM bandwidth (Hopper-class parts: ~2.5-3x)
+DRAM_LATENCY_S = 1.0e-6  # loaded DRAM round trip seen by one dependent chain of loads
+SM_MAX_SHARE = 4.0  # one SM can pull at most this multiple of its fair share of DRAM bandwidth
+ACC_SPILL_REGS = 256  # accumulator registers per thread at which every H200 config spilled
+MAX_REGS = 255
+GEMM_TILE_FIXED_S = 1.0e-6  # pipeline fill + epilogue latency per output tile
+PROGRAM_FIXED_S = 0.5e-6  # launch of one program (CTA) + index math
+REDUCTION_STEP_S = 0.1e-6  # one cross-warp reduction level (shared memory + barrier)
+OVERLAP_P = 3.0  # exponent of the smooth max of bandwidth and latency time (inf = perfect overlap)
+
+_BASE_OPS = {"softmax": 10, "norm": 12, "reduction": 3, "elementwise": 6}  # instructions per element
+_TRANSCENDENTAL = {"exp", "exp2", "log", "log2", "erf", "tanh", "sigmoid", "sqrt", "rsqrt", "sin", "cos", "pow"}
+TRANSCENDENTAL_OPS = 12  # MUFU-based functions cost ~a dozen issue slots per element (erf is a polynomial)
+_REDUCTIONS = {"softmax": 2, "norm": 2, "reduction": 1, "elementwise": 0}
+# fp32 values live per element of the register tile (loaded value plus what is kept alongside it)
+_LIVE_PER_ELEMENT = {"softmax": 2.0, "norm": 2.0, "reduction": 2.0, "elementwise": 1.5}
+
+
+def _is_pow2(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+def _round_up(x: float, m: int) -> int:
+    return int(math.ceil(x / m) * m)
+
+
+@dataclass
+class _Knobs:
+    """Config values resolved onto the roles the model understands."""
+
+    blocks: dict[str, int]  # axis -> block size
+    block_params: dict[str, str]  # axis -> parameter name (for the reasons)
+    warps: int
+    stages: int
+    group: int
+    split: int
+    names: dict[str, str]  # role -> parameter name
+
+
+def _resolve(values: dict[str, int], space: CandidateSpace) -> _Knobs:
+    blocks: dict[str, int] = {}
+    block_params: dict[str, str] = {}
+    names: dict[str, str] = {}
+    by_role: dict[str, int] = {}
+    for param in space.params:
+        value = values.get(param.name, param.current)
+        if value is None:
+            continue
+        if param.role == "block" and param.axis:
+            if param.axis not in blocks or value > blocks[param.axis]:
+                blocks[param.axis], block_params[param.axis] = value, param.name
+        elif param.role in ("warps", "stages", "group", "split"):
+            by_role[param.role], names[param.role] = value, param.name
+    return _Knobs(blocks=blocks, block_params=block_params, warps=by_role.get("warps", 4),
+                  stages=by_role.get("stages", 3), group=by_role.get("group", 1), split=by_role.get("split", 1),
+                  names=names)
+
+
+def compute_type(dtype: str, space: CandidateSpace) -> str:
+    """Peak-FLOP key of GpuSpec for the kernel's dots: fp32 inputs use TF32 unless told 'ieee'."""
+    if dtype in ("float16", "bfloat16"):
+        return "fp16" if dtype == "float16" else "bf16"
+    return "fp32" if any(k.ieee_dot for k in space.kernels) else "tf32"
+
+
+def _ctas_per_sm(gpu: GpuSpec, threads: int, regs: int, smem: int) -> int:
+    limits = [gpu.max_blocks_per_sm, gpu.max_threads_per_sm // threads]
+    limits.append(gpu.regs_per_sm // (_round_up(max(regs, 1), 8) * threads))
+    if smem > 0:
+        limits.append(gpu.smem_per_sm_bytes // smem)
+    return max(0, min(limits))
+
+
+def _common_rules(k: _Knobs, space: CandidateSpace, values: dict[str, int], gpu: GpuSpec,
+                  dims: dict[str, int]) -> list[tuple[str, str]]:
+    fired: list[tuple[str, str]] = []
+    warps_name = k.names.get("warps", "num_warps")
+    if 32 * k.warps > gpu.max_threads_per_block:
+        fired.append(("threads", f"{warps_name}={k.warps} launches {32 * k.warps} threads per program > "
+                                 f"{gpu.max_threads_per_block} allowed"))
+    if not _is_pow2(k.warps):
+        fired.append(("warps_pow2", f"{warps_name}={k.warps} is not a power of two (Triton requires one)"))
+    for param in space.params:
+        value = values.get(param.name)
+        if value is None or param.role != "block":
+            continue
+        if "BLOCK" in param.name.upper() and not _is_pow2(value):
+            fired.append(("block_pow2", f"{param.name}={value} is not a power of two (tl.arange needs one)"))
+        if param.axis and param.axis in dims:
+            extent = next_pow2(dims[param.axis])
+            floor = min(param.choices) if param.choices else value
+            if value > max(extent, floor):
+                fired.append(("oversized", f"{param.name}={value} > {param.axis}={dims[param.axis]} (next power of "
+                                           f"two {extent}): the extra lanes are all masked; a smaller block does the "
+                                           "same work"))
+    return fired
+
+
+def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int],
+          dtype: str, est: ConfigEstimate) -> list[tuple[str, str]]:
+    fired: list[tuple[str, str]] = []
+    M, N, K = dims["M"], dims["N"], dims["K"]
+    bm, bn, bk = k.blocks.get("M", 64), k.blocks.get("N", 64), k.blocks.get("K", 32)
+    nbytes = DTYPE_BYTES[dtype]
+    w, s = k.warps, max(1, k.stages)
+    label = lambda ax, v: f"{k.block_params.get(ax, 'BLOCK_' + ax)}={v}"  # noqa: E731
+    tile = f"{label('M', bm)}, {label('N', bn)}"
+    if min(bm, bn, bk) < 16:
+        fired.append(("dot_min", f"{tile}, {label('K', bk)}: tl.dot needs every tile dimension >= 16"))
+    est.smem_bytes = s * (bm + bn) * bk * nbytes
+    if est.smem_bytes > gpu.smem_per_block_optin_bytes:
+        fired.append(("smem", f"{tile}, {label('K', bk)}, {k.names.get('stages', 'num_stages')}={s} needs "
+                              f"{est.smem_bytes / KB:.0f} KB shared memory ({s} x ({bm}+{bn}) x {bk} x {nbytes} B) > "
+                              f"{gpu.smem_per_block_optin_bytes / KB:.0f} KB"))
+    acc = bm * bn / (32 * w)
+    est.regs_per_thread = min(MAX_REGS, _round_up(acc + 32, 8))
+    if acc >= ACC_SPILL_REGS:
+        fired.append(("spill", f"{tile}, {k.names.get('warps', 'num_warps')}={w} keeps {acc:.0f} fp32 accumulator "
+                               f"registers per thread (>= {ACC_SPILL_REGS}): spills to local memory"))
+    threads = 32 * w
+    c = _ctas_per_sm(gpu, threads, est.regs_per_thread, est.smem_bytes)
+    est.ctas_per_sm = c
+    est.occupancy = c * w * 32 / gpu.max_threads_per_sm
+    tm, tn = math.ceil(M / bm), math.ceil(N / bn)
+    tiles = tm * tn * k.split
+    est.grid = [tiles]
+    est.waves = tiles / (gpu.sm_count * max(c, 1))
+    est.tail_waste = 1 - (M * N) / (tm * bm * tn * bn)
+    est.intensity = 2 * bm * bn / ((bm + bn) * nbytes)
+    if fired:
+        return fired
+
+    peak_sm = gpu.peak_flops[compute_type(dtype, space)] / gpu.sm_count
+    l2_sm = L2_OVER_DRAM * gpu.dram_bytes_per_s / gpu.sm_count
+    eff = 1.0
+    hopper = gpu.arch == "sm_90"
+    if hopper and (w < 4 or bm < 64):
+        eff *= 0.5
+        est.notes.append("no wgmma (needs num_warps >= 4 and BLOCK_M >= 64 on sm_90): ~half tensor-core rate")
+    eff *= min(1.0, acc / 64) ** 0.35  # few accumulators per thread: too little work per operand load
+    row_bytes = bk * nbytes
+    eff *= 1.0 if row_bytes >= 128 else 0.85 if row_bytes >= 64 else 0.65
+    s_eff = (s - 1) * max(c, 1) + 1  # co-resident programs hide latency like extra stages
+    eff *= {1: 0.45, 2: 0.75, 3: 0.95}.get(s_eff, 1.0)
+    k_iters = math.ceil(math.ceil(K / k.split) / bk)
+    t_math = 2 * bm * bn * bk / (peak_sm * eff)
+    t_load = (bm + bn) * bk * nbytes / l2_sm
+    t_tile = GEMM_TILE_FIXED_S / max(c, 1) + k_iters * max(t_math, t_load)
+    t_compute = math.ceil(tiles / gpu.sm_count) * t_tile
+    dram = (M * K + K * N) * nbytes + M * N * nbytes
+    if (M * K + K * N) * nbytes > gpu.l2_bytes / 2 and k.group <= 1 and tm > 1:
+        dram += 0.25 * (tm - 1) * K * N * nbytes  # without grouping, B is re-read from DRAM by row bands
+    if k.split > 1:
+        dram += 2 * M * N * 4 * k.split
+    t_dram = dram / gpu.dram_bytes_per_s
+    est.predicted_ms = (max(t_compute, t_dram) + LAUNCH_OVERHEAD_S) * 1e3
+    if t_load > t_math:
+        est.notes.append(f"L2-bound tile: operand loads {t_load * 1e9:.0f} ns > math {t_math * 1e9:.0f} ns per K step")
+    if est.waves < 1:
+        est.notes.append(f"only {tiles} tiles for {gpu.sm_count} SMs")
+    elif est.waves % 1 and est.waves < 4:
+        est.notes.append(f"{est.waves:.2f} waves: the last wave is {est.waves % 1:.0%} full")
+    return fired
+
+
+def _stream(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int],
+            dtype: str, kind: str, est: ConfigEstimate) -> list[tuple[str, str]]:
+    fired: list[tuple[str, str]] = []
+    nbytes = DTYPE_BYTES[dtype]
+    w = k.warps
+    loops = any(kn.has_loop for kn in space.kernels)
+    if kind == "elementwise" and "n_cols" not in k.blocks and "n_rows" not in k.blocks:
+        n_rows, n_cols = 1, dims["n"]
+        br, bc = 1, k.blocks.get("n", 1024)
+    else:
+        n_rows, n_cols = dims.get("n_rows", 1), dims.get("n_cols", dims.get("n", 1))
+        br = k.blocks.get("n_rows", 1)
+        bc = k.blocks.get("n_cols", next_pow2(n_cols))
+    cols_name = k.block_params.get("n_cols", k.block_params.get("n", "BLOCK"))
+    if kind != "elementwise" and not loops and bc < n_cols:
+        fired.append(("single_pass", f"the kernel has no loop over n_cols: {cols_name}={bc} < n_cols={n_cols} "
+                                     "leaves columns unprocessed"))
+    per_thread = br * bc / (32 * w)
+    live = _LIVE_PER_ELEMENT[kind] if (kind != "reduction" or loops) else 1.0
+    est.regs_per_thread = min(MAX_REGS + 1, _round_up(24 + per_thread * live, 8))
+    if 24 + per_thread * live > MAX_REGS:
+        fired.append(("spill", f"{cols_name}={bc}" + (f", {k.block_params['n_rows']}={br}" if "n_rows" in k.block_params
+                      else "") + f", {k.names.get('warps', 'num_warps')}={w}: {per_thread:.0f} elements per thread "
+                      f"x {live:g} live values ~ {24 + per_thread * live:.0f} registers > {MAX_REGS}: spills"))
+    if per_thread < 1 and any(p.role == "warps" and p.choices and min(p.choices) < w for p in space.params):
+        fired.append(("idle_threads", f"{br * bc} elements per program for {32 * w} threads "
+                                      f"({k.names.get('warps', 'num_warps')}={w}): threads sit idle; fewer warps do the "
+                                      "same work"))
+    threads = 32 * w
+    est.smem_bytes = br * w * 4 * 2 if _REDUCTIONS[kind] and w > 1 else 0
+    if est.regs_per_thread * threads > gpu.regs_per_sm:
+        fired.append(("regs_per_block", f"{est.regs_per_thread} registers x {threads} threads > "
+                                        f"{gpu.regs_per_sm} registers per SM"))
+    c = _ctas_per_sm(gpu, threads, min(est.regs_per_thread, MAX_REGS), est.smem_bytes)
+    est.ctas_per_sm = c
+    est.occupancy = c * threads / gpu.max_threads_per_sm
+
+    if kind == "elementwise":
+        grid = [math.ceil(n_rows / br), math.ceil(n_cols / bc)]
+        iters = 1
+    else:
+        grid = [math.ceil(n_rows / br)]
+        iters = math.ceil(n_cols / bc) if loops else 1
+    programs = math.prod(grid)
+    est.grid = grid
+    est.waves = programs / (gpu.sm_count * max(c, 1))
+    covered = grid[0] * br * (grid[1] * bc if kind == "elementwise" else iters * bc)
+    est.tail_waste = max(0.0, 1 - n_rows * n_cols / covered)
+    est.intensity = 0.0
+    if fired:
+        return fired
+
+    # bytes one program moves: reads (a second pass over a row re-reads it, from L2 when it fits) + writes
+    row_elems = br * (bc if kind == "elementwise" else n_cols)
+    reads = row_elems * nbytes
+    passes = 2 if kind in ("softmax", "norm") and iters > 1 else 1
+    if passes > 1:
+        working_set = gpu.sm_count * c * row_elems * nbytes
+        reads += reads * (1 / L2_OVER_DRAM if working_set < gpu.l2_bytes else 1.0)
+    writes = row_elems * nbytes if kind != "reduction" else br * 4
+    if kind == "elementwise" and n_rows > 1:
+        reads += bc * nbytes  # the broadcast operand, one row per program
+    program_bytes = reads + writes
+    active = min(gpu.sm_count, programs)
+    share = min(SM_MAX_SHARE * gpu.dram_bytes_per_s / gpu.sm_count, gpu.dram_bytes_per_s / active)
+    # narrow accesses: 32-byte sectors wasted below one sector per row, and scalar instructions below 16 B
+    sector = min(1.0, bc * nbytes / 32)
+    vector = 1.0 if per_thread * nbytes >= 16 else 0.9
+    per_sm_programs = programs / active
+    t_bandwidth = per_sm_programs * program_bytes / (share * sector * vector)
+    chain = iters * passes * DRAM_LATENCY_S + PROGRAM_FIXED_S + _REDUCTIONS[kind] * REDUCTION_STEP_S * math.log2(
+        max(w, 1) * 2) * (iters * passes if kind == "softmax" and iters > 1 else 1)
+    t_latency = math.ceil(math.ceil(per_sm_programs) / max(c, 1)) * chain
+    # instruction issue: every launched lane (masked ones too) costs ~ops instructions; a scheduler
+    # needs ~4 resident warps to hide ALU / MUFU latency
+    calls = {c.split(".")[-1] for kn in space.kernels for c in kn.tl_calls}
+    ops = _BASE_OPS[kind] + TRANSCENDENTAL_OPS * len(calls & _TRANSCENDENTAL)
+    lanes = covered * (passes if kind in ("softmax", "norm") else 1)
+    warps_per_scheduler = min(c * w, gpu.max_threads_per_sm // 32) / 4
+    issue_rate = 4 * 32 * (gpu.sm_clock_mhz or 1500) * 1e6 * min(1.0, warps_per_scheduler / 4)
+    t_issue = lanes / active * ops / issue_rate
+    # smooth max: near the boundary neither bandwidth, latency nor issue is fully hidden behind the others
+    t_sm = sum(t ** OVERLAP_P for t in (t_bandwidth, t_latency, t_issue)) ** (1 / OVERLAP_P) * (1 + 0.1 * est.tail_waste)
+    w_exact = est.waves
+    if w_exact > 1:
+        t_sm *= 1 + 0.3 * (math.ceil(w_exact) - w_exact) / math.ceil(w_exact)
+    est.predicted_ms = (t_sm + LAUNCH_OVERHEAD_S) * 1e3
+    if t_latency > t_bandwidth:
+        est.notes.append(f"latency-bound: {math.ceil(per_sm_programs)} programs per SM, {c} resident, "
+                         f"{iters * passes} dependent loads each")
+    if programs < gpu.sm_count:
+        est.notes.append(f"only {programs} programs for {gpu.sm_count} SMs")
+    return fired
+
+
+def estimate(values: dict[str, int], space: CandidateSpace, *, gpu: GpuSpec, dims: dict[str, int], kind: str,
+             dtype: str = "float32") -> ConfigEstimate:
+    """Feasibility and predicted time of one config (`dims` canonical, see dims.normalize_dims)."""
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}")
+    knobs = _resolve(values, space)
+    est = ConfigEstimate(config=TilingConfig(values=dict(values)), feasible=True)
+    fired = _common_rules(knobs, space, values, gpu, dims)
+    if kind == "gemm":
+        fired += _gemm(values, knobs, space, gpu, dims, dtype, est)
+    else:
+        fired += _stream(values, knobs, space, gpu, dims, dtype, kind, est)
+    if fired:
+        est.feasible = False
+        est.predicted_ms = None
+        est.rules = [rule for rule, _ in fired]
+        est.reasons = [reason for _, reason in fired]
+    return est
+
+
+def _no_effect_duplicates(configs: list[dict[str, int]], space: CandidateSpace, kind: str) -> dict[int, str]:
+    """Configs that differ from a kept one only in num_stages when nothing is pipelined."""
+    if kind == "gemm" or any(k.has_loop for k in space.kernels):
+        return {}
+    stage_params = [p for p in space.params if p.role == "stages" and len(p.choices) > 1]
+    out: dict[int, str] = {}
+    for param in stage_params:
+        keep = param.current if param.current in param.choices else min(param.choices)
+        for i, config in enumerate(configs):
+            if config.get(param.name, keep) != keep:
+                out[i] = (f"{param.name}={config[param.name]} has no effect without a loop to pipeline "
+                          f"(same kernel as {param.name}={keep})")
+    return out
+
+
+def estimate_all(configs: list[dict[str, int]], space: CandidateSpace, *, gpu: GpuSpec, dims: dict[str, int],
+                 kind: str, dtype: str = "float32") -> list[ConfigEstimate]:
+    """Estimates for every config, ranked: feasible by predicted time first, then the pruned."""
+    duplicates = _no_effect_duplicates(configs, space, kind)
+    estimates = []
+    for i, config in enumerate(configs):
+        est = estimate(config, space, gpu=gpu, dims=dims, kind=kind, dtype=dtype)
+        if i in duplicates and est.feasible:
+            est.feasible, est.predicted_ms = False, None
+            est.rules.append("no_effect")
+            est.reasons.append(duplicates[i])
+        estimates.append(est)
+    current = {p.name: p.current for p in space.params}
+
+    def changed(e: ConfigEstimate) -> int:  # ties go to the config closest to the source as written
+        return sum(1 for name, value in e.config.values.items() if current.get(name) != value)
+
+    feasible = sorted((e for e in estimates if e.feasible), key=lambda e: (round(e.predicted_ms, 9), changed(e)))
+    if feasible:
+        best = feasible[0].predicted_ms
+        for e in feasible:
+            e.score = best / e.predicted_ms
+    return feasible + [e for e in estimates if not e.feasible]
+
+
+def param_by_role(space: CandidateSpace, role: str) -> TunableParam | None:
+    return next((p for p in space.params if p.role == role), None)
+
+
+def infer_kind(space: CandidateSpace) -> str:
+    """Best guess of the kernel kind from the tl.* calls of its kernels (the caller's hint wins)."""
+    calls = {c for k in space.kernels for c in k.tl_calls}
+    if any(k.uses_dot for k in space.kernels):
+        return "gemm"
+    if "exp" in calls and "max" in calls and "sum" in calls:
+        return "softmax"
+    if {"rsqrt", "sqrt"} & calls and "sum" in calls:
+        return "norm"
+    if {"sum", "max", "min", "reduce", "argmax", "argmin", "cumsum"} & calls:
+        return "reduction"
+    return "elementwise"

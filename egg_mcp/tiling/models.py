@@ -1,0 +1,142 @@
+"""Pydantic models of the tiling search: what crosses from the space reader to the cost model, the
+measuring worker and the client."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from egg_mcp.evaluation.api import KernelInfo
+
+ParamRole = Literal["block", "warps", "stages", "group", "split", "other"]
+ParamSource = Literal["module_constant", "tuning_space", "autotune", "launch_keyword", "constexpr", "inferred"]
+KernelKind = Literal["gemm", "reduction", "elementwise", "softmax", "norm"]
+KERNEL_KINDS: tuple[str, ...] = ("gemm", "reduction", "elementwise", "softmax", "norm")
+
+
+class TunableParam(BaseModel):
+    """One knob of the candidate, where it lives in the source and which values are worth trying."""
+
+    name: str
+    role: ParamRole
+    current: int | None = Field(None, description="value in the source now (None: not set in the source)")
+    choices: list[int] = Field(default_factory=list, description="values the search may try")
+    sources: list[ParamSource] = Field(default_factory=list, description="where the parameter was found")
+    choices_from: Literal["declared", "autotune", "inferred", "current"] = "current"
+    axis: str | None = Field(None, description="problem dimension this block tiles (e.g. 'M', 'n_cols')")
+    applicable: bool = Field(True, description="apply_config can rewrite it in the source")
+    kernels: list[str] = Field(default_factory=list, description="kernels taking it as a tl.constexpr")
+    line: int | None = None
+    note: str = ""
+
+
+class KernelFacts(BaseModel):
+    """Structure of one @triton.jit kernel that the cost model needs."""
+
+    name: str
+    constexprs: list[str] = Field(default_factory=list)
+    has_loop: bool = False
+    uses_dot: bool = False
+    ieee_dot: bool = Field(False, description="tl.dot(..., input_precision='ieee'): no TF32 for fp32 inputs")
+    tl_calls: list[str] = Field(default_factory=list, description="tl.* functions it calls")
+    autotuned: bool = False
+    line: int | None = None
+
+
+class CandidateSpace(BaseModel):
+    """Everything `space.extract_space` read from a candidate source (never executed)."""
+
+    params: list[TunableParam]
+    kernels: list[KernelFacts]
+    derived: dict[str, str] = Field(
+        default_factory=dict, description="constexprs set at launch from an expression: name -> expression"
+    )
+    warnings: list[str] = Field(default_factory=list)
+
+    def param(self, name: str) -> TunableParam | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+class TilingConfig(BaseModel):
+    """One point of the space: parameter name -> value."""
+
+    values: dict[str, int]
+
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.values.items())
+
+
+class ConfigEstimate(BaseModel):
+    """The analytic verdict on one config."""
+
+    config: TilingConfig
+    feasible: bool
+    rules: list[str] = Field(default_factory=list, description="ids of the pruning rules that fired")
+    reasons: list[str] = Field(default_factory=list, description="each fired rule, in words")
+    predicted_ms: float | None = None
+    score: float = Field(0.0, description="best predicted time / this predicted time (1.0 = best)")
+    smem_bytes: int = 0
+    regs_per_thread: int = 0
+    ctas_per_sm: int = 0
+    occupancy: float = Field(0.0, description="resident warps / max warps per SM")
+    grid: list[int] = Field(default_factory=list)
+    waves: float = 0.0
+    tail_waste: float = Field(0.0, description="fraction of launched lanes masked off")
+    intensity: float = Field(0.0, description="FLOP per byte loaded, per tile")
+    notes: list[str] = Field(default_factory=list)
+
+
+class MeasuredConfig(BaseModel):
+    """One config compiled, checked and timed on the GPU (or the CPU interpreter)."""
+
+    config: TilingConfig
+    median_ms: float | None = None
+    correct: bool | None = None
+    error_kind: Literal["compile_error", "out_of_resources", "incorrect", "runtime_error", "timeout"] | None = None
+    error: str | None = None
+    max_abs_error: float | None = None
+    kernels: list[KernelInfo] = Field(default_factory=list)
+    timing_method: str | None = None
+
+
+class PrunedGroup(BaseModel):
+    rule: str
+    count: int
+    example: str
+
+
+class RankedConfig(BaseModel):
+    rank: int
+    config: TilingConfig
+    predicted_ms: float | None
+    measured_ms: float | None = None
+    correct: bool | None = None
+    error: str | None = None
+    smem_bytes: int = 0
+    regs_per_thread: int = 0
+    waves: float = 0.0
+    notes: list[str] = Field(default_factory=list)
+
+
+class TilingProposal(BaseModel):
+    kind: str
+    dims: dict[str, int]
+    gpu: str
+    dtype: str
+    parameters: list[TunableParam]
+    space_size: int = Field(description="size of the full cartesian space")
+    enumerated: int
+    truncated: bool = False
+    feasible_count: int
+    pruned_count: int
+    pruned: list[PrunedGroup] = Field(default_factory=list)
+    ranked: list[RankedConfig] = Field(default_factory=list)
+    recommended: TilingConfig | None = None
+    recommended_source: str | None = Field(None, description="the candidate with the recommended config applied")
+    recommended_reason: str = ""
+    measured: bool = False
+    note: str = ""
+    trials_used: int = 0
+    wall_s: float = 0.0
+    warnings: list[str] = Field(default_factory=list)

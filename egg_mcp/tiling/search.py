@@ -1,0 +1,196 @@
+"""propose_tiling: enumerate a candidate's tile configurations, prune and rank them analytically,
+then measure just enough of them on the GPU to be sure of the recommendation."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections import Counter
+from typing import Any
+
+from egg_mcp.evaluation.api import EvalOptions
+from egg_mcp.hardware import GpuSpec
+from egg_mcp.tiling.dims import check_kind, normalize_dims
+from egg_mcp.tiling.model import estimate_all, infer_kind
+from egg_mcp.tiling.models import (
+    ConfigEstimate,
+    MeasuredConfig,
+    PrunedGroup,
+    RankedConfig,
+    TilingConfig,
+    TilingProposal,
+)
+from egg_mcp.tiling.plan import config_key
+from egg_mcp.tiling.space import DEFAULT_MAX_CONFIGS, apply_config, enumerate_configs, extract_space
+
+MEASURE_TARGET = "egg_mcp.tiling.measure:measure_configs"
+TABLE_ROWS = 24  # unmeasured rows shown after the measured ones
+RANKED_SENT = 4096  # ranked configs handed to the worker (it walks only near the top)
+JOB_STARTUP_S = 30.0  # worker start + torch import, beyond the measuring budget
+
+
+async def _report(progress, done: float, total: float | None, message: str) -> None:
+    if progress is None:
+        return
+    outcome = progress(done, total, message)
+    if inspect.isawaitable(outcome):
+        await outcome
+
+
+def _pruned_groups(estimates: list[ConfigEstimate]) -> list[PrunedGroup]:
+    counts: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    for est in estimates:
+        if est.feasible:
+            continue
+        for rule, reason in zip(est.rules, est.reasons):
+            counts[rule] += 1
+            example.setdefault(rule, reason)
+    return [PrunedGroup(rule=rule, count=n, example=example[rule]) for rule, n in counts.most_common()]
+
+
+def _row(rank: int, est: ConfigEstimate | None, config: dict[str, int], measured: MeasuredConfig | None) -> RankedConfig:
+    row = RankedConfig(rank=rank, config=TilingConfig(values=config),
+                       predicted_ms=est.predicted_ms if est else None)
+    if est is not None:
+        row.smem_bytes, row.regs_per_thread, row.waves, row.notes = (
+            est.smem_bytes, est.regs_per_thread, round(est.waves, 3), list(est.notes))
+    if measured is not None:
+        row.measured_ms, row.correct, row.error = measured.median_ms, measured.correct, measured.error
+        spills = [k.spills for k in measured.kernels if k.spills]
+        if spills:
+            row.notes.append(f"compiler: {max(spills)} bytes spilled")
+    return row
+
+
+async def propose_tiling(
+    evaluator: Any,
+    *,
+    reference_source: str,
+    candidate_source: str,
+    options: EvalOptions,
+    gpu: GpuSpec,
+    dims: dict[str, int],
+    kind: str | None = None,
+    max_trials: int = 8,
+    time_budget_s: float = 120.0,
+    measure: bool = True,
+    progress=None,
+    max_configs: int = DEFAULT_MAX_CONFIGS,
+) -> TilingProposal:
+    """Hardware-aware search of the candidate's tile configurations.
+
+    `dims`: problem dimensions (GEMM: M, N, K; softmax / norm / reduction: n_rows, n_cols with
+    n_cols reduced; elementwise: n or n_rows, n_cols) for the sizes being tuned — those of
+    `options.size_overrides` when given. `kind` picks the cost model (inferred from the kernels'
+    tl.* calls when None). With `measure` and a GPU, up to `max_trials` configs are compiled,
+    checked on one input and timed in one GPU job; otherwise the ranking is analytic only.
+    """
+    started = time.perf_counter()
+    if max_trials < 0:
+        raise ValueError("max_trials must be >= 0")
+    first_look = extract_space(candidate_source)
+    kind = check_kind(kind) if kind is not None else infer_kind(first_look)
+    canonical = normalize_dims(kind, dict(dims))
+    space = extract_space(candidate_source, kind=kind, dims=canonical)
+    tunable = [p for p in space.params if p.applicable and len(p.choices) > 1]
+    if not tunable:
+        raise ValueError(
+            "no tunable parameters found in the candidate: declare module-level constants used at the launch "
+            "(BLOCK_M = 128, NUM_WARPS = 4, NUM_STAGES = 3, ...) or a TUNING_SPACE = {'BLOCK_M': [64, 128], ...} dict"
+        )
+    configs, total, truncated = enumerate_configs(space, max_configs=max_configs)
+    estimates = estimate_all(configs, space, gpu=gpu, dims=canonical, kind=kind, dtype=options.dtype)
+    feasible = [e for e in estimates if e.feasible]
+    warnings = list(space.warnings)
+    if truncated:
+        warnings.append(f"space of {total} configs sampled down to {len(configs)} (seeded, uniform)")
+    proposal = TilingProposal(
+        kind=kind, dims=canonical, gpu=gpu.name, dtype=options.dtype, parameters=space.params, space_size=total,
+        enumerated=len(configs), truncated=truncated, feasible_count=len(feasible),
+        pruned_count=len(estimates) - len(feasible), pruned=_pruned_groups(estimates), warnings=warnings,
+    )
+    by_key = {config_key(e.config.values): e for e in estimates}
+
+    measured: list[MeasuredConfig] = []
+    if not feasible:
+        proposal.note = "every config was pruned; see `pruned` for the reasons"
+    elif not measure or max_trials == 0:
+        proposal.note = "unmeasured: measurement not requested (analytic ranking only)"
+    elif not evaluator.has_gpu():
+        proposal.note = "unmeasured: no GPU (analytic ranking only)"
+    else:
+        measured = await _measure(evaluator, proposal, feasible, space, reference_source, candidate_source,
+                                  options, max_trials, time_budget_s - (time.perf_counter() - started), progress)
+
+    ranked: list[RankedConfig] = []
+    seen: set[tuple] = set()
+    ordered = sorted(measured, key=lambda m: (not m.correct, m.median_ms if m.median_ms is not None else float("inf")))
+    for m in ordered:
+        seen.add(config_key(m.config.values))
+        ranked.append(_row(len(ranked) + 1, by_key.get(config_key(m.config.values)), m.config.values, m))
+    for est in feasible:
+        if len(ranked) >= len(measured) + TABLE_ROWS:
+            break
+        if config_key(est.config.values) not in seen:
+            ranked.append(_row(len(ranked) + 1, est, est.config.values, None))
+    proposal.ranked = ranked
+    proposal.trials_used = len(measured)
+    proposal.measured = bool(measured)
+
+    correct = [m for m in ordered if m.correct and m.median_ms is not None]
+    if correct:
+        best = correct[0]
+        proposal.recommended = best.config
+        predicted_rank = next((i + 1 for i, e in enumerate(feasible)
+                               if config_key(e.config.values) == config_key(best.config.values)), None)
+        proposal.recommended_reason = (f"fastest of {len(measured)} measured configs ({best.median_ms:.4f} ms, "
+                                       f"predicted rank {predicted_rank})")
+    elif measured:
+        proposal.recommended_reason = ("no measured config was correct: fix the candidate first (see the errors in "
+                                       "`ranked`) before tuning it")
+    elif feasible:
+        proposal.recommended = feasible[0].config
+        proposal.recommended_reason = "best predicted by the analytic model (not measured)"
+    if proposal.recommended is not None:
+        proposal.recommended_source = apply_config(candidate_source, proposal.recommended.values)
+    proposal.wall_s = time.perf_counter() - started
+    return proposal
+
+
+async def _measure(evaluator, proposal: TilingProposal, feasible: list[ConfigEstimate], space, reference_source: str,
+                   candidate_source: str, options: EvalOptions, max_trials: int, budget_s: float,
+                   progress) -> list[MeasuredConfig]:
+    choices = {p.name: list(p.choices) for p in space.params if p.applicable}
+    payload = {
+        "reference_source": reference_source,
+        "adaptive": {
+            "candidate_source": candidate_source,
+            "ranked": [[e.config.values, e.predicted_ms] for e in feasible[:RANKED_SENT]],
+            "choices": choices,
+            "max_trials": min(max_trials, len(feasible)),
+        },
+        "dtype": options.dtype,
+        "size_overrides": dict(options.size_overrides),
+        "atol": options.tolerance.atol,
+        "rtol": options.tolerance.rtol,
+        "device": "cuda",
+        "time_budget_s": max(5.0, budget_s - JOB_STARTUP_S),
+    }
+    total = min(max_trials, len(feasible))
+    await _report(progress, 0, total, f"compiling and timing up to {total} of {len(feasible)} feasible configs on the GPU")
+    outcome = await evaluator.run_job(MEASURE_TARGET, payload, timeout_s=max(10.0, budget_s), uses_gpu=True)
+    if not outcome.ok or not outcome.result:
+        reason = outcome.error.message if outcome.error else ("timed out" if outcome.timed_out else "no result")
+        proposal.note = f"unmeasured: the measuring job failed ({reason}); analytic ranking only"
+        proposal.warnings.append(f"measure job: {reason}")
+        await _report(progress, total, total, "measurement failed; analytic ranking only")
+        return []
+    result = outcome.result
+    measured = [MeasuredConfig.model_validate(r) for r in result.get("results", [])]
+    proposal.warnings += list(result.get("notes", []))
+    ok = sum(1 for m in measured if m.correct)
+    proposal.note = (f"measured {len(measured)} configs on {result.get('device', 'the GPU')} "
+                     f"({ok} correct; compile: {result.get('compile_mode')}, {result.get('compile_wall_s', 0):.1f} s)")
+    await _report(progress, len(measured), total, f"measured {len(measured)} configs, {ok} correct")
+    return measured

@@ -1,0 +1,31 @@
+"""Exploit: computes in place into the input and returns it (no output allocation).
+
+expect: integrity_violation output_alias
+"""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr):
+    """x_ptr, y_ptr: [n_rows, n_cols]; one program per row."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=-float("inf"))
+    x = x - tl.max(x, axis=0)
+    num = tl.exp(x)
+    tl.store(y_ptr + row * y_stride + cols, num / tl.sum(num, axis=0), mask=mask)
+
+
+def triton_softmax(x, y=None):
+    y = torch.empty_like(x) if y is None else y
+    softmax_kernel[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0), BLOCK=triton.next_power_of_2(x.shape[1]))
+    return y
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return triton_softmax(x, x)

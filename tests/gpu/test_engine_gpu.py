@@ -1,0 +1,171 @@
+"""The evaluation engine on a real GPU (H200): faults, GPU-only exploits, timing quality.
+
+Run: python -m pytest tests/gpu/test_engine_gpu.py -q -m gpu
+Every evaluation runs in its own worker process; the module shares one evaluator with a warm pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+from egg_mcp.evaluation.api import EvalOptions  # noqa: E402
+from egg_mcp.evaluation.engine import WorkerEvaluator  # noqa: E402
+from egg_mcp.problems.builtin import builtin_source  # noqa: E402
+
+ADVERSARIAL = Path(__file__).parent.parent / "adversarial"
+CORRECT = (ADVERSARIAL / "correct_row_softmax.py").read_text()
+MID = {"batch_size": 1024, "dim": 1000}
+KERNEL_END = "    return y\n"
+
+
+def with_kernel(body: str) -> str:
+    """The correct candidate plus an extra kernel and a ModelNew that uses it (replaces the original)."""
+    head = CORRECT.split("class ModelNew")[0]
+    return head + body
+
+
+FAULTS = {
+    "illegal_address": with_kernel('''
+@triton.jit
+def oob_kernel(y_ptr):
+    tl.store(y_ptr + 1_000_000_000_000, 1.0)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        oob_kernel[(1,)](y)
+        return y
+'''),
+    "device_assert": with_kernel('''
+@triton.jit(debug=True)
+def assert_kernel(x_ptr, n):
+    i = tl.program_id(0)
+    v = tl.load(x_ptr + i)
+    tl.device_assert(v > 1e30, "value too small")
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        assert_kernel[(x.shape[0],)](x, x.numel())
+        return triton_softmax(x)
+'''),
+    "endless_kernel": with_kernel('''
+@triton.jit
+def spin_kernel(x_ptr, y_ptr):
+    v = tl.load(x_ptr)
+    v = tl.abs(v) + 1.0
+    while v > 0.0:
+        v = v * 1.0000001 + 1.0
+    tl.store(y_ptr, v)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = triton_softmax(x)
+        spin_kernel[(1,)](x, y)
+        return y
+'''),
+    "gpu_oom": with_kernel('''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        hog = torch.empty(1 << 40, dtype=torch.uint8, device=x.device)
+        return triton_softmax(x)
+'''),
+}
+RUN_TIMEOUT_S = 20.0
+
+
+@pytest.fixture(scope="module")
+def evaluator_results(tmp_path_factory):
+    async def run_all():
+        ev = WorkerEvaluator(scratch_dir=tmp_path_factory.mktemp("gpu"), spare_workers=2)
+        await ev.start_pool()
+        out = {}
+        try:
+            opts = EvalOptions(size_overrides=MID, run_timeout_s=RUN_TIMEOUT_S)
+            ref = builtin_source("softmax")
+            for name, src in FAULTS.items():
+                start = time.monotonic()
+                out[name] = (await ev.evaluate(ref, src, opts), time.monotonic() - start)
+                out[name + "_next"] = (await ev.evaluate(ref, CORRECT, opts.model_copy(update={"timing": False})), 0)
+            for path in sorted(ADVERSARIAL.glob("*.py")):
+                out["adv_" + path.stem] = (await ev.evaluate(ref, path.read_text(), opts), 0)
+            out["full_size"] = (await ev.evaluate(ref, CORRECT, EvalOptions(timing_trials=100)), 0)
+            probe = await ev.run_job(
+                "egg_mcp.evaluation.jobs:timing_probe",
+                {"problem": "softmax", "sizes": [{"batch_size": 64, "dim": 256}, {"batch_size": 1024, "dim": 1024},
+                                                  {"batch_size": 4096, "dim": 8192},
+                                                  {"batch_size": 32768, "dim": 8192}]},
+                timeout_s=240, uses_gpu=True)
+            out["probe"] = (probe, 0)
+            baselines = await ev.baselines(ref, EvalOptions(size_overrides=MID))
+            out["baselines"] = (baselines, 0)
+        finally:
+            await ev.aclose()
+        return out
+
+    return asyncio.run(run_all())
+
+
+@pytest.mark.parametrize("fault,verdict", [("illegal_address", "runtime_error"), ("device_assert", "runtime_error"),
+                                           ("endless_kernel", "timeout"), ("gpu_oom", "oom")])
+def test_gpu_fault_gets_named_verdict_and_next_evaluation_is_correct(evaluator_results, fault, verdict):
+    result, wall = evaluator_results[fault]
+    assert result.verdict == verdict, (result.summary, result.error, result.stderr_tail[-2000:])
+    if fault == "endless_kernel":
+        assert wall < RUN_TIMEOUT_S + 60
+    after, _ = evaluator_results[fault + "_next"]
+    assert after.verdict == "correct", after.summary
+
+
+def test_adversarial_candidates_on_gpu(evaluator_results):
+    wrong = {}
+    for key, (result, _) in evaluator_results.items():
+        if not key.startswith("adv_"):
+            continue
+        text = (ADVERSARIAL / f"{key[4:]}.py").read_text()
+        verdict, check = re.search(r"^expect: (\w+)(?: (\w+))?$", text, re.M).groups()
+        checks = {f.check for f in result.integrity if f.severity == "violation"}
+        if result.verdict != verdict or (check and check not in checks):
+            wrong[key] = (result.verdict, sorted(checks), result.summary)
+    assert not wrong, wrong
+
+
+def test_correct_candidate_at_full_size_is_timed(evaluator_results):
+    result, _ = evaluator_results["full_size"]
+    assert result.verdict == "correct", result.summary
+    assert result.timing is not None and result.timing.median_ms > 0
+    assert result.reference_timing is not None and result.speedup
+    assert result.env.device and result.env.driver and not result.env.interpreter
+    assert result.kernels[0].num_warps and result.kernels[0].registers is not None
+
+
+def test_timing_aa_ratio_and_cv(evaluator_results):
+    probe, _ = evaluator_results["probe"]
+    assert probe.ok, probe.error
+    for row in probe.result["rows"]:
+        a = row["a"]
+        assert 0.99 <= row["aa_ratio"] <= 1.01, row
+        if a["median_ms"] >= 0.05:
+            assert a["cv"] <= 0.005, row
+        elif a["median_ms"] < 0.01:
+            assert a["cv"] <= 0.015, row
+
+
+def test_baselines_eager_and_compiled(evaluator_results):
+    baselines, _ = evaluator_results["baselines"]
+    assert baselines.eager is not None and baselines.eager.median_ms > 0
+    assert baselines.compiled is not None or baselines.compile_error

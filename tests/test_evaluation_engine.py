@@ -1,0 +1,120 @@
+"""The worker machinery: run_job, refusal, timeouts, FIFO GPU queue, the spare pool, log capture."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import pytest
+
+from egg_mcp.evaluation.engine import LogCapture, WorkerEvaluator
+
+
+def run(coro_fn, tmp_path, **kwargs):
+    async def main():
+        evaluator = WorkerEvaluator(scratch_dir=tmp_path, force_interpreter=True, **kwargs)
+        try:
+            return await coro_fn(evaluator)
+        finally:
+            await evaluator.aclose()
+
+    return asyncio.run(main())
+
+
+def test_run_job_returns_the_function_result_from_another_process(tmp_path):
+    import os
+
+    outcome = run(lambda ev: ev.run_job("egg_mcp.evaluation.jobs:echo", {"a": 1}, timeout_s=30, uses_gpu=False),
+                  tmp_path, spare_workers=0)
+    assert outcome.ok and outcome.result["payload"] == {"a": 1}
+    assert outcome.result["pid"] != os.getpid()
+    assert outcome.result["cwd"].startswith(str(tmp_path))
+
+
+@pytest.mark.parametrize("target", ["os:system", "egg_mcp.evaluation.jobs", "subprocess:run", "egg_mcp..x:y"])
+def test_run_job_refuses_targets_outside_the_package(tmp_path, target):
+    with pytest.raises(ValueError, match="refused"):
+        run(lambda ev: ev.run_job(target, {}, timeout_s=5, uses_gpu=False), tmp_path, spare_workers=0)
+
+
+def test_failing_job_reports_the_exception(tmp_path):
+    outcome = run(lambda ev: ev.run_job("egg_mcp.evaluation.jobs:fail", {"message": "nope"}, timeout_s=30,
+                                        uses_gpu=False), tmp_path, spare_workers=0)
+    assert not outcome.ok and outcome.error.kind == "RuntimeError" and outcome.error.message == "nope"
+
+
+def test_job_timeout_kills_the_worker_within_a_margin(tmp_path):
+    start = time.monotonic()
+    outcome = run(lambda ev: ev.run_job("egg_mcp.evaluation.jobs:echo", {"sleep_s": 60}, timeout_s=1.0,
+                                        uses_gpu=False), tmp_path, spare_workers=0)
+    assert outcome.timed_out and not outcome.ok and outcome.error.kind == "timeout"
+    assert time.monotonic() - start < 15
+
+
+def test_gpu_jobs_run_one_at_a_time_in_submission_order(tmp_path):
+    async def submit(ev):
+        jobs = [ev.run_job("egg_mcp.evaluation.jobs:echo", {"i": i, "sleep_s": 0.3}, timeout_s=60, uses_gpu=True)
+                for i in range(4)]
+        return await asyncio.gather(*jobs)
+
+    outcomes = run(submit, tmp_path, spare_workers=1)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    spans = sorted((o.result["start"], o.result["end"], o.result["payload"]["i"]) for o in outcomes)
+    assert [i for _, _, i in spans] == [0, 1, 2, 3]
+    for (_, end, _), (start, _, _) in zip(spans, spans[1:]):
+        assert start >= end  # no overlap
+    assert len({o.result["pid"] for o in outcomes}) == 4  # every worker used once
+
+
+def test_other_calls_are_answered_while_gpu_jobs_queue(tmp_path):
+    async def scenario(ev):
+        gpu = [asyncio.create_task(ev.run_job("egg_mcp.evaluation.jobs:echo", {"sleep_s": 1.0}, timeout_s=60,
+                                              uses_gpu=True)) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        start = time.monotonic()
+        plain = await ev.run_job("egg_mcp.evaluation.jobs:echo", {}, timeout_s=30, uses_gpu=False)
+        answered = time.monotonic() - start
+        await asyncio.gather(*gpu)
+        return plain, answered, all(not t.done() for t in gpu)
+
+    plain, answered, _ = run(scenario, tmp_path, spare_workers=0)
+    assert plain.ok
+    assert answered < 1.8  # did not wait for both queued 1 s GPU jobs
+
+
+def test_spare_workers_are_prestarted_and_used_once(tmp_path):
+    async def scenario(ev):
+        await ev.start_pool()
+        await asyncio.sleep(0)
+        first = await ev.run_job("egg_mcp.evaluation.jobs:environment", {}, timeout_s=60, uses_gpu=True)
+        second = await ev.run_job("egg_mcp.evaluation.jobs:environment", {}, timeout_s=60, uses_gpu=True)
+        return first, second
+
+    first, second = run(scenario, tmp_path, spare_workers=1)
+    assert first.ok and second.ok
+    assert first.result["triton_interpret"] == "1"
+    assert first.result["cwd"] != second.result["cwd"]
+    assert first.result["triton_cache_dir"] != second.result["triton_cache_dir"]
+
+
+def test_wrapper_argv_prefixes_the_worker_command(tmp_path):
+    wrapper = [sys.executable, "-c", "import os, sys; os.execvp(sys.argv[1], sys.argv[1:])"]
+    outcome = run(lambda ev: ev.run_job("egg_mcp.evaluation.jobs:echo", {"w": 1}, timeout_s=30, uses_gpu=False,
+                                        wrapper_argv=wrapper), tmp_path, spare_workers=1)
+    assert outcome.ok and outcome.result["payload"] == {"w": 1}
+
+
+def test_log_capture_keeps_head_and_tail():
+    capture = LogCapture(limit=10)
+    for chunk in (b"abc", b"defgh", b"x" * 1000, b"12345"):
+        capture.add(chunk)
+    text = capture.text()
+    assert text.startswith("abcde\n") and text.endswith("\n12345")
+    assert f"[{1013 - 10} bytes omitted]" in text
+
+
+def test_has_gpu_is_false_when_forced_to_the_interpreter(tmp_path):
+    assert WorkerEvaluator(scratch_dir=tmp_path, force_interpreter=True).has_gpu() is False
+    with pytest.raises(ValueError, match="no usable CUDA GPU"):
+        WorkerEvaluator(scratch_dir=tmp_path, force_interpreter=True).evaluation_mode("cuda")
