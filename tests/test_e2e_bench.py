@@ -134,6 +134,7 @@ class FakeEvaluator:
     def __init__(self, gpu: bool = True):
         self.gpu = gpu
         self.evaluated: list[str] = []
+        self.baseline_calls = 0
 
     def has_gpu(self) -> bool:
         return self.gpu
@@ -147,6 +148,7 @@ class FakeEvaluator:
                           timing_unavailable_reason=None if timing else "fake: no timing")
 
     async def baselines(self, reference_source, options, progress=None):
+        self.baseline_calls += 1
         return BaselineResult(eager=TimingStats(median_ms=4.0), compiled=TimingStats(median_ms=2.0))
 
 
@@ -170,6 +172,7 @@ def test_run_bench_resumes_and_writes_outputs(tmp_path):
     fake = FakeEvaluator()
     s = bench.run_bench(probs, sols, out, config=config, evaluator=fake, show_progress=False)
     assert len(fake.evaluated) == 3
+    assert fake.baseline_calls == 1  # every fake problem has the same reference: its baselines are measured once
     by = {x.key: x for x in s.results}
     assert by["1_fast"].speedup_vs_eager == pytest.approx(4.0) and by["1_fast"].speedup_vs_compile == pytest.approx(2.0)
     assert by["2_slow"].speedup_vs_eager == pytest.approx(0.5)
@@ -188,7 +191,7 @@ def test_run_bench_resumes_and_writes_outputs(tmp_path):
     (sols / "2_slow.py").write_text("# fake: correct 2.0\nclass ModelNew: pass\n")
     third = FakeEvaluator()
     s3 = bench.run_bench(probs, sols, out, config=config, evaluator=third, show_progress=False)
-    assert len(third.evaluated) == 1
+    assert len(third.evaluated) == 1 and third.baseline_calls == 0  # reused from the results of the first run
     assert {x.key: x for x in s3.results}["2_slow"].speedup_vs_eager == pytest.approx(2.0)
 
 

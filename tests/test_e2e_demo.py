@@ -193,3 +193,19 @@ def test_demo_end_to_end_on_the_cpu_interpreter(tmp_path):
     status = json.loads(out.read_text())["status"]
     assert [h["stage"] for h in status["history"]] == [s.stage for s in report.stages]
     assert render_table(report) in proc.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(400)
+def test_demo_on_the_gpu_reports_real_times(tmp_path):
+    out = tmp_path / "demo.json"
+    proc = subprocess.run([sys.executable, "-m", "egg_mcp", "demo", "--workspace", str(tmp_path / "ws"), "--json",
+                           str(out)], cwd=REPO, capture_output=True, text=True, timeout=390)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    report = DemoReport.model_validate_json(out.read_text())
+    assert report.timing_available and report.eager_ms and report.final_stage == "DONE"
+    assert all(s.time_ms and s.speedup_vs_eager for s in report.stages)
+    times = [s.time_ms for s in report.stages[1:]]
+    # the guard and the no-gain rule: no committed stage is slower than the one before it beyond noise
+    assert all(b <= a * 1.05 for a, b in zip([report.stages[0].time_ms] + times, times))
+    assert (tmp_path / "demo_stages.png").exists() or "matplotlib" in proc.stderr

@@ -131,6 +131,7 @@ class ProblemResult(BaseModel):
     timing_unavailable_reason: str | None = None
     integrity: list[str] = Field(default_factory=list)
     fingerprint: str = Field("", description="hash of problem, solution and mode: a change re-runs the problem")
+    problem_sha: str = Field("", description="hash of the problem source (baselines are reused across solutions)")
     mode: str = Field("", description="'gpu' or 'interpreter'")
     device: str | None = None
     size_overrides: dict[str, int] = Field(default_factory=dict)
@@ -372,12 +373,28 @@ def eval_options(problem_source: str, *, interpreter: bool) -> tuple[EvalOptions
     return options, notes
 
 
-async def evaluate_item(evaluator: Evaluator, item: BenchItem, *, interpreter: bool) -> ProblemResult:
-    """Evaluate one problem's solution (and, when it is correct and timed, the baselines)."""
+BaselineCache = dict[str, tuple[float | None, float | None, str | None]]
+"""problem sha -> (eager ms, compile ms, compile error): baselines depend on the problem only."""
+
+
+def problem_sha(problem_source: str) -> str:
+    return hashlib.sha256(problem_source.encode()).hexdigest()[:20]
+
+
+def baseline_cache_from(results: Iterable[ProblemResult]) -> BaselineCache:
+    """Baselines measured on the GPU by an earlier run, reusable for an unchanged problem."""
+    return {r.problem_sha: (r.eager_ms, r.compile_ms, None) for r in results
+            if r.problem_sha and r.mode == "gpu" and r.eager_ms is not None}
+
+
+async def evaluate_item(evaluator: Evaluator, item: BenchItem, *, interpreter: bool,
+                        baseline_cache: BaselineCache | None = None) -> ProblemResult:
+    """Evaluate one problem's solution (and, when it is correct and timed, the baselines: once per
+    problem source, through `baseline_cache`)."""
     t0 = time.monotonic()
     problem_source = Path(item.problem_path).read_text()
     mode = "interpreter" if interpreter else "gpu"
-    base = dict(key=item.key, level=item.level, name=item.name, mode=mode)
+    base = dict(key=item.key, level=item.level, name=item.name, mode=mode, problem_sha=problem_sha(problem_source))
     if item.solution_path is None:
         return ProblemResult(**base, verdict="missing", summary="no solution file",
                              fingerprint=fingerprint(problem_source, None, mode))
@@ -388,11 +405,16 @@ async def evaluate_item(evaluator: Evaluator, item: BenchItem, *, interpreter: b
         result = await evaluator.evaluate(problem_source, solution_source, options)
         eager_ms = compile_ms = None
         if result.verdict == "correct" and result.timing is not None:
-            baselines = await evaluator.baselines(problem_source, options)
-            eager_ms = baselines.eager.median_ms if baselines.eager else None
-            compile_ms = baselines.compiled.median_ms if baselines.compiled else None
-            if baselines.compile_error:
-                notes.append(f"torch.compile baseline failed: {baselines.compile_error[:200]}")
+            cache = baseline_cache if baseline_cache is not None else {}
+            psha = problem_sha(problem_source)
+            if psha not in cache:
+                baselines = await evaluator.baselines(problem_source, options)
+                cache[psha] = (baselines.eager.median_ms if baselines.eager else None,
+                               baselines.compiled.median_ms if baselines.compiled else None,
+                               baselines.compile_error or baselines.unavailable_reason)
+            eager_ms, compile_ms, baseline_error = cache[psha]
+            if baseline_error and compile_ms is None:
+                notes.append(f"baseline: {baseline_error[:200]}")
     except Exception as exc:  # the harness failed, not the solution: retried on the next run
         return ProblemResult(**base, verdict="harness_error", summary=f"{type(exc).__name__}: {exc}"[:500],
                              fingerprint=fp, wall_s=round(time.monotonic() - t0, 2))
@@ -450,11 +472,13 @@ class Progress:
 
 
 async def evaluate_items(evaluator: Evaluator, items: Sequence[BenchItem], results_path: Path, *,
-                         interpreter: bool, progress: Progress | None = None) -> list[ProblemResult]:
+                         interpreter: bool, progress: Progress | None = None,
+                         baseline_cache: BaselineCache | None = None) -> list[ProblemResult]:
     """One problem at a time on this evaluator (its GPU jobs are serialised anyway)."""
     out = []
+    cache = baseline_cache if baseline_cache is not None else baseline_cache_from(load_results(results_path.parent).values())
     for item in items:
-        r = await evaluate_item(evaluator, item, interpreter=interpreter)
+        r = await evaluate_item(evaluator, item, interpreter=interpreter, baseline_cache=cache)
         append_result(results_path, r)
         out.append(r)
         if progress:
@@ -527,7 +551,10 @@ def run_bench(problems_dir: Path, solutions_dir: Path, out_dir: Path, *, config:
             if own:
                 await _aclose(evaluator)
 
-    anyio.run(evaluate_all)
+    try:
+        anyio.run(evaluate_all)
+    except KeyboardInterrupt:  # Ctrl-C or `timeout -s INT`: report what finished; a re-run resumes
+        notes.append("interrupted: the summary covers the problems finished so far; run again to resume")
     done = load_results(out_dir)
     results = [done[i.key] for i in items if i.key in done]
     lost = [i.key for i in items if i.key not in done]

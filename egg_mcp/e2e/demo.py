@@ -343,8 +343,12 @@ async def drive(client, problem: str, *, transport: str, log=lambda msg: None) -
         log(f"{step.stage}:")
         extra: list[dict[str, Any]] = []
         if step.profile_committed:
-            p = await d.profile(committed["candidate_id"])
-            extra.append({"metric": "profile", "before": _profile_line(p), "report_id": p["report_id"]})
+            try:
+                p = await d.profile(committed["candidate_id"])
+                extra.append({"metric": "profile", "before": _profile_line(p), "report_id": p["report_id"]})
+            except ToolFailed as exc:  # a profiler failure costs the evidence, not the run
+                report.notes.append(f"{step.stage}: {exc}")
+                log(f"    {exc}")
         committed_source = commit["context"]["committed_source"] or ""
         changes = list(step.changes)
         summary = step.summary
@@ -364,10 +368,17 @@ async def drive(client, problem: str, *, transport: str, log=lambda msg: None) -
                                                        set_constant(source, name, value), f"{step.summary} ({name}={value})"))
         if step.tiling:
             first = _best(verified, d.timing)
+            t = None
             if first is not None:
                 log("  propose_tiling ...")
-                t = await d.call("propose_tiling", task_id=d.task_id, candidate_id=first["candidate_id"], max_trials=8,
-                                 time_budget_s=120.0)
+                try:
+                    t = await d.call("propose_tiling", task_id=d.task_id, candidate_id=first["candidate_id"],
+                                     max_trials=8, time_budget_s=90.0)
+                except ToolFailed as exc:  # keep the stage's own kernel
+                    report.notes.append(f"{step.stage}: {exc}")
+                    log(f"    {exc}")
+                    t = None
+            if first is not None and t is not None:
                 prop = t["proposal"]
                 rec = prop.get("recommended") or {}
                 label = ", ".join(f"{k}={v}" for k, v in (rec.get("values") or {}).items()) or "unchanged"
