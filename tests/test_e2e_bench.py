@@ -252,3 +252,21 @@ def test_bench_fixtures_with_the_engine_on_the_interpreter(tmp_path):
          "--out", str(out), "--workspace", str(tmp_path / "ws"), "--interpreter"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "0 to evaluate" in again.stderr
+
+
+@pytest.mark.slow
+def test_one_worker_process_per_gpu_splits_the_problems(tmp_path, monkeypatch):
+    """The multi-GPU path, run on the CPU: two shard processes (CUDA_VISIBLE_DEVICES=0 and 1) each take
+    every other problem and write their own results file; the parent merges them."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    items, _ = discover(BENCH / "problems", BENCH / "solutions")
+    out = tmp_path / "out"
+    out.mkdir()
+    progress = bench.Progress(len(items), enabled=False)
+    bench._run_sharded(items, out, ServerConfig(workspace=tmp_path / "ws"), 2, progress)
+    assert progress.done == len(items)
+    shard0 = [json.loads(x)["key"] for x in (out / "results.gpu0.jsonl").read_text().splitlines()]
+    shard1 = [json.loads(x)["key"] for x in (out / "results.gpu1.jsonl").read_text().splitlines()]
+    assert shard0 == [i.key for i in items[0::2]] and shard1 == [i.key for i in items[1::2]]
+    merged = bench.load_results(out)
+    assert merged["level1/1_Softmax"].verdict == "correct" and merged["level1/3_RowSum"].verdict == "incorrect"

@@ -335,10 +335,19 @@ def speedup_chart(summary: BenchSummary, path: Path) -> Path | None:
             ax.hlines(g, i - 0.3, i + 0.3, color="#C44E52", linewidth=2)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    everything = [v for vs in per_level.values() for v in vs] + [1.0]
+    lo, hi = min(everything) / 1.3, max(everything) * 1.3
+    ax.set_ylim(lo, hi)
+    ax.set_yticks([t for t in (0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 50, 100) if lo <= t <= hi])
+    ax.set_xlim(-0.6, len(per_level) - 0.4)
     ax.set_xticks(range(len(per_level)))
     ax.set_xticklabels([f"{lv}\n(n={len(v)})" for lv, v in per_level.items()])
     ax.set_ylabel("speedup vs PyTorch eager (log)")
-    ax.set_title("egg-mcp bench: speedup of correct solutions (red: geomean)")
+    ax.set_title("speedup of correct solutions (red: geomean)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

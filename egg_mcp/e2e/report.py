@@ -156,8 +156,8 @@ def stage_time_chart(status: TaskStatus | dict[str, Any], path: Path) -> Path | 
     ax.set_ylabel("time (ms)")
     ax.set_title(f"{st.problem}: time after each committed stage" + (f" ({st.options.gpu_name})" if st.options.gpu_name else ""))
     if st.eager_ms is not None or st.compile_ms is not None:
-        ax.legend(fontsize=8, loc="lower left")
-    ax.set_ylim(0, max(times + [st.eager_ms or 0, st.compile_ms or 0]) * 1.15)
+        ax.legend(fontsize=8, loc="upper right", framealpha=0.9)
+    ax.set_ylim(0, max(times + [st.eager_ms or 0, st.compile_ms or 0]) * 1.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
