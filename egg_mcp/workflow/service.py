@@ -587,16 +587,19 @@ STAGES = STAGE_ORDER
 # -- profile_ncu and propose_tiling: they measure through the same evaluator as verify ------------
 
 async def profile(service: EggService, task_id: str, candidate_id: str, progress: ProgressFn | None = None):
-    from egg_mcp.profiling.runner import profile_candidate
+    from egg_mcp.profiling.runner import ProfileError, profile_candidate
 
     row, stage, _cand, source = service.correct_candidate("profile_ncu", task_id, candidate_id)
     analysis = service._analysis(row) or {}
-    report = await profile_candidate(
-        service.evaluator, reference_source=service._reference(row), candidate_source=source,
-        options=service._eval_options(service._options(row)), stage=stage,
-        gpu=service.gpu if service.timing_available() else None,
-        flops=analysis.get("flops"), min_bytes=analysis.get("min_bytes"), progress=progress,
-    )
+    try:
+        report = await profile_candidate(
+            service.evaluator, reference_source=service._reference(row), candidate_source=source,
+            options=service._eval_options(service._options(row)), stage=stage,
+            gpu=service.gpu if service.timing_available() else None,
+            flops=analysis.get("flops"), min_bytes=analysis.get("min_bytes"), progress=progress,
+        )
+    except (ProfileError, ValueError) as exc:
+        raise WorkflowError(f"profiling failed: {exc}") from None
     report_id = service.save_report(task_id, candidate_id, "profile", report.model_dump(mode="json"))
     return report_id, report, service._brief(row, stage, "profile")
 
@@ -608,12 +611,15 @@ async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_tr
     row, stage, _cand, source = service.correct_candidate("propose_tiling", task_id, candidate_id)
     analysis = service._analysis(row) or {}
     derived_dims, derived_kind = problem_dims(analysis)
-    proposal = await propose_tiling(
-        service.evaluator, reference_source=service._reference(row), candidate_source=source,
-        options=service._eval_options(service._options(row)), gpu=service._gpu_for_roofline(),
-        dims=dims or derived_dims, kind=kind or derived_kind, max_trials=max_trials, time_budget_s=time_budget_s,
-        measure=measure and service.timing_available(), progress=progress,
-    )
+    try:
+        proposal = await propose_tiling(
+            service.evaluator, reference_source=service._reference(row), candidate_source=source,
+            options=service._eval_options(service._options(row)), gpu=service._gpu_for_roofline(),
+            dims=dims or derived_dims, kind=kind or derived_kind, max_trials=max_trials, time_budget_s=time_budget_s,
+            measure=measure and service.timing_available(), progress=progress,
+        )
+    except ValueError as exc:  # no tunables, unknown dims: the client can fix the candidate or pass dims
+        raise WorkflowError(str(exc)) from None
     report_id = service.save_report(task_id, candidate_id, "tiling", proposal.model_dump(mode="json"))
     return report_id, proposal
 
