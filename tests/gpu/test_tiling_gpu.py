@@ -35,7 +35,7 @@ def run_worker(payload: dict, timeout_s: float = 300) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         p_in, p_out = Path(tmp, "in.json"), Path(tmp, "out.json")
         p_in.write_text(json.dumps(payload))
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
         proc = subprocess.run([sys.executable, "-m", "egg_mcp.tiling.measure", str(p_in), str(p_out)], env=env,
                               capture_output=True, text=True, timeout=timeout_s)
         assert p_out.exists(), proc.stderr[-3000:]
