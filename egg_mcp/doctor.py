@@ -7,7 +7,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from pathlib import Path
 
 from egg_mcp.config import ServerConfig
 from egg_mcp.hardware import nvml_gpu_names, spec_for

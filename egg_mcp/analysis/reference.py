@@ -12,9 +12,7 @@ torch is imported inside the functions that need it: this module is imported by 
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 import tempfile
 import uuid
 import weakref
@@ -530,13 +528,9 @@ def load_reference_module(source: str, size_overrides: dict[str, int] | None = N
     """Write `source` to a real file (tracebacks and @triton.jit need one) and import it."""
     workdir = Path(tempfile.mkdtemp(prefix="egg_ref_"))
     name = f"egg_reference_{uuid.uuid4().hex[:8]}"
-    path = workdir / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    from egg_mcp.evaluation.modules import import_source
+
+    module = import_source(source, workdir / f"{name}.py", name)
     for attr in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(module, attr):
             raise AnalysisError(

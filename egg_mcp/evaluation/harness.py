@@ -16,7 +16,6 @@ input set whose contents changed in place (outputs cached by pointer fail there)
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import platform
 import secrets
@@ -32,6 +31,7 @@ import torch._dynamo  # noqa: F401  (imported lazily by use_deterministic_algori
 import torch.utils.deterministic  # noqa: F401  (its flag poisons fresh allocations)
 
 from egg_mcp.evaluation import worker
+from egg_mcp.evaluation.modules import import_source
 from egg_mcp.evaluation.api import (
     BaselineResult,
     EnvInfo,
@@ -187,12 +187,7 @@ def _failure(verdict: str, exc: BaseException, candidate_path: str | None, when:
 # ------------------------------------------------------------------------------- loading
 
 def load_module(source: str, path: Path, name: str):
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_source(source, path, name)
 
 
 def apply_size_overrides(reference, candidate, overrides: dict[str, int]) -> None:

@@ -10,11 +10,9 @@ event timing from a few extra forwards (run before the profiled range, so ncu ne
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,13 +23,9 @@ _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
 def _load_module(source: str, name: str, directory: Path):
     """Import `source` from a real file (`@triton.jit` reads the source through inspect)."""
-    path = directory / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    from egg_mcp.evaluation.modules import import_source
+
+    return import_source(source, directory / f"{name}.py", name)
 
 
 def _override_sizes(module, overrides: dict[str, int], *, strict: bool) -> None:

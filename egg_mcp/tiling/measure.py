@@ -13,7 +13,6 @@ one by one in the timing loop.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -68,15 +67,9 @@ class MeasurePayload(BaseModel):
 
 def _load_module(path: str, name: str):
     """Import a source file as a fresh module (Triton reads kernel source through inspect)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return module
+    from egg_mcp.evaluation.modules import import_file
+
+    return import_file(path, name)
 
 
 class _Problem:
