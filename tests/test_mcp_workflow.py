@@ -122,3 +122,25 @@ def test_restart_mid_task_resumes(tmp_path):
             assert listed["tasks"][0]["task_id"] == tid
 
     anyio.run(second)
+
+
+def test_candidate_flooding_stdout_does_not_reach_the_stdio_stream(tmp_path):
+    noisy = SEEDS[0].replace("        x = x.contiguous()\n",
+                             "        print('x' * (100 * 1024 * 1024))\n        x = x.contiguous()\n", 1)
+    assert noisy != SEEDS[0]
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "egg_mcp", "serve", "--workspace", str(tmp_path / "ws"), "--interpreter"],
+        cwd=str(REPO),
+    )
+
+    async def main():
+        async with Client(params, read_timeout_seconds=300) as client:
+            tid = (await call(client, "start_task", reference="softmax"))["task_id"]
+            flooded = await call(client, "verify", task_id=tid, source=noisy)
+            assert flooded["verdict"] == "correct", flooded["summary"]
+            assert len(flooded["result"]["stdout_tail"]) < 200_000
+            status = await call(client, "task_status", task_id=tid)  # the protocol stream is intact
+            assert status["candidates_in_stage"][0]["verdict"] == "correct"
+
+    anyio.run(main)

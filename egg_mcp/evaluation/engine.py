@@ -304,6 +304,7 @@ class WorkerEvaluator:
         env["TMPDIR"] = str(workdir / "tmp")
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
+        env["EGG_MCP_SERVER_PID"] = str(os.getpid())  # the worker's watchdog ends it if we die
         if mode == "interp":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""

@@ -91,8 +91,34 @@ def resolve_target(target: str):
     return getattr(importlib.import_module(module_name), func_name)
 
 
+def _watch_server(server_pid: int, interval_s: float = 1.0) -> None:
+    """Runs in a daemon thread: when the server process is gone (killed, crashed), end this worker's
+    whole process group (the worker, and ncu when it wraps us) so no candidate code outlives the
+    server that was supposed to supervise it."""
+    import signal
+    import time
+
+    while True:
+        time.sleep(interval_s)
+        try:
+            os.kill(server_pid, 0)
+        except ProcessLookupError:
+            try:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+            finally:
+                os._exit(137)
+        except PermissionError:
+            pass
+
+
 def main(argv: list[str] | None = None) -> None:
     global _channel
+    server_pid = os.environ.get("EGG_MCP_SERVER_PID", "")
+    if server_pid.isdigit():
+        import threading
+
+        threading.Thread(target=_watch_server, args=(int(server_pid),), name="egg-server-watchdog",
+                         daemon=True).start()
     if __name__ == "__main__":  # let harness code reach this module's channel by its real name
         sys.modules.setdefault("egg_mcp.evaluation.worker", sys.modules["__main__"])
     parser = argparse.ArgumentParser()
