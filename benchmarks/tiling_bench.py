@@ -206,11 +206,12 @@ def _agreement(estimates: dict, results: list[dict], nbytes: int) -> dict:
         if reported and est.smem_bytes:
             smem_ratios.append(reported / est.smem_bytes)
         spills = max((k.get("spills") or 0 for k in kernels), default=None)
-        if kernels and spills is not None:
+        if kernels and spills is not None and not oor_smem:  # a config that did not compile has no spill verdict
             spill_total += 1
             model_spill = "spill" in est.rules
             spill_agree += model_spill == (spills > 0)
-        if model_smem != oor_smem or (kernels and spills is not None and ("spill" in est.rules) != (spills > 0)):
+        if model_smem != oor_smem or (kernels and spills is not None and not oor_smem
+                                      and ("spill" in est.rules) != (spills > 0)):
             disagreements.append({
                 "config": r["config"]["values"], "model_rules": est.rules, "predicted_smem": est.smem_bytes,
                 "predicted_regs": est.regs_per_thread, "reported_smem": reported, "spills": spills,

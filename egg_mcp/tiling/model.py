@@ -47,7 +47,10 @@ _TRANSCENDENTAL = {"exp", "exp2", "log", "log2", "erf", "tanh", "sigmoid", "sqrt
 TRANSCENDENTAL_OPS = 12  # MUFU-based functions cost ~a dozen issue slots per element (erf is a polynomial)
 _REDUCTIONS = {"softmax": 2, "norm": 2, "reduction": 1, "elementwise": 0}
 # fp32 values live per element of the register tile (loaded value plus what is kept alongside it)
-_LIVE_PER_ELEMENT = {"softmax": 2.0, "norm": 2.0, "reduction": 2.0, "elementwise": 1.5}
+_LIVE_PER_ELEMENT = {"softmax": 1.25, "norm": 2.0, "reduction": 2.0, "elementwise": 1.5}
+"""Registers per element a program keeps live. softmax 1.25: on the H200 every softmax_a config with
+128 fp32 elements per thread compiled to 160-215 registers without spilling, while 256 per thread
+spilled (benchmarks/results/tiling/batch4_tiling_bench.json); the others are unmeasured guesses."""
 
 
 def _is_pow2(x: int) -> bool:
@@ -228,8 +231,14 @@ def _stream(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSp
     threads = 32 * w
     est.smem_bytes = br * w * 4 * 2 if _REDUCTIONS[kind] and w > 1 else 0
     if est.regs_per_thread * threads > gpu.regs_per_sm:
+        cap = gpu.regs_per_sm // threads
         fired.append(("regs_per_block", f"{est.regs_per_thread} registers x {threads} threads > "
                                         f"{gpu.regs_per_sm} registers per SM"))
+        if not any(rule == "spill" for rule, _ in fired):
+            # the compiler caps each thread at regs_per_sm / threads and spills the rest (seen on the
+            # H200: BLOCK_M=8, BLOCK_N=8192, 16 warps spilled at ~184 estimated registers, cap 128)
+            fired.append(("spill", f"{threads} threads leave at most {cap} registers per thread; "
+                                   f"~{est.regs_per_thread} needed: spills"))
     c = _ctas_per_sm(gpu, threads, min(est.regs_per_thread, MAX_REGS), est.smem_bytes)
     est.ctas_per_sm = c
     est.occupancy = c * threads / gpu.max_threads_per_sm
