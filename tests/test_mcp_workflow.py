@@ -44,6 +44,16 @@ def test_full_workflow_in_process(tmp_path):
         async with Client(_server(tmp_path / "ws")) as client:
             final = await drive_to_done(client)
             assert final["stage"] == "DONE"
+            # long work reports MCP progress
+            messages: list[str] = []
+
+            async def on_progress(done, total, message):
+                messages.append(message or "")
+
+            tid = (await call(client, "start_task", reference="softmax"))["task_id"]
+            result = await client.call_tool("verify", {"task_id": tid, "source": SEEDS[0] + "\n# progress\n"},
+                                            progress_callback=on_progress)
+            assert not result.is_error and messages, "verify sent no progress notifications"
             ctx = await client.read_resource(f"egg://tasks/{final['task_id']}/context")
             assert "committed_source" in ctx.contents[0].text
 
