@@ -4,7 +4,7 @@ Reports how long every submission took, the order they finished in, whether GPU 
 (from each result's worker timestamps is not needed: the engine serialises GPU jobs; we record
 start/finish of each verify call), and task_status latency p50/p99/max while they run.
 
-    python benchmarks/bench_load.py OUT.json [--n 50] [--interpreter]
+    python benchmarks/bench_load.py OUT.json [--n 50] [--interpreter] [--sizes batch_size=1024,dim=2048]
 """
 
 from __future__ import annotations
@@ -29,10 +29,13 @@ from egg_mcp.server import create_server  # noqa: E402
 SEED = (REPO / "tests" / "fixtures" / "softmax" / "row_per_program.py").read_text()
 
 
-async def run(n: int, interpreter: bool, workspace: Path) -> dict:
+async def run(n: int, interpreter: bool, workspace: Path, sizes: dict[str, int]) -> dict:
     server = create_server(ServerConfig(workspace=workspace, force_interpreter=interpreter))
     async with Client(server, read_timeout_seconds=3600) as client:
-        started = await client.call_tool("start_task", {"reference": "softmax", "k_seeds": 1})
+        args = {"reference": "softmax", "k_seeds": 1}
+        if sizes:
+            args["size_overrides"] = sizes
+        started = await client.call_tool("start_task", args)
         tid = started.structured_content["task_id"]
         calls: list[dict] = []
         latencies: list[float] = []
@@ -69,7 +72,7 @@ async def run(n: int, interpreter: bool, workspace: Path) -> dict:
     inversions = sum(1 for a, b in zip(order, order[1:]) if a > b)
     lat = sorted(latencies)
     return {
-        "n": n, "mode": "interpreter (CPU)" if interpreter else "gpu", "wall_s": round(wall, 2),
+        "n": n, "mode": "interpreter (CPU)" if interpreter else "gpu", "sizes": sizes, "wall_s": round(wall, 2),
         "verdicts": {v: sum(1 for c in calls if c["verdict"] == v) for v in {c["verdict"] for c in calls}},
         "errors": [c["error"] for c in calls if c["error"]][:5],
         "finish_order": order, "adjacent_order_inversions": inversions,
@@ -84,9 +87,11 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--interpreter", action="store_true")
+    parser.add_argument("--sizes", default="", help="size overrides for the softmax problem, e.g. batch_size=1024,dim=2048")
     args = parser.parse_args()
+    sizes = {k: int(v) for k, v in (item.split("=") for item in args.sizes.split(",") if item)}
     with tempfile.TemporaryDirectory() as ws:
-        result = anyio.run(run, args.n, args.interpreter, Path(ws))
+        result = anyio.run(run, args.n, args.interpreter, Path(ws), sizes)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "finish_order"}, indent=1))
 
