@@ -38,7 +38,7 @@ from egg_mcp.workflow.models import (
     VerifyResult,
 )
 from egg_mcp.workflow.service import EggService, WorkflowError
-from egg_mcp.workflow.stages import STAGE_ORDER, Stage
+from egg_mcp.workflow.stages import Stage
 from egg_mcp.workspace.store import Workspace
 
 log = logging.getLogger(__name__)
@@ -313,4 +313,4 @@ def _register_prompt(mcp: MCPServer, service: EggService, stage: Stage, role: st
     mcp.prompt(name=name, description=description)(prompt)
 
 
-__all__ = ["create_server", "STAGE_ORDER"]
+__all__ = ["create_server"]

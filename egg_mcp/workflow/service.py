@@ -43,12 +43,11 @@ from egg_mcp.workflow.models import (
 from egg_mcp.workflow.stages import (
     NEXT_STEP,
     STAGE_GOALS,
-    STAGE_ORDER,
-    TOOL_STAGES,
     Stage,
     allowed,
     next_stage,
     refusal,
+    tools_allowed,
 )
 from egg_mcp.workspace.store import Workspace, new_id, now, owner_tag
 
@@ -143,8 +142,8 @@ class EggService:
         for r in rows:
             out.append(CommittedStage(
                 stage=r["stage"], candidate_id=r["candidate_id"], time_ms=r["time_ms"],
-                speedup_vs_eager=_ratio(base.eager.median_ms if base and base.eager else None, r["time_ms"]),
-                speedup_vs_compile=_ratio(base.compiled.median_ms if base and base.compiled else None, r["time_ms"]),
+                speedup_vs_eager=_ratio(_eager_ms(base), r["time_ms"]),
+                speedup_vs_compile=_ratio(_compile_ms(base), r["time_ms"]),
                 decision=StageDecision.model_validate_json(r["decision_json"]),
                 forced=bool(r["forced"]), force_reason=r["force_reason"], guard=r["guard"] or "",
             ))
@@ -336,8 +335,8 @@ class EggService:
         return VerifyResult(
             task_id=row["id"], candidate_id=cand["id"], stage=cand["stage"], cached=cached,
             verdict=result.verdict, summary=result.summary, time_ms=time_ms,
-            speedup_vs_eager=_ratio(base.eager.median_ms if base and base.eager else None, time_ms),
-            speedup_vs_compile=_ratio(base.compiled.median_ms if base and base.compiled else None, time_ms),
+            speedup_vs_eager=_ratio(_eager_ms(base), time_ms),
+            speedup_vs_compile=_ratio(_compile_ms(base), time_ms),
             speedup_vs_committed=_ratio(last.time_ms if last else None, time_ms),
             best_in_stage=time_ms is not None and best is not None and time_ms <= best,
             result=result, debug_brief=self._brief(row, stage, "debug") if failed else None, next_step=nxt,
@@ -440,8 +439,8 @@ class EggService:
             task_id=task_id, problem=row["name"], stage=stage.value, stage_goal=STAGE_GOALS[stage],
             dtype=opts.dtype, tolerance=opts.tolerance, gpu=opts.gpu_name,
             analysis_summary=(analysis or {}).get("summary"), floor_ms=self._floor_ms(analysis),
-            eager_ms=base.eager.median_ms if base and base.eager else None,
-            compile_ms=base.compiled.median_ms if base and base.compiled else None,
+            eager_ms=_eager_ms(base),
+            compile_ms=_compile_ms(base),
             committed_candidate_id=last.candidate_id if last else None,
             committed_time_ms=last.time_ms if last else None, committed_source=source, decisions=commits,
         )
@@ -458,9 +457,9 @@ class EggService:
             "SELECT id, candidate_id, kind, stage, created_at FROM reports WHERE task_id=? ORDER BY created_at", (task_id,))]
         return TaskStatus(
             task_id=task_id, problem=row["name"], origin=row["origin"], stage=stage.value, next_step=NEXT_STEP[stage],
-            allowed_tools=sorted(t for t, st in TOOL_STAGES.items() if stage in st), options=self._options(row),
-            eager_ms=base.eager.median_ms if base and base.eager else None,
-            compile_ms=base.compiled.median_ms if base and base.compiled else None,
+            allowed_tools=tools_allowed(stage), options=self._options(row),
+            eager_ms=_eager_ms(base),
+            compile_ms=_compile_ms(base),
             history=self._commits(task_id), candidates_in_stage=[_summary(c) for c in cands],
             running_jobs=running, reports=reports,
         )
@@ -548,8 +547,8 @@ class EggService:
         commits = self._commits(row["id"])
         facts = dict(
             task_id=row["id"], problem_name=row["name"], dtype=opts.dtype, tolerance=opts.tolerance,
-            eager_ms=base.eager.median_ms if base and base.eager else None,
-            compile_ms=base.compiled.median_ms if base and base.compiled else None,
+            eager_ms=_eager_ms(base),
+            compile_ms=_compile_ms(base),
             best_ms=min((c.time_ms for c in commits if c.time_ms is not None), default=None),
             committed_decisions=[f"{c.stage}: {c.decision.summary}" for c in commits], stage=Stage(row["stage"]),
             has_gpu=self.timing_available(), k=opts.k_seeds,
@@ -566,6 +565,14 @@ class EggService:
         return render_brief(stage, role, BriefFacts(stage=stage, has_gpu=self.timing_available()))
 
 
+def _eager_ms(base: BaselineResult | None) -> float | None:
+    return base.eager.median_ms if base and base.eager else None
+
+
+def _compile_ms(base: BaselineResult | None) -> float | None:
+    return base.compiled.median_ms if base and base.compiled else None
+
+
 def _ratio(base_ms: float | None, t_ms: float | None) -> float | None:
     if base_ms is None or t_ms is None or t_ms <= 0:
         return None
@@ -580,8 +587,6 @@ def _summary(c) -> CandidateSummary:
 def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)[:60] or "kernel"
 
-
-STAGES = STAGE_ORDER
 
 
 # -- profile_ncu and propose_tiling: they measure through the same evaluator as verify ------------

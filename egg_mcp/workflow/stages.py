@@ -80,9 +80,13 @@ def allowed(tool: str, stage: Stage) -> bool:
     return stage in TOOL_STAGES[tool]
 
 
+def tools_allowed(stage: Stage) -> list[str]:
+    return sorted(t for t, stages in TOOL_STAGES.items() if stage in stages)
+
+
 def refusal(tool: str, stage: Stage) -> str:
     """The message for an out-of-stage call: where you are and what is legal now."""
-    legal = sorted(t for t, stages in TOOL_STAGES.items() if stage in stages)
+    legal = tools_allowed(stage)
     where = ", ".join(s.value for s in STAGE_ORDER if s in TOOL_STAGES[tool])
     return (
         f"{tool} is not allowed in stage {stage.value} (allowed in: {where}). "
