@@ -49,6 +49,7 @@ def brief(result) -> dict:
         "method": timing.method if timing else None,
         "speedup_vs_eager": result.speedup,
         "throttled": timing.throttled if timing else None,
+        "phase_s": result.phase_s,
     }
 
 

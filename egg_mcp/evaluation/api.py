@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 Verdict = Literal[
     "correct",
@@ -56,7 +56,9 @@ class EvalOptions(BaseModel):
     """How to evaluate one candidate (or one reference)."""
 
     dtype: DType = "float32"
-    tolerance: TolerancePolicy = STRICT_FP32
+    tolerance: TolerancePolicy = Field(
+        STRICT_FP32, description="when not given: KernelBench v0.1's tolerance for `dtype` (fp32 1e-4, fp16/bf16 1e-2)"
+    )
     correctness_trials: int = Field(5, ge=1, le=100)
     timing: bool = True
     """Time the candidate (and only when correct). Ignored without a GPU: timing is then reported
@@ -78,6 +80,15 @@ class EvalOptions(BaseModel):
         description="eager reference time on this device (from `baselines`); None: the engine times the reference "
         "itself in the same job. A candidate more than 10x faster is flagged for review",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tolerance_follows_dtype(cls, data: Any) -> Any:
+        """EvalOptions(dtype="bfloat16") must not silently keep the fp32 tolerance (1e-4 fails every
+        correct bf16 kernel on rounding alone)."""
+        if isinstance(data, dict) and data.get("tolerance") is None and data.get("dtype") in ("float16", "bfloat16"):
+            data = {**data, "tolerance": default_tolerance(data["dtype"])}
+        return data
 
 
 class MismatchReport(BaseModel):
@@ -177,6 +188,9 @@ class EvalResult(BaseModel):
         None, description="the reference (eager PyTorch) timed in the same job, same method, when no baseline_ms"
     )
     speedup: float | None = Field(None, description="reference_timing.median_ms / timing.median_ms")
+    phase_s: dict[str, float] = Field(
+        default_factory=dict, description="seconds per phase inside the worker (import, compile+trials, timing, ...)"
+    )
 
 
 class BaselineResult(BaseModel):

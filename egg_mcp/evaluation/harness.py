@@ -21,6 +21,7 @@ import platform
 import secrets
 import sys
 import threading
+import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,6 +53,7 @@ _use_deterministic = torch.use_deterministic_algorithms
 _deterministic_enabled = torch.are_deterministic_algorithms_enabled
 _det_module = sys.modules["torch.utils.deterministic"]
 _enumerate_threads = threading.enumerate
+_perf_counter = time.perf_counter
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 RECHECK_CALLS = 3
@@ -280,6 +282,16 @@ class Evaluation:
         self.trials_passed = 0
         self.trials_run = 0
         self.previous_outputs: list[torch.Tensor] = []
+        self.phase_s: dict[str, float] = {}
+        self._phase_open: tuple[str, float] | None = None
+
+    def clock(self, name: str | None) -> None:
+        """Close the running phase and open `name` (None: just close); the breakdown of verify's wall time."""
+        now = _perf_counter()
+        if self._phase_open is not None:
+            prev, start = self._phase_open
+            self.phase_s[prev] = round(self.phase_s.get(prev, 0.0) + now - start, 4)
+        self._phase_open = (name, now) if name else None
 
     def seed(self) -> int:
         return self.seeds.pop() if self.seeds else secrets.randbits(62)
@@ -357,6 +369,8 @@ class Evaluation:
             result.update(self._run())
         except Rejected as rejected:
             result.update(rejected.result)
+        self.clock(None)
+        result["phase_s"] = dict(self.phase_s)
         result.setdefault("correctness_trials", self.trials_run)
         result.setdefault("correctness_trials_passed", self.trials_passed)
         return result
@@ -365,6 +379,7 @@ class Evaluation:
         workdir = Path(os.getcwd()) / f"src-{secrets.token_hex(4)}"
         workdir.mkdir()
         _phase("load", message="loading the reference")
+        self.clock("load_reference")
         try:
             reference = load_module(self.payload["reference_source"], workdir / "reference.py",
                                     f"egg_reference_{secrets.token_hex(4)}")
@@ -380,6 +395,7 @@ class Evaluation:
         workdir, reference = self._load()
         self._wrap_reference(reference.Model)
         _phase("load", message="importing the candidate")
+        self.clock("import_candidate")
         self.candidate_path = str(workdir / "candidate.py")
         try:
             candidate = load_module(self.payload["candidate_source"], Path(self.candidate_path),
@@ -398,6 +414,7 @@ class Evaluation:
             raise Rejected({"verdict": "runtime_error", "summary": str(exc),
                             "error": ErrorReport(kind="bad_options", message=str(exc)).model_dump()}) from None
 
+        self.clock("build_models")
         problem = Problem(reference, self.device, self.dtype)
         self.problem = problem
         try:
@@ -414,6 +431,7 @@ class Evaluation:
         self.ref_model, self.cand_model = ref_model, cand_model
 
         _phase("run", message="correctness trials", done=0, total=self.opts.correctness_trials)
+        self.clock("correctness_trials")
         self.recorder.ops.clear()
         self.counter.reset()
         n = self.opts.correctness_trials
@@ -434,6 +452,7 @@ class Evaluation:
         timing, reference_timing, reason, timing_set = None, None, None, None
         if self.device == "cuda" and self.opts.timing:
             _phase("timing", message="timing the candidate")
+            self.clock("timing_candidate")
             try:
                 timing, reference_timing, timing_set = self._time()
             except BaseException as exc:  # noqa: BLE001
@@ -446,6 +465,7 @@ class Evaluation:
             reason = "timing was not requested (options.timing = false)"
 
         _phase("recheck", message="re-checking correctness after repeated calls")
+        self.clock("recheck")
         recheck = self._recheck(timing_set)
         if recheck is not None:
             return {**base, **recheck}
@@ -634,6 +654,7 @@ class Evaluation:
         reference_timing = None
         baseline_ms = getattr(self.opts, "baseline_ms", None)
         if baseline_ms is None:
+            self.clock("timing_reference")
             reference_timing, _ = timer.measure(lambda xs: ref(*xs), make_inputs, n_runs=self.opts.timing_trials)
             baseline_ms = reference_timing.median_ms
         if baseline_ms and stats.median_ms > 0 and baseline_ms / stats.median_ms > SPEEDUP_REVIEW_FACTOR:
