@@ -6,6 +6,7 @@ stage order, the regression guard on commit, selective handoff, idempotent verif
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
@@ -68,6 +69,7 @@ class EggService:
         self.ws = workspace
         self.evaluator = evaluator
         self.gpu = gpu
+        self._baseline_locks: dict[str, asyncio.Lock] = {}
         interrupted = workspace.mark_interrupted()
         if interrupted:
             log.warning("%d job(s) were running when the previous server stopped: marked interrupted", interrupted)
@@ -254,18 +256,26 @@ class EggService:
         )
 
     async def _ensure_baselines(self, row, progress: ProgressFn | None = None) -> BaselineResult | None:
-        """Eager and torch.compile times of the reference: measured once per task, then stored."""
+        """Eager and torch.compile times of the reference: measured once per task, then stored.
+
+        Single flight per task: 50 verify calls arriving together on a new task must wait for one
+        baseline job, not queue 50 of them on the GPU ahead of their own evaluations."""
         existing = self._baselines(row)
         if existing is not None:
             return existing
         if not self.timing_available():
             return BaselineResult(unavailable_reason="no GPU: baselines need CUDA (the interpreter has no timing)")
-        opts = self._options(row)
-        result = await self.evaluator.baselines(self._reference(row), self._eval_options(opts), progress)
-        with self.ws.transaction() as db:
-            db.execute("UPDATE tasks SET baselines_json=?, updated_at=? WHERE id=?",
-                       (result.model_dump_json(), now(), row["id"]))
-        return result
+        async with self._baseline_locks.setdefault(row["id"], asyncio.Lock()):
+            row = self._task_row(row["id"])
+            existing = self._baselines(row)
+            if existing is not None:
+                return existing
+            opts = self._options(row)
+            result = await self.evaluator.baselines(self._reference(row), self._eval_options(opts), progress)
+            with self.ws.transaction() as db:
+                db.execute("UPDATE tasks SET baselines_json=?, updated_at=? WHERE id=?",
+                           (result.model_dump_json(), now(), row["id"]))
+            return result
 
     # -- verify ---------------------------------------------------------------------------------
     async def verify(self, task_id: str, source: str, note: str | None = None,
