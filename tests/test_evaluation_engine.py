@@ -98,6 +98,43 @@ def test_spare_workers_are_prestarted_and_used_once(tmp_path):
     assert first.result["triton_cache_dir"] != second.result["triton_cache_dir"]
 
 
+def test_queued_jobs_warm_several_spares_in_parallel_and_the_surplus_is_trimmed(tmp_path):
+    """One spare refills in ~7 s on the H200 while a verify takes ~2 s: a queue must not wait on one
+    process start per job. Spares start while jobs wait; an idle pool shrinks back afterwards."""
+    in_flight, peak, spawned = 0, 0, 0
+
+    async def scenario(ev):
+        nonlocal in_flight, peak, spawned
+        real_spawn = ev._spawn
+
+        async def counting_spawn(*args, **kwargs):
+            nonlocal in_flight, peak, spawned
+            in_flight += 1
+            spawned += 1
+            peak = max(peak, in_flight)
+            try:
+                return await real_spawn(*args, **kwargs)
+            finally:
+                in_flight -= 1
+
+        ev._spawn = counting_spawn
+        jobs = [ev.run_job("egg_mcp.evaluation.jobs:echo", {"i": i, "sleep_s": 0.2}, timeout_s=120, uses_gpu=True)
+                for i in range(5)]
+        outcomes = await asyncio.gather(*jobs)
+        await ev.wait_pool_ready()
+        ev._schedule_refill("interp")  # idle now: the burst's surplus goes
+        await ev.wait_pool_ready()
+        return outcomes, len(ev._pool.get("interp", []))
+
+    outcomes, idle_spares = run(scenario, tmp_path, spare_workers=1, burst_spares=3)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    assert [o.result["payload"]["i"] for o in sorted(outcomes, key=lambda o: o.result["start"])] == list(range(5))
+    assert len({o.result["pid"] for o in outcomes}) == 5  # still one job per worker
+    assert peak >= 3, peak  # spares started side by side while the queue waited
+    assert spawned <= 5 + 1 + 3  # every job used a spare or a fresh process, never both
+    assert idle_spares == 1
+
+
 def test_wrapper_argv_prefixes_the_worker_command(tmp_path):
     wrapper = [sys.executable, "-c", "import os, sys; os.execvp(sys.argv[1], sys.argv[1:])"]
     outcome = run(lambda ev: ev.run_job("egg_mcp.evaluation.jobs:echo", {"w": 1}, timeout_s=30, uses_gpu=False,

@@ -6,7 +6,9 @@ process group), with stdin closed, stdout/stderr drained into bounded buffers, a
 directory and a private Triton cache. Results come back as JSON lines over a dedicated pipe.
 
 A warm pool of pre-started spare workers (torch/triton imported, CUDA initialised) hides the
-~5 s start-up of a fresh Python; each spare serves exactly one job. GPU jobs take a FIFO lock per
+~5 s start-up of a fresh Python; each spare serves exactly one job. While jobs queue, up to
+`burst_spares` extra spares start in parallel: one spare alone refills in ~7 s while a verify takes
+~2 s, which capped a queue of 50 submissions at one job per ~8 s on the H200. GPU jobs take a FIFO lock per
 device so their timings never overlap; everything else keeps being answered meanwhile.
 """
 
@@ -135,6 +137,7 @@ class WorkerEvaluator:
         scratch_dir: Path,
         force_interpreter: bool = False,
         spare_workers: int = 1,
+        burst_spares: int = 3,
         log_limit_bytes: int = 64 * 1024,
         max_cpu_jobs: int | None = None,
     ):
@@ -142,6 +145,8 @@ class WorkerEvaluator:
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
         self.force_interpreter = force_interpreter
         self.spare_workers = max(0, spare_workers)
+        self.burst_spares = max(0, burst_spares)
+        self._waiting: dict[str, int] = {}
         self.log_limit_bytes = log_limit_bytes
         self._gpu_lock = asyncio.Lock()  # FIFO: asyncio.Lock wakes waiters in arrival order
         self._cpu_slots = asyncio.Semaphore(max_cpu_jobs or max(1, (os.cpu_count() or 2)))
@@ -397,14 +402,27 @@ class WorkerEvaluator:
     def _schedule_refill(self, mode: str) -> None:
         if self._closed or self.spare_workers <= 0 or mode == "plain":
             return
-        pending = len(self._pool.get(mode, [])) + sum(
-            1 for t in self._refills if getattr(t, "egg_mode", None) == mode
-        )
-        for _ in range(self.spare_workers - pending):
+        pool = self._pool.setdefault(mode, [])
+        waiting = self._waiting.get(mode, 0)
+        target = self.spare_workers + min(waiting, self.burst_spares)
+        if not waiting and len(pool) > target:  # the burst is over: idle spares hold memory on host and GPU
+            surplus, pool[:] = pool[target:], pool[:target]
+            for worker in surplus:
+                self._spawn_background(self._dispose(worker))
+        pending = len(pool) + len(self._refills_for(mode))
+        for _ in range(target - pending):
             task = asyncio.create_task(self._refill(mode))
             task.egg_mode = mode  # type: ignore[attr-defined]
             self._refills.add(task)
             task.add_done_callback(self._refills.discard)
+
+    def _spawn_background(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._refills.add(task)  # aclose() waits for / cancels these like refills
+        task.add_done_callback(self._refills.discard)
+
+    def _refills_for(self, mode: str) -> list[asyncio.Task]:
+        return [t for t in self._refills if getattr(t, "egg_mode", None) == mode and not t.done()]
 
     async def _refill(self, mode: str) -> None:
         worker = await self._spawn(mode)
@@ -417,13 +435,19 @@ class WorkerEvaluator:
         """A spare from the pool when one is alive (wrapped jobs always get a fresh process)."""
         if wrapper_argv:
             return await self._spawn(mode, wrapper_argv), False
-        spares = self._pool.get(mode, [])
-        while spares:
-            worker = spares.pop(0)
-            if worker.alive():
-                self._schedule_refill(mode)
-                return worker, True
-            await self._dispose(worker)
+        spares = self._pool.setdefault(mode, [])
+        while True:
+            while spares:
+                worker = spares.pop(0)
+                if worker.alive():
+                    self._schedule_refill(mode)
+                    return worker, True
+                await self._dispose(worker)
+            starting = self._refills_for(mode)
+            if not starting:
+                break
+            # a spare already on its way is further along than a process started now
+            await asyncio.wait(starting, return_when=asyncio.FIRST_COMPLETED)
         worker = await self._spawn(mode)
         self._schedule_refill(mode)
         return worker, False
@@ -443,7 +467,16 @@ class WorkerEvaluator:
         wrapper_argv: list[str] | None = None,
     ) -> tuple[JobOutcome, _JobState]:
         guard = self._gpu_lock if uses_gpu else self._cpu_slots
-        async with guard:
+        pooled_job = not wrapper_argv  # wrapped jobs (ncu) always start a fresh process
+        if pooled_job:
+            self._waiting[mode] = self._waiting.get(mode, 0) + 1
+            self._schedule_refill(mode)  # spares warm up while this job waits its turn
+        try:
+            await guard.acquire()
+        finally:
+            if pooled_job:
+                self._waiting[mode] -= 1
+        try:
             worker, pooled = await self._take_worker(mode, wrapper_argv)
             try:
                 return await self._drive(
@@ -451,6 +484,8 @@ class WorkerEvaluator:
                 )
             finally:
                 await self._dispose(worker)
+        finally:
+            guard.release()
 
     async def _drive(
         self,
