@@ -29,14 +29,17 @@ from egg_mcp.server import create_server  # noqa: E402
 SEED = (REPO / "tests" / "fixtures" / "softmax" / "row_per_program.py").read_text()
 
 
-async def run(n: int, interpreter: bool, workspace: Path, sizes: dict[str, int]) -> dict:
+async def run(n: int, interpreter: bool, workspace: Path, sizes: dict[str, int], max_wall_s: float) -> dict:
     server = create_server(ServerConfig(workspace=workspace, force_interpreter=interpreter))
     async with Client(server, read_timeout_seconds=3600) as client:
         args = {"reference": "softmax", "k_seeds": 1}
         if sizes:
             args["size_overrides"] = sizes
+        t_task = time.perf_counter()
         started = await client.call_tool("start_task", args)
         tid = started.structured_content["task_id"]
+        start_task_s = time.perf_counter() - t_task
+        print(f"start_task took {start_task_s:.1f} s", flush=True)
         calls: list[dict] = []
         latencies: list[float] = []
         done = anyio.Event()
@@ -49,6 +52,7 @@ async def run(n: int, interpreter: bool, workspace: Path, sizes: dict[str, int])
             sc = r.structured_content or {}
             calls.append({"i": i, "submitted_s": t0, "finished_s": t1, "verdict": sc.get("verdict"),
                           "error": r.content[0].text if r.is_error else None})
+            print(f"{t1 - t_start:7.1f} s  #{i:<3} {sc.get('verdict')}  ({len(calls)}/{n} done)", flush=True)
 
         async def poll() -> None:
             while not done.is_set():
@@ -59,20 +63,22 @@ async def run(n: int, interpreter: bool, workspace: Path, sizes: dict[str, int])
                 await anyio.sleep(0.05)
 
         t_start = time.perf_counter()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(poll)
-            async with anyio.create_task_group() as subs:
-                for i in range(n):
-                    subs.start_soon(submit, i)
-                    await anyio.sleep(0)  # keep submission order = i
-            done.set()
+        with anyio.move_on_after(max_wall_s) as scope:  # report what finished, not nothing
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(poll)
+                async with anyio.create_task_group() as subs:
+                    for i in range(n):
+                        subs.start_soon(submit, i)
+                        await anyio.sleep(0)  # keep submission order = i
+                done.set()
         wall = time.perf_counter() - t_start
     calls.sort(key=lambda c: c["finished_s"])
     order = [c["i"] for c in calls]
     inversions = sum(1 for a, b in zip(order, order[1:]) if a > b)
     lat = sorted(latencies)
     return {
-        "n": n, "mode": "interpreter (CPU)" if interpreter else "gpu", "sizes": sizes, "wall_s": round(wall, 2),
+        "n": n, "completed": len(calls), "stopped_at_max_wall": scope.cancelled_caught, "start_task_s": round(start_task_s, 2),
+        "mode": "interpreter (CPU)" if interpreter else "gpu", "sizes": sizes, "wall_s": round(wall, 2),
         "verdicts": {v: sum(1 for c in calls if c["verdict"] == v) for v in {c["verdict"] for c in calls}},
         "errors": [c["error"] for c in calls if c["error"]][:5],
         "finish_order": order, "adjacent_order_inversions": inversions,
@@ -88,10 +94,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--interpreter", action="store_true")
     parser.add_argument("--sizes", default="", help="size overrides for the softmax problem, e.g. batch_size=1024,dim=2048")
+    parser.add_argument("--max-wall-s", type=float, default=3600.0, help="stop waiting after this long; the JSON says how many finished")
     args = parser.parse_args()
     sizes = {k: int(v) for k, v in (item.split("=") for item in args.sizes.split(",") if item)}
     with tempfile.TemporaryDirectory() as ws:
-        result = anyio.run(run, args.n, args.interpreter, Path(ws), sizes)
+        result = anyio.run(run, args.n, args.interpreter, Path(ws), sizes, args.max_wall_s)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "finish_order"}, indent=1))
 
