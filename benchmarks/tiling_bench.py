@@ -295,6 +295,15 @@ def run_case(name: str, args, out_dir: Path, deadline: float, shared_cache: str)
     record["median_config_ratio"] = best / sorted_times[len(sorted_times) // 2]
     by_key = {config_key(e.config.values): e for e in estimates}
     record["agreement"] = _agreement(by_key, results, 2 if dtype != "float32" else 4)
+    # every config's measurement and compiler verdict, so a later model can be re-scored offline exactly
+    record["configs"] = [{
+        "config": r["config"]["values"], "median_ms": r["median_ms"] if r["correct"] else None,
+        "error_kind": r.get("error_kind"),
+        "registers": max((k.get("registers") or 0 for k in r.get("kernels") or []), default=None),
+        "spills": max((k.get("spills") or 0 for k in r.get("kernels") or []), default=None),
+        "shared_mem_bytes": max((k.get("shared_mem_bytes") or 0 for k in r.get("kernels") or []), default=None),
+        "model_rules": by_key[config_key(r["config"]["values"])].rules,
+    } for r in results]
 
     # propose_tiling for real, cold
     if time.perf_counter() < deadline - 60:

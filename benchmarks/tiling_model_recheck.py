@@ -1,0 +1,87 @@
+"""Re-score the current tiling model's spill predictions against the compiler verdicts a past
+tiling_bench run recorded (offline, CPU; in-sample for any run the model was calibrated on).
+
+    python benchmarks/tiling_model_recheck.py RESULT.json --ran-with softmax=1.25,norm=2.0,reduction=2.0,elementwise=1.5
+
+Older result files keep only the configs where model and compiler disagreed, so the compiler's
+verdict on every config is rebuilt as: the model the run used (`--ran-with`: its live registers per
+element, one value per kind as the model had then) flipped on the recorded disagreements. The
+rebuild is checked against the agreement count the run recorded before anything is re-scored;
+cases where not every config compiled are skipped (their set of verdicts is not recoverable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from egg_mcp.hardware import GPU_TABLE  # noqa: E402
+from egg_mcp.tiling import model  # noqa: E402
+from egg_mcp.tiling.dims import normalize_dims  # noqa: E402
+from egg_mcp.tiling.plan import config_key  # noqa: E402
+from egg_mcp.tiling.space import enumerate_configs, extract_space  # noqa: E402
+from tiling_bench import CASES, KERNELS  # noqa: E402
+
+
+@contextmanager
+def flat_live_model(values: dict[str, float]):
+    """The model as it was before looping and single-block rows had separate factors."""
+    saved = dict(model._LIVE_PER_ELEMENT), dict(model._LIVE_PER_ELEMENT_LOOPING)
+    model._LIVE_PER_ELEMENT.update(values)
+    model._LIVE_PER_ELEMENT_LOOPING.update(values)
+    try:
+        yield
+    finally:
+        model._LIVE_PER_ELEMENT.clear()
+        model._LIVE_PER_ELEMENT.update(saved[0])
+        model._LIVE_PER_ELEMENT_LOOPING.clear()
+        model._LIVE_PER_ELEMENT_LOOPING.update(saved[1])
+
+
+def spill_predictions(name: str) -> dict:
+    file, kind, dtype, _, dims = CASES[name]
+    canonical = normalize_dims(kind, dims)
+    space = extract_space((KERNELS / f"{file}.py").read_text(), kind=kind, dims=canonical)
+    configs, _, _ = enumerate_configs(space)
+    estimates = model.estimate_all(configs, space, gpu=GPU_TABLE["H200"], dims=canonical, kind=kind, dtype=dtype)
+    return {config_key(e.config.values): "spill" in e.rules for e in estimates}  # as tiling_bench scores it
+
+
+def recheck(record: dict, ran_with: dict[str, float]) -> dict:
+    name, agreement = record["case"], record.get("agreement")
+    if not agreement:
+        return {"case": name, "skipped": record.get("error", "no agreement recorded")}
+    if agreement["spill_checked"] != record["space_size"]:
+        return {"case": name, "skipped": f"only {agreement['spill_checked']}/{record['space_size']} configs compiled"}
+    with flat_live_model(ran_with):
+        old = spill_predictions(name)
+    flipped = {config_key(d["config"]) for d in agreement["disagreements"] if d.get("spills") is not None}
+    compiler = {key: (not spill) if key in flipped else spill for key, spill in old.items()}
+    old_agree = sum(old[k] == compiler[k] for k in compiler)
+    if old_agree != agreement["spill_agree"]:
+        return {"case": name, "skipped": f"rebuild inconsistent: {old_agree} vs recorded {agreement['spill_agree']}"}
+    new = spill_predictions(name)
+    wrong = [dict(k) for k in compiler if new[k] != compiler[k]]
+    return {"case": name, "recorded": f"{agreement['spill_agree']}/{agreement['spill_checked']}",
+            "current_model": f"{len(compiler) - len(wrong)}/{len(compiler)}", "still_wrong": wrong}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("result")
+    parser.add_argument("--ran-with", required=True, help="kind=live registers per element the run's model used")
+    args = parser.parse_args()
+    ran_with = {k: float(v) for k, v in (item.split("=") for item in args.ran_with.split(","))}
+    for record in json.loads(Path(args.result).read_text())["cases"]:
+        print(json.dumps(recheck(record, ran_with)))
+
+
+if __name__ == "__main__":
+    main()
