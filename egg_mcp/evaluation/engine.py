@@ -426,10 +426,12 @@ class WorkerEvaluator:
 
     async def _refill(self, mode: str) -> None:
         worker = await self._spawn(mode)
-        if self._closed:
+        pool = self._pool.setdefault(mode, [])
+        target = self.spare_workers + min(self._waiting.get(mode, 0), self.burst_spares)
+        if self._closed or len(pool) >= target:  # closed, or a burst ended while this spare started
             await self._dispose(worker)
             return
-        self._pool.setdefault(mode, []).append(worker)
+        pool.append(worker)
 
     async def _take_worker(self, mode: str, wrapper_argv: list[str] | None) -> tuple[_Worker, bool]:
         """A spare from the pool when one is alive (wrapped jobs always get a fresh process)."""
