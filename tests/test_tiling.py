@@ -472,3 +472,29 @@ def test_spill_model_matches_the_compiler_verdicts_recorded_on_the_h200():
                 scores[out["case"]] = tuple(int(x) for x in out["current_model"].split("/"))
     assert scores == {"softmax_a": (118, 120), "softmax_b": (120, 120), "layernorm_a": (95, 96),
                       "rowsum_b": (113, 120), "layernorm_b": (96, 96)}
+
+
+def test_recheck_rescores_stored_configs_and_replays_the_search():
+    """Result files that store every config are re-scored exactly: spill verdicts and a search replay."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("tiling_model_recheck", root / "benchmarks" / "tiling_model_recheck.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    estimates, _ = mod.current_estimates("softmax_b")
+    feasible = [e for e in estimates if e.feasible]
+    fastest = feasible[-1].config.values  # the model's last feasible pick is, in this fake, the fastest
+    configs = []
+    for e in estimates:
+        spilled = "spill" in e.rules
+        configs.append({"config": e.config.values, "spills": int(spilled), "error_kind": None,
+                        "median_ms": (0.05 if e.config.values == fastest else 0.1) if e.feasible else None})
+    configs[0]["spills"] = 1 - configs[0]["spills"]  # one verdict the model gets wrong
+    out = mod.recheck({"case": "softmax_b", "configs": configs}, None)
+    assert out["current_model_spills"] == f"{len(configs) - 1}/{len(configs)}"
+    assert out["still_wrong"] == [configs[0]["config"]]
+    assert out["best_rank_now"] == len(feasible)
+    assert out["search8_ratio"] <= out["search16_ratio"] <= 1.0
+    assert out["search8_ratio"] == 0.5 or out["search8_ratio"] == 1.0
