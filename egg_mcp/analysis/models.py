@@ -12,26 +12,9 @@ run on tensor cores, which is why `tensor_core_flops` is kept apart.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
-
-OP_CLASSES: tuple[str, ...] = (
-    "elementwise",
-    "broadcast",
-    "reduction",
-    "normalization",
-    "softmax",
-    "gemm",
-    "batched_gemm",
-    "convolution",
-    "pooling",
-    "attention",
-    "scan",
-    "gather_scatter",
-)
-"""The vocabulary that selects seed paradigms. Ops outside it (tensor creation, copies of
-metadata) are classed "other" and never select a paradigm."""
 
 OpClass = Literal[
     "elementwise",
@@ -48,6 +31,10 @@ OpClass = Literal[
     "gather_scatter",
     "other",
 ]
+
+OP_CLASSES: tuple[str, ...] = tuple(c for c in get_args(OpClass) if c != "other")
+"""The vocabulary that selects seed paradigms. Ops outside it (tensor creation, copies of
+metadata) are classed "other" and never select a paradigm."""
 
 
 class OpInfo(BaseModel):
