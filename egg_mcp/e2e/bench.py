@@ -29,6 +29,7 @@ from typing import Any, Iterable, Sequence
 from pydantic import BaseModel, Field
 
 from egg_mcp.config import ServerConfig
+from egg_mcp.e2e.report import pyplot
 from egg_mcp.evaluation.api import EvalOptions, Evaluator, default_tolerance
 from egg_mcp.problems.loader import quick_sizes
 
@@ -318,13 +319,8 @@ def speedup_chart(summary: BenchSummary, path: Path) -> Path | None:
     per_level = {lv: v for lv, v in per_level.items() if v}
     if not per_level:
         return None
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no chart (pip install 'egg-mcp[report]')", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(max(4.5, 1.8 * len(per_level) + 2), 4), dpi=120)
     for i, (lv, values) in enumerate(per_level.items()):

@@ -126,13 +126,8 @@ def render_task_report(status: TaskStatus | dict[str, Any], *, kernel_path: str 
     return "\n".join(lines).rstrip() + "\n"
 
 
-def stage_time_chart(status: TaskStatus | dict[str, Any], path: Path) -> Path | None:
-    """Bar chart of the time after each committed stage, with the eager and torch.compile baselines
-    as lines. Returns None (and writes nothing) when no stage has a time or matplotlib is missing."""
-    st = as_status(status)
-    timed = [(c.stage, c.time_ms) for c in st.history if c.time_ms is not None]
-    if not timed:
-        return None
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or None (with a hint) when it is not installed."""
     try:
         import matplotlib
 
@@ -140,6 +135,19 @@ def stage_time_chart(status: TaskStatus | dict[str, Any], path: Path) -> Path | 
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib is not installed: no chart (pip install 'egg-mcp[report]')", file=sys.stderr)
+        return None
+    return plt
+
+
+def stage_time_chart(status: TaskStatus | dict[str, Any], path: Path) -> Path | None:
+    """Bar chart of the time after each committed stage, with the eager and torch.compile baselines
+    as lines. Returns None (and writes nothing) when no stage has a time or matplotlib is missing."""
+    st = as_status(status)
+    timed = [(c.stage, c.time_ms) for c in st.history if c.time_ms is not None]
+    if not timed:
+        return None
+    plt = pyplot()
+    if plt is None:
         return None
     labels = [s.replace("PARALLEL_MAPPING", "MAPPING") for s, _ in timed]
     times = [t for _, t in timed]
