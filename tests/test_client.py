@@ -5,14 +5,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.conftest import FIXTURES, REPO
+from tests.http_server import free_port, wait_listening
 
 CLIENT = REPO / "tools" / "egg_client.py"
 
@@ -89,32 +88,14 @@ def test_stdio_transport_end_to_end(tmp_path):
     assert failed.returncode == 1 and "unknown task id" in failed.stderr and failed.stdout == ""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited: {proc.stderr.read()}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise AssertionError("server did not start listening")
-
-
 @pytest.mark.slow
 def test_http_transport_with_a_token(tmp_path):
-    port, token = _free_port(), "tok-123"
+    port, token = free_port(), "tok-123"
     proc = subprocess.Popen([sys.executable, "-m", "egg_mcp", "serve", "--http", "--port", str(port), "--token", token,
                              "--workspace", str(tmp_path / "ws"), "--interpreter"], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_listening(port, proc)
+        wait_listening(port, proc)
         url = f"http://127.0.0.1:{port}/mcp"
         started = _run("--url", url, "--token", token, "call", "start_task", '{"reference": "softmax"}')
         assert started.returncode == 0, started.stderr

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -16,14 +14,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import REPO
+from tests.http_server import free_port, wait_listening
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _serve(tmp_path, *extra: str) -> subprocess.Popen:
@@ -32,31 +25,19 @@ def _serve(tmp_path, *extra: str) -> subprocess.Popen:
          *extra], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited: {proc.stderr.read()}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise AssertionError("server did not start listening")
-
-
 def test_refuses_to_serve_beyond_loopback_without_token(tmp_path):
-    proc = _serve(tmp_path, "--host", "0.0.0.0", "--port", str(_free_port()))
+    proc = _serve(tmp_path, "--host", "0.0.0.0", "--port", str(free_port()))
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert "without a bearer token" in err
 
 
 def test_bearer_token_is_enforced(tmp_path):
-    port = _free_port()
+    port = free_port()
     token = "s3cret-token"
     proc = _serve(tmp_path, "--host", "0.0.0.0", "--port", str(port), "--token", token)
     try:
-        _wait_listening(port, proc)
+        wait_listening(port, proc)
         url = f"http://127.0.0.1:{port}/mcp"
         req = urllib.request.Request(url, data=b"{}", method="POST", headers={"content-type": "application/json"})
         with pytest.raises(urllib.error.HTTPError) as info:
@@ -82,10 +63,10 @@ def test_bearer_token_is_enforced(tmp_path):
 
 
 def test_loopback_rejects_foreign_host_header(tmp_path):
-    port = _free_port()
+    port = free_port()
     proc = _serve(tmp_path, "--port", str(port))
     try:
-        _wait_listening(port, proc)
+        wait_listening(port, proc)
         req = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=b"{}", method="POST",
                                      headers={"content-type": "application/json", "host": "evil.example:80"})
         with pytest.raises(urllib.error.HTTPError) as info:
