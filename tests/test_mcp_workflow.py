@@ -60,12 +60,17 @@ def test_full_workflow_in_process(tmp_path):
     anyio.run(main)
 
 
-def test_full_workflow_over_stdio(tmp_path):
-    params = StdioServerParameters(
+def _stdio_server(tmp_path) -> StdioServerParameters:
+    """`egg-mcp serve` over stdio as a real subprocess, on the CPU interpreter."""
+    return StdioServerParameters(
         command=sys.executable,
         args=["-m", "egg_mcp", "serve", "--workspace", str(tmp_path / "ws"), "--interpreter"],
         cwd=str(REPO),
     )
+
+
+def test_full_workflow_over_stdio(tmp_path):
+    params = _stdio_server(tmp_path)
 
     async def main():
         async with Client(params, read_timeout_seconds=300) as client:
@@ -138,11 +143,7 @@ def test_candidate_flooding_stdout_does_not_reach_the_stdio_stream(tmp_path):
     noisy = SEEDS[0].replace("        x = x.contiguous()\n",
                              "        print('x' * (100 * 1024 * 1024))\n        x = x.contiguous()\n", 1)
     assert noisy != SEEDS[0]
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "egg_mcp", "serve", "--workspace", str(tmp_path / "ws"), "--interpreter"],
-        cwd=str(REPO),
-    )
+    params = _stdio_server(tmp_path)
 
     async def main():
         async with Client(params, read_timeout_seconds=300) as client:
