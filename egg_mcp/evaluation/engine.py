@@ -399,26 +399,28 @@ class WorkerEvaluator:
         self._live.discard(worker)
         shutil.rmtree(worker.workdir, ignore_errors=True)
 
+    def _spare_target(self, mode: str) -> int:
+        """Spares wanted now: the standing pool plus one per queued job, up to burst_spares."""
+        return self.spare_workers + min(self._waiting.get(mode, 0), self.burst_spares)
+
     def _schedule_refill(self, mode: str) -> None:
         if self._closed or self.spare_workers <= 0 or mode == "plain":
             return
         pool = self._pool.setdefault(mode, [])
-        waiting = self._waiting.get(mode, 0)
-        target = self.spare_workers + min(waiting, self.burst_spares)
-        if not waiting and len(pool) > target:  # the burst is over: idle spares hold memory on host and GPU
+        target = self._spare_target(mode)
+        if not self._waiting.get(mode) and len(pool) > target:  # burst over: idle spares hold host and GPU memory
             surplus, pool[:] = pool[target:], pool[:target]
             for worker in surplus:
-                self._spawn_background(self._dispose(worker))
+                self._track(self._dispose(worker))
         pending = len(pool) + len(self._refills_for(mode))
         for _ in range(target - pending):
-            task = asyncio.create_task(self._refill(mode))
-            task.egg_mode = mode  # type: ignore[attr-defined]
-            self._refills.add(task)
-            task.add_done_callback(self._refills.discard)
+            self._track(self._refill(mode), mode)
 
-    def _spawn_background(self, coro) -> None:
+    def _track(self, coro, mode: str | None = None) -> None:
+        """Run coro as a background task that aclose() waits for or cancels; `mode` marks a refill."""
         task = asyncio.ensure_future(coro)
-        self._refills.add(task)  # aclose() waits for / cancels these like refills
+        task.egg_mode = mode  # type: ignore[attr-defined]
+        self._refills.add(task)
         task.add_done_callback(self._refills.discard)
 
     def _refills_for(self, mode: str) -> list[asyncio.Task]:
@@ -427,8 +429,7 @@ class WorkerEvaluator:
     async def _refill(self, mode: str) -> None:
         worker = await self._spawn(mode)
         pool = self._pool.setdefault(mode, [])
-        target = self.spare_workers + min(self._waiting.get(mode, 0), self.burst_spares)
-        if self._closed or len(pool) >= target:  # closed, or a burst ended while this spare started
+        if self._closed or len(pool) >= self._spare_target(mode):  # closed, or the burst ended meanwhile
             await self._dispose(worker)
             return
         pool.append(worker)
