@@ -187,36 +187,46 @@ def _best_of(configs: list[dict], oracle: dict) -> float | None:
     return min(times) if times else None
 
 
+def compiler_facts(r: dict) -> dict:
+    """What the compiler said about one measured config: the largest registers / spills / shared
+    memory over its kernels, and whether it failed for lack of shared memory. `spills` is None when
+    the config has no spill verdict (it did not compile)."""
+    kernels = r.get("kernels") or []
+    oor_smem = r.get("error_kind") == "out_of_resources" and "shared" in (r.get("error") or "")
+    spills = max((k.get("spills") or 0 for k in kernels), default=None)
+    return {
+        "compiled": bool(kernels) or oor_smem, "oor_smem": oor_smem,
+        "registers": max((k.get("registers") or 0 for k in kernels), default=None),
+        "spills": None if oor_smem else spills,
+        "shared_mem_bytes": max((k.get("shared_mem_bytes") or 0 for k in kernels), default=None),
+    }
+
+
 def _agreement(estimates: dict, results: list[dict], nbytes: int) -> dict:
     smem_agree = spill_agree = smem_total = spill_total = 0
     disagreements = []
     smem_ratios = []
     for r in results:
-        key = config_key(r["config"]["values"])
-        est = estimates[key]
-        kernels = r.get("kernels") or []
-        oor_smem = r.get("error_kind") == "out_of_resources" and "shared" in (r.get("error") or "")
-        compiled = bool(kernels) or oor_smem
-        if not compiled:
+        est = estimates[config_key(r["config"]["values"])]
+        facts = compiler_facts(r)
+        if not facts["compiled"]:
             continue
         model_smem = "smem" in est.rules
         smem_total += 1
-        smem_agree += model_smem == oor_smem
-        reported = max((k.get("shared_mem_bytes") or 0 for k in kernels), default=None)
+        smem_agree += model_smem == facts["oor_smem"]
+        reported, spills = facts["shared_mem_bytes"], facts["spills"]
         if reported and est.smem_bytes:
             smem_ratios.append(reported / est.smem_bytes)
-        spills = max((k.get("spills") or 0 for k in kernels), default=None)
-        if kernels and spills is not None and not oor_smem:  # a config that did not compile has no spill verdict
+        spill_mismatch = False
+        if spills is not None:  # a config that did not compile has no spill verdict
             spill_total += 1
-            model_spill = "spill" in est.rules
-            spill_agree += model_spill == (spills > 0)
-        if model_smem != oor_smem or (kernels and spills is not None and not oor_smem
-                                      and ("spill" in est.rules) != (spills > 0)):
+            spill_mismatch = ("spill" in est.rules) != (spills > 0)
+            spill_agree += not spill_mismatch
+        if model_smem != facts["oor_smem"] or spill_mismatch:
             disagreements.append({
                 "config": r["config"]["values"], "model_rules": est.rules, "predicted_smem": est.smem_bytes,
                 "predicted_regs": est.regs_per_thread, "reported_smem": reported, "spills": spills,
-                "registers": max((k.get("registers") or 0 for k in kernels), default=None),
-                "error": (r.get("error") or "")[:200],
+                "registers": facts["registers"], "error": (r.get("error") or "")[:200],
             })
     return {
         "smem_checked": smem_total, "smem_agree": smem_agree, "spill_checked": spill_total, "spill_agree": spill_agree,
@@ -298,10 +308,7 @@ def run_case(name: str, args, out_dir: Path, deadline: float, shared_cache: str)
     # every config's measurement and compiler verdict, so a later model can be re-scored offline exactly
     record["configs"] = [{
         "config": r["config"]["values"], "median_ms": r["median_ms"] if r["correct"] else None,
-        "error_kind": r.get("error_kind"),
-        "registers": max((k.get("registers") or 0 for k in r.get("kernels") or []), default=None),
-        "spills": max((k.get("spills") or 0 for k in r.get("kernels") or []), default=None),
-        "shared_mem_bytes": max((k.get("shared_mem_bytes") or 0 for k in r.get("kernels") or []), default=None),
+        "error_kind": r.get("error_kind"), **compiler_facts(r),
         "model_rules": by_key[config_key(r["config"]["values"])].rules,
     } for r in results]
 
