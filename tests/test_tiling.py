@@ -445,18 +445,24 @@ def test_propose_tiling_measured_picks_the_fastest_correct():
     assert progress_calls[0][0] == 0 and progress_calls[-1][0] == 5
 
 
+def _recheck_module():
+    """benchmarks/tiling_model_recheck.py (a script, not a package module)."""
+    import importlib.util
+
+    path = REPO / "benchmarks" / "tiling_model_recheck.py"
+    spec = importlib.util.spec_from_file_location("tiling_model_recheck", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_spill_model_matches_the_compiler_verdicts_recorded_on_the_h200():
     """The register model against every compiler verdict the H200 tiling benchmark recorded (rebuilt
     from each run's disagreements; benchmarks/tiling_model_recheck.py). Known misses are listed in
     benchmarks/results/tiling/README.md; this pins the model so a change cannot lose agreement."""
-    import importlib.util
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("tiling_model_recheck", root / "benchmarks" / "tiling_model_recheck.py")
-    recheck_mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recheck_mod)
     import json
+
+    recheck_mod = _recheck_module()
 
     runs = {  # result file -> the live registers per element the run's model used
         "batch4": {"softmax": 2.0, "norm": 2.0, "reduction": 2.0, "elementwise": 1.5},
@@ -465,7 +471,7 @@ def test_spill_model_matches_the_compiler_verdicts_recorded_on_the_h200():
     }
     scores = {}
     for batch, ran_with in runs.items():
-        data = json.loads((root / "benchmarks" / "results" / "tiling" / f"{batch}_tiling_bench.json").read_text())
+        data = json.loads((REPO / "benchmarks" / "results" / "tiling" / f"{batch}_tiling_bench.json").read_text())
         for record in data["cases"]:
             out = recheck_mod.recheck(record, ran_with)
             if "current_model" in out:
@@ -476,13 +482,7 @@ def test_spill_model_matches_the_compiler_verdicts_recorded_on_the_h200():
 
 def test_recheck_rescores_stored_configs_and_replays_the_search():
     """Result files that store every config are re-scored exactly: spill verdicts and a search replay."""
-    import importlib.util
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("tiling_model_recheck", root / "benchmarks" / "tiling_model_recheck.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _recheck_module()
     estimates, _ = mod.current_estimates("softmax_b")
     feasible = [e for e in estimates if e.feasible]
     fastest = feasible[-1].config.values  # the model's last feasible pick is, in this fake, the fastest
