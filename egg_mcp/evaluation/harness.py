@@ -285,8 +285,11 @@ class Evaluation:
         self.phase_s: dict[str, float] = {}
         self._phase_open: tuple[str, float] | None = None
 
-    def clock(self, name: str | None) -> None:
-        """Close the running phase and open `name` (None: just close); the breakdown of verify's wall time."""
+    def clock(self, name: str | None, report: str | None = None, **extra) -> None:
+        """Close the running phase and open `name` (None: just close); the breakdown of verify's wall
+        time. `report` also tells the engine (phase deadlines, client progress) with `extra`."""
+        if report is not None:
+            _phase(report, **extra)
         now = _perf_counter()
         if self._phase_open is not None:
             prev, start = self._phase_open
@@ -378,8 +381,7 @@ class Evaluation:
     def _load(self):
         workdir = Path(os.getcwd()) / f"src-{secrets.token_hex(4)}"
         workdir.mkdir()
-        _phase("load", message="loading the reference")
-        self.clock("load_reference")
+        self.clock("load_reference", "load", message="loading the reference")
         try:
             reference = load_module(self.payload["reference_source"], workdir / "reference.py",
                                     f"egg_reference_{secrets.token_hex(4)}")
@@ -394,8 +396,7 @@ class Evaluation:
         self.install()
         workdir, reference = self._load()
         self._wrap_reference(reference.Model)
-        _phase("load", message="importing the candidate")
-        self.clock("import_candidate")
+        self.clock("import_candidate", "load", message="importing the candidate")
         self.candidate_path = str(workdir / "candidate.py")
         try:
             candidate = load_module(self.payload["candidate_source"], Path(self.candidate_path),
@@ -430,8 +431,8 @@ class Evaluation:
                                     "Constructing ModelNew failed")) from None
         self.ref_model, self.cand_model = ref_model, cand_model
 
-        _phase("run", message="correctness trials", done=0, total=self.opts.correctness_trials)
-        self.clock("correctness_trials")
+        self.clock("correctness_trials", "run", message="correctness trials", done=0,
+                   total=self.opts.correctness_trials)
         self.recorder.ops.clear()
         self.counter.reset()
         n = self.opts.correctness_trials
@@ -451,8 +452,7 @@ class Evaluation:
 
         timing, reference_timing, reason, timing_set = None, None, None, None
         if self.device == "cuda" and self.opts.timing:
-            _phase("timing", message="timing the candidate")
-            self.clock("timing_candidate")
+            self.clock("timing_candidate", "timing", message="timing the candidate")
             try:
                 timing, reference_timing, timing_set = self._time()
             except BaseException as exc:  # noqa: BLE001
@@ -464,8 +464,7 @@ class Evaluation:
         else:
             reason = "timing was not requested (options.timing = false)"
 
-        _phase("recheck", message="re-checking correctness after repeated calls")
-        self.clock("recheck")
+        self.clock("recheck", "recheck", message="re-checking correctness after repeated calls")
         recheck = self._recheck(timing_set)
         if recheck is not None:
             return {**base, **recheck}
