@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from egg_mcp.hardware import GPU_TABLE
-from egg_mcp.profiling.classify import compute_type_for
+from egg_mcp.analysis.roofline import compute_type_for
 from egg_mcp.profiling.metrics import ALL_METRICS
 from egg_mcp.profiling.ncu_csv import parse_details_page, parse_ncu_output
 from egg_mcp.profiling.runner import build_ncu_report, resolve_gpu
@@ -64,7 +64,7 @@ def test_real_csv_classification_matches_the_kernel(kind):
     gpu, _ = resolve_gpu(None, (result or {}).get("device") or {"name": "NVIDIA H200"})
     report = build_ncu_report((DATA / f"{kind}.csv").read_text(), stage=entry["stage"], gpu=gpu,
                               target_result=result, flops=entry["flops"], min_bytes=entry["min_bytes"],
-                              compute_type=compute_type_for(entry["dtype"]))
+                              compute_type=compute_type_for(entry["dtype"], None))
     assert kernels.check_expectation(kind, report) == []
     assert report.gpu and GPU_TABLE["H200"].sm_count == gpu.sm_count
 

@@ -82,7 +82,8 @@ def fake_ncu(tmp_path, monkeypatch):
 def profile(evaluator, stage=Stage.MEMORY, **kwargs):
     nbytes = 2 * 4096 * 8192 * 4
     return asyncio.run(profile_candidate(
-        evaluator, reference_source=SOFTMAX_REFERENCE, candidate_source=SOFTMAX_CANDIDATE, options=EvalOptions(),
+        evaluator, reference_source=SOFTMAX_REFERENCE, candidate_source=SOFTMAX_CANDIDATE,
+        options=kwargs.pop("options", EvalOptions()),
         stage=stage, gpu=kwargs.pop("gpu", H200), flops=kwargs.pop("flops", 5.0 * 4096 * 8192),
         min_bytes=kwargs.pop("min_bytes", nbytes), **kwargs,
     ))
@@ -290,3 +291,14 @@ def test_candidate_without_modelnew_fails_with_a_clear_error():
             LocalJobRunner(has_gpu=False), reference_source=SOFTMAX_REFERENCE, candidate_source="import torch\n",
             options=options, stage=Stage.TILING, gpu=H200, timeout_s=120,
         ))
+
+
+def test_fp32_at_a_loose_tolerance_uses_the_tf32_roof_like_the_task_analysis(fake_ncu):
+    """The profiler and analyze_problem must quote the same compute roof for the same task."""
+    from egg_mcp.evaluation.api import LOOSE
+
+    strict = profile(FakeEvaluator([(softmax_log(), JobOutcome(ok=True, result=TARGET_RESULT))]))
+    loose = profile(FakeEvaluator([(softmax_log(), JobOutcome(ok=True, result=TARGET_RESULT))]),
+                    options=EvalOptions(tolerance=LOOSE))
+    assert strict.roofline.compute_type == "fp32"
+    assert loose.roofline.compute_type == "tf32"

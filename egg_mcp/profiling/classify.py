@@ -43,11 +43,6 @@ _ALL_STAGES = frozenset(Stage) - {Stage.DONE}
 _S, _A, _P, _T, _M = Stage.SEEDS, Stage.ALGORITHM, Stage.PARALLEL_MAPPING, Stage.TILING, Stage.MEMORY
 
 
-def compute_type_for(dtype: str) -> str:
-    """Peak to use for the compute roof: fp16/bf16 tensor cores, fp32 CUDA cores."""
-    return {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(dtype, dtype)
-
-
 @dataclass
 class Readings:
     """The handful of numbers the rules read, from whichever source had them."""

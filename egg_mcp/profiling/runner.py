@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from egg_mcp.analysis.roofline import compute_type_for
 from egg_mcp.evaluation.api import EvalOptions, Evaluator, JobOutcome, ProgressFn
 from egg_mcp.hardware import GpuSpec, spec_for
 from egg_mcp.profiling import classify as C
@@ -361,7 +362,8 @@ async def profile_candidate(
     Raises ProfileError when the candidate itself fails or the job times out (verify it first)."""
     t0 = time.perf_counter()
     stage = Stage(stage)
-    compute_type = C.compute_type_for(options.dtype)
+    # the same rule as the task analysis: an fp32 task at a loose tolerance may use TF32 dots
+    compute_type = compute_type_for(options.dtype, options.tolerance)
     metrics = metrics_for_stage(stage)
     has_gpu = evaluator.has_gpu() and options.device != "interpreter"
     ncu = find_ncu() if has_gpu else None
