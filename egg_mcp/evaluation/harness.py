@@ -33,6 +33,7 @@ import torch.utils.deterministic  # noqa: F401  (its flag poisons fresh allocati
 
 from egg_mcp.evaluation import worker
 from egg_mcp.evaluation.modules import import_source
+from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
 from egg_mcp.evaluation.api import (
     BaselineResult,
     EnvInfo,
@@ -48,14 +49,12 @@ from egg_mcp.evaluation.integrity import AttributeSnapshot, LaunchCounter, OpRec
 # Trusted references, taken before any candidate code is imported.
 _clone = torch.Tensor.clone
 _equal = torch.equal
-_manual_seed = torch.manual_seed
 _use_deterministic = torch.use_deterministic_algorithms
 _deterministic_enabled = torch.are_deterministic_algorithms_enabled
 _det_module = sys.modules["torch.utils.deterministic"]
 _enumerate_threads = threading.enumerate
 _perf_counter = time.perf_counter
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 RECHECK_CALLS = 3
 """Extra candidate calls on one input set before the post-timing re-check when there is no GPU timing."""
 SPEEDUP_REVIEW_FACTOR = 10.0
@@ -192,57 +191,8 @@ def load_module(source: str, path: Path, name: str):
     return import_source(source, path, name)
 
 
-def apply_size_overrides(reference, candidate, overrides: dict[str, int]) -> None:
-    unknown = [k for k in overrides if not isinstance(getattr(reference, k, None), int)]
-    if unknown:
-        sizes = sorted(k for k, v in vars(reference).items() if isinstance(v, int) and not k.startswith("_"))
-        raise ValueError(f"size_overrides names {unknown} are not integer constants of the reference; "
-                         f"it has {sizes}")
-    for key, value in overrides.items():
-        setattr(reference, key, int(value))
-        if candidate is not None and isinstance(getattr(candidate, key, None), int):
-            setattr(candidate, key, int(value))
-
-
 def _as_list(out) -> list:
     return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
-class Problem:
-    """The loaded reference: builds inputs on the device and the reference model."""
-
-    def __init__(self, module, device: str, dtype: torch.dtype):
-        self.module = module
-        self.device = device
-        self.dtype = dtype
-
-    def prepare(self, value):
-        if isinstance(value, torch.Tensor):
-            value = value.to(self.device)
-            if value.is_floating_point() and self.dtype != torch.float32:
-                value = value.to(self.dtype)
-        return value
-
-    def inputs(self, seed: int) -> list:
-        _manual_seed(seed)
-        with torch.device(self.device):
-            values = self.module.get_inputs()
-        return [self.prepare(v) for v in values]
-
-    def init_inputs(self, seed: int) -> list:
-        _manual_seed(seed)
-        with torch.device(self.device):
-            values = self.module.get_init_inputs()
-        return [self.prepare(v) for v in values]
-
-    def build(self, cls, init_inputs: list, seed: int):
-        _manual_seed(seed)
-        model = cls(*init_inputs)
-        if isinstance(model, torch.nn.Module):
-            model = model.to(self.device)
-            if self.dtype != torch.float32:
-                model = model.to(self.dtype)
-        return model
 
 
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:

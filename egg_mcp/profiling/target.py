@@ -18,33 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
-
 
 def _load_module(source: str, name: str, directory: Path):
     """Import `source` from a real file (`@triton.jit` reads the source through inspect)."""
     from egg_mcp.evaluation.modules import import_source
 
     return import_source(source, directory / f"{name}.py", name)
-
-
-def _override_sizes(module, overrides: dict[str, int], *, strict: bool) -> None:
-    for key, value in overrides.items():
-        if hasattr(module, key):
-            setattr(module, key, value)
-        elif strict:
-            raise ValueError(f"size override {key!r} is not a module-level constant of the reference")
-
-
-def _cast(value, device, dtype):
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        value = value.to(device)
-        return value.to(dtype) if value.is_floating_point() else value
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cast(v, device, dtype) for v in value)
-    return value
 
 
 class _LaunchRecorder:
@@ -227,22 +206,23 @@ def run_forward(payload: dict) -> dict:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
 
+    from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+
     use_cuda = device_choice == "cuda" or (device_choice == "auto" and torch.cuda.is_available())
     if device_choice == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device='cuda' was requested but this worker has no CUDA device")
     if not use_cuda:
         os.environ["TRITON_INTERPRET"] = "1"
     device = torch.device("cuda" if use_cuda else "cpu")
-    dtype = getattr(torch, _DTYPES.get(payload.get("dtype", "float32"), "float32"))
+    dtype = DTYPES.get(payload.get("dtype", "float32"), torch.float32)
     seed = int(payload.get("seed", 0))
     overrides = dict(payload.get("size_overrides") or {})
 
     workdir = Path(tempfile.mkdtemp(prefix="egg-profile-target-"))
     tag = f"{os.getpid()}_{int(time.time() * 1e6) % 10**9}"
     reference = _load_module(payload["reference_source"], f"egg_profile_reference_{tag}", workdir)
-    _override_sizes(reference, overrides, strict=True)
     candidate = _load_module(payload["candidate_source"], f"egg_profile_candidate_{tag}", workdir)
-    _override_sizes(candidate, overrides, strict=False)
+    apply_size_overrides(reference, candidate, overrides)
     if not hasattr(candidate, "ModelNew"):
         raise ValueError("the candidate source defines no `class ModelNew`; write ModelNew with the reference's "
                          "constructor and forward signatures")
@@ -252,14 +232,9 @@ def run_forward(payload: dict) -> dict:
     recorder.install_hook()
     phase: dict[str, float] = {"load": time.perf_counter() - t0}
     try:
-        torch.manual_seed(seed)
-        init_inputs = _cast(list(reference.get_init_inputs()), device, dtype)
-        torch.manual_seed(seed)
-        model = candidate.ModelNew(*init_inputs).to(device)
-        model = model.to(dtype) if dtype != torch.float32 else model
-        torch.manual_seed(seed + 1)
-        with torch.device(device):
-            inputs = _cast(list(reference.get_inputs()), device, dtype)
+        problem = Problem(reference, device, dtype)
+        model = problem.build(candidate.ModelNew, problem.init_inputs(seed), seed)
+        inputs = problem.inputs(seed + 1)
 
         t1 = time.perf_counter()
         with torch.no_grad():

@@ -73,35 +73,28 @@ def _load_module(path: str, name: str):
 
 
 class _Problem:
-    """The reference module, its inputs and its output, built once per process."""
+    """The reference module, its inputs and its output, built once per process (loading rules shared
+    with verify and profile_ncu: egg_mcp.evaluation.problem)."""
 
     def __init__(self, reference_path: str, dtype: str, size_overrides: dict[str, int], seed: int, device: str):
         import torch
 
+        from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype {dtype!r} is not one of {sorted(DTYPES)}")
         self.torch = torch
         self.device = device
-        self.dtype = getattr(torch, dtype)
         self.seed = seed
+        self.overrides = dict(size_overrides)
+        self._apply_sizes = apply_size_overrides
         self.module = _load_module(reference_path, f"_egg_tiling_ref_{os.getpid()}")
-        for name, value in size_overrides.items():
-            if not hasattr(self.module, name):
-                raise ValueError(f"size override {name!r} is not a module-level constant of the reference")
-            setattr(self.module, name, value)
-        torch.manual_seed(seed)
-        self.init_inputs = list(self.module.get_init_inputs())
-        torch.manual_seed(seed)
-        inputs = list(self.module.get_inputs())
-        self.inputs = [self._cast(x) for x in inputs]
-        torch.manual_seed(seed)
-        self.reference = self.module.Model(*self.init_inputs).to(device=device, dtype=self.dtype)
+        apply_size_overrides(self.module, None, self.overrides)
+        self.problem = Problem(self.module, device, DTYPES[dtype])
+        self.init_inputs = self.problem.init_inputs(seed)
+        self.inputs = self.problem.inputs(seed)
+        self.reference = self.problem.build(self.module.Model, self.init_inputs, seed)
         self._expected = None
-
-    def _cast(self, x):
-        torch = self.torch
-        if isinstance(x, torch.Tensor):
-            x = x.to(self.device)
-            return x.to(self.dtype) if x.is_floating_point() else x
-        return x
 
     def expected(self):
         if self._expected is None:
@@ -110,13 +103,13 @@ class _Problem:
         return self._expected
 
     def build(self, module):
-        torch = self.torch
-        torch.manual_seed(self.seed)
-        model = module.ModelNew(*self.init_inputs)
+        """The candidate's ModelNew with the reference's weights where the parameters match."""
+        self._apply_sizes(self.module, module, self.overrides)
+        model = self.problem.build(module.ModelNew, self.init_inputs, self.seed)
         ref_state, new_state = self.reference.state_dict(), model.state_dict()
         if ref_state.keys() == new_state.keys() and all(ref_state[k].shape == new_state[k].shape for k in ref_state):
             model.load_state_dict(ref_state)
-        return model.to(device=self.device, dtype=self.dtype)
+        return model
 
 
 def _error_kind(exc: BaseException) -> str:
