@@ -53,3 +53,39 @@ def test_op_recorder_separates_glue_from_compute():
         torch.mm(x, x)
     assert set(recorder.compute_ops()) == {"_softmax", "mm"}
     assert "mm" not in ALLOWED_OPS
+
+
+# -- isolated timing: grouping CUPTI rows into calls ------------------------------------------------
+FLUSH = "reduce_kernel<long sum>"
+
+
+def test_split_calls_groups_kernels_between_flushes_and_keeps_the_candidates_own_memset():
+    from egg_mcp.evaluation.timing import split_calls
+
+    rows = [("warmup_kernel", 0, 7000),  # before the first flush: dropped
+            ("Memset (Device)", 1, 1000), (FLUSH, 2, 30000),  # flush = its memset + the reduction
+            ("layernorm_kernel", 3, 32000),
+            ("Memset (Device)", 4, 1000), (FLUSH, 5, 30000),
+            ("Memset (Device)", 6, 2000), ("layernorm_kernel", 7, 31000), ("epilogue", 8, 3000),  # own memset
+            ("Memset (Device)", 9, 1000), (FLUSH, 10, 30000)]
+    calls = split_calls(rows, FLUSH, {"Memset (Device)"})
+    assert calls == [{"layernorm_kernel": 0.032},
+                     {"Memset (Device)": 0.002, "layernorm_kernel": 0.031, "epilogue": 0.003}]
+
+
+def test_split_calls_reports_a_call_without_kernels_as_empty():
+    from egg_mcp.evaluation.timing import split_calls
+
+    rows = [(FLUSH, 0, 1), ("k", 1, 5000), (FLUSH, 2, 1), (FLUSH, 3, 1)]
+    assert split_calls(rows, FLUSH, set()) == [{"k": 0.005}, {}]
+
+
+def test_isolated_timing_is_opt_in_and_carried_in_the_result():
+    from egg_mcp.evaluation.api import EvalOptions, EvalResult
+
+    assert EvalOptions().isolated_timing is False
+    result = EvalResult.model_validate({
+        "verdict": "correct", "summary": "ok",
+        "timing": {"median_ms": 0.0346, "isolated": {"median_ms": 0.0321, "cv": 0.01, "calls": 40,
+                                                    "per_kernel_ms": {"layernorm_kernel": 0.0321}}}})
+    assert result.timing.isolated.per_kernel_ms == {"layernorm_kernel": 0.0321}

@@ -64,6 +64,8 @@ class EvalOptions(BaseModel):
     """Time the candidate (and only when correct). Ignored without a GPU: timing is then reported
     as unavailable, never made up."""
     timing_trials: int | None = Field(None, ge=1, le=10000, description="None: adapt to kernel length")
+    isolated_timing: bool = Field(
+        False, description="also time the candidate's kernels per call from a clean, cold L2 (ncu's condition)")
     size_overrides: dict[str, int] = Field(
         default_factory=dict,
         description="module-level size constants of the problem to override (quick check, CPU interpreter)",
@@ -132,6 +134,22 @@ class TimingStats(BaseModel):
     sm_clock_mhz: int | None = None
     throttled: bool | None = None
     throttle_reasons: list[str] = Field(default_factory=list)
+    isolated: IsolatedTiming | None = Field(
+        None, description="only with EvalOptions.isolated_timing: the ncu-comparable per-call kernel time")
+    isolated_error: str | None = Field(None, description="why the isolated timing was requested but not taken")
+
+
+class IsolatedTiming(BaseModel):
+    """Per-call GPU kernel time with every call started from a clean, cold L2 (read flush before each call),
+    from the GPU's own kernel start/end timestamps (CUPTI through torch.profiler): the condition Nsight
+    Compute's gpu__time_duration measures. `median_ms` above is the steady state instead (calls back to back,
+    each paying the write-back of the previous call's output), which is what the kernel costs inside a model."""
+
+    median_ms: float
+    cv: float
+    calls: int
+    per_kernel_ms: dict[str, float] = Field(default_factory=dict, description="median per call, by kernel name")
+    method: str = "cupti kernel timestamps, clean cold L2 per call"
 
 
 class IntegrityFinding(BaseModel):

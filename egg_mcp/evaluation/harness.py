@@ -600,6 +600,12 @@ class Evaluation:
             if stats.host_wall_ms < 0.9 * event_total - 1.0:
                 self.finding("monkeypatch", f"CUDA events report {event_total:.2f} ms in total but only "
                              f"{stats.host_wall_ms:.2f} ms passed on the host clock")
+        if self.opts.isolated_timing:
+            self.clock("timing_isolated")
+            try:
+                stats.isolated = timer.measure_isolated(lambda xs: cand(*xs), make_inputs)
+            except Exception as exc:  # noqa: BLE001 - an extra reading; its absence must not fail verify
+                stats.isolated_error = f"{type(exc).__name__}: {exc}"[:300]
         reference_timing = None
         baseline_ms = getattr(self.opts, "baseline_ms", None)
         if baseline_ms is None:

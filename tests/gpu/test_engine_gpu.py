@@ -103,7 +103,7 @@ def evaluator_results(tmp_path_factory):
                 out[name + "_next"] = (await ev.evaluate(ref, CORRECT, opts.model_copy(update={"timing": False})), 0)
             for path in sorted(ADVERSARIAL.glob("*.py")):
                 out["adv_" + path.stem] = (await ev.evaluate(ref, path.read_text(), opts), 0)
-            out["full_size"] = (await ev.evaluate(ref, CORRECT, EvalOptions(timing_trials=100)), 0)
+            out["full_size"] = (await ev.evaluate(ref, CORRECT, EvalOptions(timing_trials=100, isolated_timing=True)), 0)
             probe = await ev.run_job(
                 "egg_mcp.evaluation.jobs:timing_probe",
                 {"problem": "softmax", "sizes": [{"batch_size": 64, "dim": 256}, {"batch_size": 1024, "dim": 1024},
@@ -151,6 +151,18 @@ def test_correct_candidate_at_full_size_is_timed(evaluator_results):
     assert result.reference_timing is not None and result.speedup
     assert result.env.device and result.env.driver and not result.env.interpreter
     assert result.kernels[0].num_warps and result.kernels[0].registers is not None
+
+
+def test_isolated_timing_reads_each_call_from_cupti(evaluator_results):
+    """The ncu-comparable reading: one kernel group per call, the candidate's kernel named, and close to the
+    steady-state time (they differ by the L2 write-back of the previous output, a few per cent)."""
+    result, _ = evaluator_results["full_size"]
+    t = result.timing
+    assert t.isolated is not None, t.isolated_error
+    assert t.isolated.calls == 40
+    assert set(t.isolated.per_kernel_ms) == {k.name for k in result.kernels}, (t.isolated, result.kernels)
+    assert 0.8 <= t.isolated.median_ms / t.median_ms <= 1.2, (t.isolated.median_ms, t.median_ms)
+    assert "timing_isolated" in result.phase_s
 
 
 def test_timing_aa_ratio_and_cv(evaluator_results):
