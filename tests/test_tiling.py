@@ -480,6 +480,22 @@ def test_spill_model_matches_the_compiler_verdicts_recorded_on_the_h200():
                       "rowsum_b": (113, 120), "layernorm_b": (96, 96)}
 
 
+def test_model_rescored_exactly_on_the_runs_that_store_every_config():
+    """Batches 9 and 10 store every config's compile facts and time: spill agreement and the search replay
+    of the current model, exactly (elementwise's 2.0 live registers per element came from batch 10)."""
+    import json
+
+    recheck_mod = _recheck_module()
+    got = {}
+    for batch in ("batch9", "batch10"):
+        data = json.loads((REPO / "benchmarks" / "results" / "tiling" / f"{batch}_tiling_bench.json").read_text())
+        for record in data["cases"]:
+            out = recheck_mod.recheck(record, None)
+            got[out["case"]] = (out["current_model_spills"], out["search8_ratio"], out["search16_ratio"])
+    assert got == {"layernorm_a": ("95/96", 1.0, 1.0), "rowsum_a": ("113/120", 0.9727, 0.9893),
+                   "biasgelu_a": ("144/144", 0.9923, 0.9923), "biasgelu_b": ("144/144", 0.9871, 0.9904)}
+
+
 def test_recheck_rescores_stored_configs_and_replays_the_search():
     """Result files that store every config are re-scored exactly: spill verdicts and a search replay."""
     mod = _recheck_module()
