@@ -48,6 +48,11 @@ class ServerConfig(BaseModel):
         default_factory=lambda: os.environ.get("EGG_MCP_FORCE_INTERPRETER", "") not in ("", "0")
     )
     """Evaluate with TRITON_INTERPRET=1 on the CPU even when a GPU is present (tests, debugging)."""
+    isolated_timing: bool = Field(
+        default_factory=lambda: os.environ.get("EGG_MCP_ISOLATED_TIMING", "1").strip() not in ("0", "false", "no")
+    )
+    """Also time each verified candidate's kernels per call from a clean L2 with CUPTI timestamps, the
+    condition ncu measures (~0.03-0.04 s per verify on the H200); EGG_MCP_ISOLATED_TIMING=0 turns it off."""
     compile_timeout_s: float = 120.0
     run_timeout_s: float = 300.0
 

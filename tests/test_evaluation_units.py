@@ -89,3 +89,18 @@ def test_isolated_timing_is_opt_in_and_carried_in_the_result():
         "timing": {"median_ms": 0.0346, "isolated": {"median_ms": 0.0321, "cv": 0.01, "calls": 40,
                                                     "per_kernel_ms": {"layernorm_kernel": 0.0321}}}})
     assert result.timing.isolated.per_kernel_ms == {"layernorm_kernel": 0.0321}
+
+
+def test_correct_summary_names_the_isolated_reading_and_a_large_write_back_share():
+    from types import SimpleNamespace
+
+    from egg_mcp.evaluation import harness
+    from egg_mcp.evaluation.api import IsolatedTiming, TimingStats
+
+    ev = SimpleNamespace(findings=[])
+    t = TimingStats(median_ms=0.0344, cv=0.002, method="cuda_graph",
+                    isolated=IsolatedTiming(median_ms=0.0318, cv=0.01, calls=40))
+    text = harness.Evaluation._correct_summary(ev, {}, 5, t, None)
+    assert "0.0318 ms per call from a clean L2" in text and "costs 8% more" in text
+    t.isolated.median_ms = 0.0340  # within 5 %: no write-back remark
+    assert "more" not in harness.Evaluation._correct_summary(ev, {}, 5, t, None)

@@ -19,6 +19,7 @@ class SlowBaselinesEvaluator:
     def __init__(self):
         self.baseline_calls = 0
         self.evaluated = 0
+        self.options = []
 
     def has_gpu(self) -> bool:
         return True
@@ -33,6 +34,7 @@ class SlowBaselinesEvaluator:
 
     async def evaluate(self, reference_source, candidate_source, options, progress=None):
         self.evaluated += 1
+        self.options.append(options)
         return EvalResult(verdict="correct", summary="fake correct", timing=TimingStats(median_ms=1.0))
 
 
@@ -49,3 +51,22 @@ def test_concurrent_verifies_on_a_new_task_measure_the_baselines_once(tmp_path):
     assert fake.baseline_calls == 1
     assert fake.evaluated == 8
     assert all(r.verdict == "correct" and r.speedup_vs_eager == 4.0 for r in results)
+
+
+def test_verify_asks_for_the_isolated_reading_unless_the_server_is_told_not_to(tmp_path, monkeypatch):
+    """Every verified candidate also gets the ncu-comparable reading; EGG_MCP_ISOLATED_TIMING=0 turns it off."""
+    for env, expected in ((None, True), ("0", False)):
+        if env is None:
+            monkeypatch.delenv("EGG_MCP_ISOLATED_TIMING", raising=False)
+        else:
+            monkeypatch.setenv("EGG_MCP_ISOLATED_TIMING", env)
+        fake = SlowBaselinesEvaluator()
+        ws = tmp_path / f"ws_{env}"
+        service = EggService(ServerConfig(workspace=ws), Workspace(ws), fake, None)
+
+        async def scenario():
+            task = await service.start_task(builtin_source("softmax"))
+            await service.verify(task.task_id, SEED)
+
+        asyncio.run(scenario())
+        assert [o.isolated_timing for o in fake.options] == [expected]

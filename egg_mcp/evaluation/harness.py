@@ -659,6 +659,13 @@ class Evaluation:
                     f"{timing.method}).")
             if reference_timing is not None and out.get("speedup"):
                 text += f" {out['speedup']:.2f}x vs the reference in eager PyTorch."
+            if timing.isolated is not None:
+                text += f" {timing.isolated.median_ms:.4f} ms per call from a clean L2 (what ncu reports)"
+                excess = timing.median_ms / timing.isolated.median_ms - 1 if timing.isolated.median_ms > 0 else 0
+                if excess > 0.05 and timing.median_ms >= 0.02:
+                    text += (f"; back to back each call costs {100 * excess:.0f}% more, most likely writing back the "
+                             "previous call's output from L2")
+                text += "."
             if timing.throttled:
                 text += f" GPU throttled during timing ({', '.join(timing.throttle_reasons)}): re-verify."
         if reviews:

@@ -312,7 +312,8 @@ class EggService:
                 await self._ensure_baselines(row, progress)
                 opts = self._options(row)
                 eval_opts = self._eval_options(opts, roofline_floor_ms=self._floor_ms(self._analysis(row)),
-                                               timing=self.timing_available())
+                                               timing=self.timing_available(),
+                                               isolated_timing=self.config.isolated_timing)
                 result = await self.evaluator.evaluate(self._reference(row), source, eval_opts, progress)
         except BaseException:
             with self.ws.transaction() as db:
