@@ -21,7 +21,9 @@ Methods:
                      (torch.profiler device activity: the GPU's own start/end timestamps, as ncu's)
   cupti_graph_read   one graph of [read flush, call] x N under the profiler, the same per call
   cupti_graph_rot    one graph of [call] x N over rotating input sets (steady state, per kernel)
-`PROBE_METHODS=a,b` limits the run to some methods (current is always measured).
+`PROBE_METHODS=a,b` limits the run to some methods (current is always measured). The cupti_*_read
+columns of benchmarks/results/timing_methods_h200_cupti.json predate the split_calls grouping (the
+flush's memset split each call in two there).
 The child mode (`--child CASE N`) runs the case's forward N times for ncu.
 """
 
@@ -147,7 +149,7 @@ def spread(times: list[float]) -> dict:
 def methods(forward, make_inputs) -> dict[str, dict]:
     import torch
 
-    from egg_mcp.evaluation.timing import GpuTimer, tensor_bytes
+    from egg_mcp.evaluation.timing import GpuTimer, split_calls, tensor_bytes
 
     timer = GpuTimer()
     flush_i64 = timer.flush_buffer.view(torch.int64)
@@ -242,22 +244,14 @@ def methods(forward, make_inputs) -> dict[str, dict]:
                 if str(e.device_type()).endswith("CUDA") and e.duration_ns() > 0]
         return sorted(rows, key=lambda r: r[1]), time.perf_counter() - t0
 
-    flush_names = {name for name, _, _ in kernel_durations(lambda: [read_flush() for _ in range(3)])[0]}
+    flush_rows = kernel_durations(lambda: [read_flush() for _ in range(3)])[0]
+    flush_names = {name for name, _, _ in flush_rows}
+    signature = max(flush_rows, key=lambda r: r[2])[0]  # the reduction; its memset is a prelude
     out["flush_kernel_names"] = {"names": sorted(flush_names)}
 
     def per_call(rows) -> list[float]:
-        """Sum of the non-flush kernel durations between consecutive flush kernels (ms)."""
-        calls, current = [], None
-        for name, _, dur in rows:
-            if name in flush_names:
-                if current is not None:
-                    calls.append(current)
-                current = 0.0
-            elif current is not None:
-                current += dur / 1e6
-        if current:
-            calls.append(current)
-        return calls
+        """Per-call sum of kernel durations between flushes (ms), grouped as verify groups them."""
+        return [sum(g.values()) for g in split_calls(rows, signature, flush_names - {signature})]
 
     def cupti_loop():
         def work():
