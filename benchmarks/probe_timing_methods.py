@@ -193,9 +193,8 @@ def methods(forward, make_inputs) -> dict[str, dict]:
     if want("events_read"):
         out["events_read"] = per_call_events(read_flush)
 
-    def graph_events(flush, calls: int, replays: int):
-        starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(calls)]
-        ends = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(calls)]
+    def captured(body, flush):
+        """A CUDA graph of body() after a warm-up of every input set (and the flush) on a side stream."""
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -207,12 +206,21 @@ def methods(forward, make_inputs) -> dict[str, dict]:
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
+            body()
+        return graph
+
+    def graph_events(flush, calls: int, replays: int):
+        starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(calls)]
+        ends = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(calls)]
+        def body():
             for i in range(calls):
                 if flush:
                     flush()
                 starts[i].record()
                 forward(sets[i % n_sets])
                 ends[i].record()
+
+        graph = captured(body, flush)
         times = []
         t0 = time.perf_counter()
         for _ in range(replays):
@@ -265,21 +273,14 @@ def methods(forward, make_inputs) -> dict[str, dict]:
         return result
 
     def cupti_graph(flush, calls: int = 60, replays: int = 3):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for k in range(n_sets):
-                forward(sets[k])
-            read_flush()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        def body():
             for i in range(calls):
                 if flush:
                     read_flush()
                 forward(sets[i % n_sets])
             read_flush()  # a separator, so the last call is closed
+
+        graph = captured(body, read_flush)
         rows, wall = kernel_durations(lambda: [graph.replay() for _ in range(replays)])
         if flush:
             times = per_call(rows)
