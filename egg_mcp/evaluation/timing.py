@@ -10,8 +10,9 @@
 * repetitions adapt to the kernel length; median, IQR and CV (over the central 90 % of runs);
 * the host clock over the timed region is kept as a cross-check of the events;
 * NVML SM clock and throttle reasons read before and after;
-* on request, `measure_isolated`: each call from a clean, cold L2, its kernels timed by the GPU's own
-  start/end timestamps (CUPTI): the number Nsight Compute's gpu__time_duration gives.
+* on request (verify asks by default), `measure_isolated`: each call from a clean, cold L2, its
+  kernels timed by the GPU's own start/end timestamps (CUPTI): the number Nsight Compute's
+  gpu__time_duration gives (within 1.4 % from 20 us up on the H200, ncu_agreement_h200_batch11*.json).
 
 What the two conditions read differ in (H200, benchmarks/results/timing_methods_h200*.json): a
 kernel that writes a large output leaves it dirty in L2, and back to back the next call pays that
@@ -157,7 +158,8 @@ class GpuTimer:
     def _flush(self) -> None:
         """Evict the L2 by *reading* twice its size: the L2 is left clean. Zeroing the buffer (Triton's
         do_bench) leaves it full of dirty lines that the timed kernel then writes back: +1.6 % on a
-        260 us softmax on the H200 (benchmarks/results/timing_methods_h200.json)."""
+        260 us softmax on the H200 (benchmarks/results/timing_methods_h200.json); with the read flush
+        verify's time for it went from 1.023x to 1.010x ncu's (ncu_agreement_h200_batch11.json)."""
         _sum(self._flush_words, dim=0, out=self._flush_sum)
 
     def _events_once(self, fn: Callable[[list], Any], inputs: list) -> float:
