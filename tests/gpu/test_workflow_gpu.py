@@ -26,6 +26,8 @@ def test_workflow_on_gpu(tmp_path):
             for r in results:
                 assert r["verdict"] == "correct", r["summary"]
                 assert r["time_ms"] > 0 and r["speedup_vs_eager"] > 0
+                timing = r["result"]["timing"]
+                assert timing["isolated"] and timing["isolated"]["median_ms"] > 0, timing.get("isolated_error")
                 print(f"seed {r['candidate_id']}: {r['time_ms']:.4f} ms, {r['speedup_vs_eager']:.2f}x eager, "
                       f"{r['speedup_vs_compile']:.2f}x compile, cv {r['result']['timing']['cv']}")
             fast, slow = sorted(results, key=lambda r: r["time_ms"])
