@@ -81,13 +81,10 @@ class _Problem:
 
         from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
 
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype {dtype!r} is not one of {sorted(DTYPES)}")
         self.torch = torch
         self.device = device
         self.seed = seed
         self.overrides = dict(size_overrides)
-        self._apply_sizes = apply_size_overrides
         self.module = _load_module(reference_path, f"_egg_tiling_ref_{os.getpid()}")
         apply_size_overrides(self.module, None, self.overrides)
         self.problem = Problem(self.module, device, DTYPES[dtype])
@@ -104,7 +101,9 @@ class _Problem:
 
     def build(self, module):
         """The candidate's ModelNew with the reference's weights where the parameters match."""
-        self._apply_sizes(self.module, module, self.overrides)
+        from egg_mcp.evaluation.problem import apply_size_overrides
+
+        apply_size_overrides(self.module, module, self.overrides)
         model = self.problem.build(module.ModelNew, self.init_inputs, self.seed)
         ref_state, new_state = self.reference.state_dict(), model.state_dict()
         if ref_state.keys() == new_state.keys() and all(ref_state[k].shape == new_state[k].shape for k in ref_state):
