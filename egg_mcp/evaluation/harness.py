@@ -581,7 +581,7 @@ class Evaluation:
         self.counter.expected_stream = None  # the timer itself launches on a capture stream for graphs
         self.recorder.__exit__(None, None, None)  # no per-op Python overhead inside the timed region
         try:
-            stats, extra = timer.measure(lambda xs: cand(*xs), make_inputs, n_runs=self.opts.timing_trials)
+            stats, _ = timer.measure(lambda xs: cand(*xs), make_inputs, n_runs=self.opts.timing_trials)
         finally:
             self.counter.counting = False
         if self.counter.total() == 0:
@@ -621,7 +621,6 @@ class Evaluation:
             self.finding("beyond_floor", f"{stats.median_ms:.4f} ms is below the physical floor {floor:.4f} ms "
                          "(roofline from FLOPs and bytes) of this GPU", severity="review")
         self.recorder.__enter__()
-        self.timing_extra = extra
         return stats, reference_timing, make_inputs(0)
 
     def _recheck(self, timing_set: list | None) -> dict[str, Any] | None:
