@@ -1,0 +1,159 @@
+"""`confine`: called inside the runner, after torch/triton are imported and before the candidate is.
+
+It sets no_new_privs, drops capabilities (a root runner keeps none), then enforces a Landlock domain:
+- read+execute: the Python installation (sys.prefix, base/exec prefix, site-packages, the egg_mcp
+  package, the packages already imported such as torch, triton and nvidia's CUDA wheels), /usr,
+  /lib*, /bin, /sbin, /opt, /etc (ld.so.cache, hosts), /proc and /sys (read only);
+- read+write (+ioctl from ABI 5): /dev/nvidia*, /dev/null, /dev/zero, /dev/full, /dev/random, /dev/urandom;
+- everything: the private dir (HOME, TMPDIR, Triton's cache, where Triton compiles and loads its .so files)
+  and `extra_write`; read+execute: `extra_read`;
+- nothing else: /tmp, the workspace, the user's home, the exports, the server's files are unreachable;
+- TCP bind/connect denied (ABI 4, unless `network=True`); signals and abstract unix sockets scoped to
+  the runner's own domain (ABI 6): it cannot signal the judge, the server or a sibling runner.
+Landlock also denies ptrace (and so /proc/<pid>/mem, /proc/<pid>/environ) of any process outside the domain.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import site
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from egg_mcp.sandbox import _sys as S
+from egg_mcp.sandbox.env import ENV_MARKER, NS_MARKER, TOOL_PATH_VARS
+from egg_mcp.sandbox.report import SandboxReport
+
+SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/opt", "/etc", "/proc", "/sys")
+DEVICE_RW = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+DEVICE_GLOBS = ("/dev/nvidia*", "/dev/nvidia-caps/*")
+
+READ = S.FS_READ_FILE | S.FS_READ_DIR
+READ_EXEC = READ | S.FS_EXECUTE
+
+
+def _handled_fs(abi: int) -> int:
+    rights = S.FS_ABI1
+    if abi >= 2:
+        rights |= S.FS_REFER
+    if abi >= 3:
+        rights |= S.FS_TRUNCATE
+    if abi >= 5:
+        rights |= S.FS_IOCTL_DEV
+    return rights
+
+
+def python_paths() -> list[str]:
+    """Where this interpreter's code lives: prefixes, site-packages, and the packages already imported."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    paths.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    for entry in sys.path:
+        if entry and ("site-packages" in entry or "dist-packages" in entry or entry.endswith(".zip")):
+            paths.add(entry)
+    for name, module in list(sys.modules.items()):
+        if "." in name or name == "__main__":
+            continue
+        spec_file = getattr(module, "__file__", None)
+        if not spec_file:
+            continue
+        file = Path(spec_file)
+        paths.add(str(file.parent if file.name == "__init__.py" else file))
+    import egg_mcp
+
+    paths.add(str(Path(egg_mcp.__file__).resolve().parent))
+    return sorted(p for p in paths if p and os.path.exists(p))
+
+
+def _tool_paths() -> list[str]:
+    return [os.environ[v] for v in TOOL_PATH_VARS if os.environ.get(v) and os.path.exists(os.environ[v])]
+
+
+def _markers() -> tuple[bool, bool]:
+    """(environment allow-listed, PID namespace): told by runner_env and by the launcher, both trusted
+    code that ran before the candidate; popped so the candidate never sees them."""
+    env_marker = os.environ.pop(ENV_MARKER, "")
+    ns_marker = os.environ.pop(NS_MARKER, "")
+    return env_marker == "allowlist", "pid" in ns_marker.split(",")
+
+
+def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
+            network: bool = False) -> SandboxReport:
+    """Confine the calling process (see module docstring); returns what was actually applied.
+
+    Never raises for a missing kernel feature: the report says what is missing. Raises OSError only
+    when a step the kernel offers fails (then the runner must not go on to import the candidate).
+    """
+    report = SandboxReport()
+    report.env_allowlist, report.pid_namespace = _markers()
+    if sys.platform != "linux":
+        report.notes.append(f"{sys.platform}: no Landlock or namespaces; run the server in a Linux VM/container")
+        return _finish(report)
+    S.prctl(S.PR_SET_NO_NEW_PRIVS, 1)
+    report.no_new_privs = True
+    caps = S.effective_capabilities()
+    if caps:
+        S.drop_all_capabilities()
+        report.capabilities_dropped = S.effective_capabilities() == 0
+    abi = S.landlock_abi()
+    report.landlock_abi = abi
+    if abi is None:
+        report.notes.append("kernel without Landlock (or blocked by seccomp): the runner can read and write "
+                            "whatever this user can; run the server in a container/VM, or boot a kernel >= 5.13 "
+                            "with CONFIG_SECURITY_LANDLOCK=y and lsm=...,landlock")
+        return _finish(report)
+    handled = _handled_fs(abi)
+    attr = S.RulesetAttr(handled_access_fs=handled)
+    size = 8
+    if abi >= 4:
+        attr.handled_access_net = 0 if network else (S.NET_BIND_TCP | S.NET_CONNECT_TCP)
+        size = 16
+    else:
+        report.notes.append(f"Landlock ABI {abi} < 4: TCP connect/bind not restricted (Linux >= 6.7)")
+    if abi >= 6:
+        attr.scoped = S.SCOPE_SIGNAL | S.SCOPE_ABSTRACT_UNIX_SOCKET
+        size = 24
+    else:
+        report.notes.append(f"Landlock ABI {abi} < 6: signals and abstract unix sockets not scoped "
+                            "(Linux >= 6.12); a PID namespace is the remaining guard")
+    private = Path(private_dir).resolve()
+    rules: list[tuple[str, int]] = []
+    rules += [(p, READ_EXEC) for p in (*SYSTEM_READ, *python_paths(), *_tool_paths(), *map(str, extra_read))]
+    devices = [*DEVICE_RW, *[d for g in DEVICE_GLOBS for d in glob.glob(g)]]
+    dev_rights = READ | S.FS_WRITE_FILE | (S.FS_IOCTL_DEV if abi >= 5 else 0) | (S.FS_TRUNCATE if abi >= 3 else 0)
+    rules += [(d, dev_rights) for d in devices]
+    rules += [(str(p), handled) for p in (private, *extra_write)]
+    ruleset = S.landlock_create_ruleset(attr, size)
+    try:
+        for path, rights in rules:
+            if not os.path.exists(path):
+                continue
+            rights &= handled
+            if not os.path.isdir(path):
+                rights &= S.FS_FILE_RIGHTS
+            S.landlock_add_path(ruleset, path, rights)
+        threads = len(os.listdir("/proc/self/task"))
+        flags = S.LANDLOCK_RESTRICT_SELF_TSYNC if abi >= 8 else 0
+        S.landlock_restrict_self(ruleset, flags)
+    finally:
+        os.close(ruleset)
+    report.fs_confined = True
+    report.signals_scoped = abi >= 6
+    report.network_confined = abi >= 4 and not network
+    if threads > 1 and not flags:
+        report.unconfined_threads = threads - 1
+        report.notes.append(f"{threads - 1} thread(s) started before confine (torch's) stay outside the Landlock "
+                            f"domain (ABI {abi} < 8 has no TSYNC); code that hijacks one escapes the file rules")
+    return _finish(report)
+
+
+def _finish(report: SandboxReport) -> SandboxReport:
+    if report.fs_confined:
+        report.level = "landlock+ns" if report.pid_namespace else "landlock"
+    elif report.env_allowlist:
+        report.level = "env"
+    if not report.pid_namespace:
+        report.notes.append("no PID namespace: the runner can see other processes in /proc (not their memory or "
+                            "environment under Landlock); start it with spawn_prefix()")
+    return report
