@@ -142,3 +142,154 @@ def test_kill_descendants_of_a_live_runner_kills_the_whole_tree(tmp_path):
     finally:
         runner.kill()
         runner.wait()
+
+
+# --- confinement: a runner-like process and every route out -----------------------------------
+
+_RUNNER = textwrap.dedent("""
+    import json, os, signal, socket, sys
+    from pathlib import Path
+    priv, ws, home, judge, abstract, port, mode = sys.argv[1:8]
+    out = {"attempts": {}}
+    if mode != "control":
+        import torch, triton, triton.language as tl
+        from egg_mcp.sandbox import confine
+        report = confine(Path(priv))
+        out["report"] = report.model_dump()
+
+        @triton.jit
+        def double(x, y, n, B: tl.constexpr):
+            o = tl.program_id(0) * B + tl.arange(0, B)
+            tl.store(y + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
+
+        x = torch.arange(10, dtype=torch.float32)
+        y = torch.empty_like(x)
+        double[(1,)](x, y, 10, B=16)
+        out["kernel"] = bool(torch.equal(y, 2 * x))
+        out["torch"] = float((torch.ones(32, 32) @ torch.ones(32, 32)).sum())
+        (Path(priv) / "tmp" / "scratch").write_text("own files still work")
+        out["own_files"] = (Path(priv) / "tmp" / "scratch").read_text()
+    judge = int(judge)
+    probe_file = os.path.join(home, f".egg-sandbox-probe-{os.getpid()}")
+
+    def tcp():
+        s = socket.create_connection(("127.0.0.1", int(port)), timeout=2); s.close()
+
+    def abstract_unix():
+        s = socket.socket(socket.AF_UNIX); s.connect("\\0" + abstract); s.close()
+
+    attempts = {
+        "read_workspace": lambda: (Path(ws) / "tasks.json").read_text(),
+        "list_workspace": lambda: os.listdir(ws),
+        "write_workspace": lambda: (Path(ws) / "forged").write_text("x"),
+        "write_home": lambda: open(probe_file, "w").close(),
+        "list_tmp": lambda: os.listdir("/tmp"),
+        "write_site_packages": lambda: open(os.path.join(os.path.dirname(os.__file__), "egg-probe.pth"), "w").close(),
+        "read_etc_shadow": lambda: open("/etc/shadow").read(1),
+        "judge_environ": lambda: open(f"/proc/{judge}/environ").read(),
+        "judge_mem": lambda: open(f"/proc/{judge}/mem", "rb").close(),
+        "judge_cmdline": lambda: open(f"/proc/{judge}/cmdline").read(),
+        "signal_0_judge": lambda: os.kill(judge, 0),
+        "sigterm_judge": lambda: os.kill(judge, signal.SIGTERM),
+        "abstract_socket": abstract_unix,
+        "tcp_connect": tcp,
+    }
+    for name, attempt in attempts.items():
+        try:
+            attempt()
+            out["attempts"][name] = "ALLOWED"
+        except Exception as exc:
+            out["attempts"][name] = f"denied: {type(exc).__name__}: {exc}"
+    print(json.dumps(out))
+""")
+
+# The judge stand-in: listens where a runner could reach it, counts SIGTERMs, starts the runner.
+_JUDGE_STANDIN = textwrap.dedent("""
+    import json, os, signal, socket, subprocess, sys
+    got = []
+    signal.signal(signal.SIGTERM, lambda *_: got.append("SIGTERM"))
+    abstract = f"egg-sandbox-test-{os.getpid()}"
+    ua = socket.socket(socket.AF_UNIX); ua.bind("\\0" + abstract); ua.listen(1)
+    tcp = socket.socket(); tcp.bind(("127.0.0.1", 0)); tcp.listen(1)
+    prefix, env, priv, ws, home, mode = json.loads(sys.argv[1])
+    argv = [*prefix, sys.executable, "-c", sys.argv[2], priv, ws, home, str(os.getpid()), abstract,
+            str(tcp.getsockname()[1]), mode]
+    done = subprocess.run(argv, env=env, cwd=priv, capture_output=True, text=True, timeout=300)
+    print(json.dumps({"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr[-4000:], "signals": got}))
+""")
+
+
+def _run_runner(tmp_path: Path, *, prefix: list[str], mode: str) -> dict:
+    priv, ws = tmp_path / "priv", tmp_path / "ws"
+    ws.mkdir()
+    (ws / "tasks.json").write_text('{"secret": "workspace task list"}')
+    env = runner_env(os.environ, priv, interpreter=True)
+    if mode == "control":
+        env.pop("EGG_MCP_SANDBOX_ENV")
+    home = str(Path.home())
+    args = json.dumps([prefix, env, str(priv), str(ws), home, mode])
+    done = subprocess.run([sys.executable, "-c", _JUDGE_STANDIN, args, _RUNNER], capture_output=True, text=True,
+                          timeout=400, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    judge = json.loads(done.stdout)
+    leftovers = list(Path(home).glob(".egg-sandbox-probe-*"))
+    for f in leftovers:
+        f.unlink()
+    assert judge["rc"] == 0, judge["stderr"]
+    result = json.loads(judge["stdout"].strip().splitlines()[-1])
+    result["judge_signals"] = judge["signals"]
+    result["home_leftovers"] = leftovers
+    assert not (ws / "forged").exists() or mode == "control"
+    return result
+
+
+@needs_landlock
+def test_unconfined_control_really_reaches_everything(tmp_path):
+    """The same attacks without confine succeed: the confined cases below can fail."""
+    result = _run_runner(tmp_path, prefix=[], mode="control")
+    attempts = result["attempts"]
+    for name in ("read_workspace", "list_workspace", "write_workspace", "write_home", "list_tmp",
+                 "judge_cmdline", "signal_0_judge", "sigterm_judge", "abstract_socket", "tcp_connect"):
+        assert attempts[name] == "ALLOWED", (name, attempts[name])
+    assert result["judge_signals"] == ["SIGTERM"]
+
+
+def _assert_confined(result: dict, *, pid_ns: bool) -> None:
+    report = SandboxReport.model_validate(result["report"])
+    assert report.fs_confined and report.no_new_privs and report.env_allowlist
+    assert report.pid_namespace == pid_ns
+    assert report.level == ("landlock+ns" if pid_ns else "landlock")
+    assert result["kernel"] is True and result["torch"] == 32 * 32 * 32
+    assert result["own_files"] == "own files still work"
+    attempts = result["attempts"]
+    must_deny = ["read_workspace", "list_workspace", "write_workspace", "write_home", "list_tmp",
+                 "write_site_packages", "read_etc_shadow", "judge_environ", "judge_mem"]
+    if ABI >= 6 or pid_ns:
+        must_deny += ["signal_0_judge", "sigterm_judge", "abstract_socket"]
+    if ABI >= 4 or pid_ns:
+        must_deny += ["tcp_connect"]
+    if pid_ns:
+        must_deny += ["judge_cmdline"]
+    for name in must_deny:
+        assert attempts[name].startswith("denied"), (name, attempts[name])
+    assert result["judge_signals"] == [] or not (ABI >= 6 or pid_ns)
+    assert result["home_leftovers"] == []
+
+
+@needs_landlock
+def test_confined_runner_computes_but_reaches_nothing(tmp_path):
+    result = _run_runner(tmp_path, prefix=[], mode="confined")
+    _assert_confined(result, pid_ns=False)
+    attempts = result["attempts"]
+    assert "Permission" in attempts["read_workspace"]  # Landlock said no, not a missing file
+    if ABI >= 6:
+        assert "PermissionError" in attempts["sigterm_judge"] and "PermissionError" in attempts["abstract_socket"]
+    if ABI >= 4:
+        assert "PermissionError" in attempts["tcp_connect"]
+
+
+@needs_landlock
+@needs_ns
+def test_confined_runner_in_namespaces_cannot_see_the_judge(tmp_path):
+    result = _run_runner(tmp_path, prefix=spawn_prefix(), mode="confined")
+    _assert_confined(result, pid_ns=True)

@@ -3,7 +3,7 @@
 It sets no_new_privs, drops capabilities (a root runner keeps none), then enforces a Landlock domain:
 - read+execute: the Python installation (sys.prefix, base/exec prefix, site-packages, the egg_mcp
   package, the packages already imported such as torch, triton and nvidia's CUDA wheels), /usr,
-  /lib*, /bin, /sbin, /opt, /etc (ld.so.cache, hosts), /proc and /sys (read only);
+  /lib*, /bin, /sbin, /proc and /sys, and the few /etc entries in ETC_READ (ld.so.cache, hosts, ...);
 - read+write (+ioctl from ABI 5): /dev/nvidia*, /dev/null, /dev/zero, /dev/full, /dev/random, /dev/urandom;
 - everything: the private dir (HOME, TMPDIR, Triton's cache, where Triton compiles and loads its .so files)
   and `extra_write`; read+execute: `extra_read`;
@@ -26,7 +26,13 @@ from egg_mcp.sandbox import _sys as S
 from egg_mcp.sandbox.env import ENV_MARKER, NS_MARKER, TOOL_PATH_VARS
 from egg_mcp.sandbox.report import SandboxReport
 
-SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/opt", "/etc", "/proc", "/sys")
+SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/proc", "/sys")
+# Only what the loader, libc, Python, gcc (Triton's launcher build) and the NVIDIA driver read from /etc:
+# a root runner could otherwise read host secrets there (/etc/shadow, TLS keys) by owner permission.
+ETC_READ = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ld.so.preload", "localtime", "timezone", "hosts",
+            "host.conf", "resolv.conf", "nsswitch.conf", "gai.conf", "passwd", "group", "os-release",
+            "lsb-release", "debian_version", "redhat-release", "system-release", "alternatives", "nvidia",
+            "OpenCL", "vulkan", "protocols", "services", "mime.types", "machine-id", "environment")
 DEVICE_RW = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 DEVICE_GLOBS = ("/dev/nvidia*", "/dev/nvidia-caps/*")
 
@@ -119,7 +125,8 @@ def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: 
                             "(Linux >= 6.12); a PID namespace is the remaining guard")
     private = Path(private_dir).resolve()
     rules: list[tuple[str, int]] = []
-    rules += [(p, READ_EXEC) for p in (*SYSTEM_READ, *python_paths(), *_tool_paths(), *map(str, extra_read))]
+    etc = [os.path.join("/etc", name) for name in ETC_READ]
+    rules += [(p, READ_EXEC) for p in (*SYSTEM_READ, *etc, *python_paths(), *_tool_paths(), *map(str, extra_read))]
     devices = [*DEVICE_RW, *[d for g in DEVICE_GLOBS for d in glob.glob(g)]]
     dev_rights = READ | S.FS_WRITE_FILE | (S.FS_IOCTL_DEV if abi >= 5 else 0) | (S.FS_TRUNCATE if abi >= 3 else 0)
     rules += [(d, dev_rights) for d in devices]
