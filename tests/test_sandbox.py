@@ -152,9 +152,12 @@ _RUNNER = textwrap.dedent("""
     priv, ws, home, judge, abstract, port, mode = sys.argv[1:8]
     out = {"attempts": {}}
     if mode != "control":
-        import torch, triton, triton.language as tl
         from egg_mcp.sandbox import confine
-        report = confine(Path(priv))
+        if mode == "early":  # before torch starts its first thread: the whole process is in the domain
+            report = confine(Path(priv))
+        import torch, triton, triton.language as tl
+        if mode == "late":
+            report = confine(Path(priv))
         out["report"] = report.model_dump()
 
         @triton.jit
@@ -278,8 +281,13 @@ def _assert_confined(result: dict, *, pid_ns: bool) -> None:
 
 @needs_landlock
 def test_confined_runner_computes_but_reaches_nothing(tmp_path):
-    result = _run_runner(tmp_path, prefix=[], mode="confined")
+    result = _run_runner(tmp_path, prefix=[], mode="late")
     _assert_confined(result, pid_ns=False)
+    report = SandboxReport.model_validate(result["report"])
+    if ABI >= 8:  # TSYNC puts torch's thread in the domain too
+        assert report.unconfined_threads == 0
+    else:  # torch's import started a thread that Landlock < 8 cannot reach: said, not hidden
+        assert report.unconfined_threads >= 1 and any("thread" in n for n in report.notes)
     attempts = result["attempts"]
     assert "Permission" in attempts["read_workspace"]  # Landlock said no, not a missing file
     if ABI >= 6:
@@ -291,5 +299,68 @@ def test_confined_runner_computes_but_reaches_nothing(tmp_path):
 @needs_landlock
 @needs_ns
 def test_confined_runner_in_namespaces_cannot_see_the_judge(tmp_path):
-    result = _run_runner(tmp_path, prefix=spawn_prefix(), mode="confined")
+    result = _run_runner(tmp_path, prefix=spawn_prefix(), mode="early")
     _assert_confined(result, pid_ns=True)
+    assert SandboxReport.model_validate(result["report"]).unconfined_threads == 0
+
+
+# --- the namespace launcher --------------------------------------------------------------------
+
+_FORK_AND_LINGER = ("import os, sys, time\n"
+                    "if os.fork() == 0:\n"
+                    "    os.setsid()\n"
+                    "    time.sleep(300)\n"
+                    "    os._exit(0)\n"
+                    "print(os.getpid(), os.environ.get('EGG_MCP_SANDBOX_NS'), len([p for p in os.listdir('/proc') if p.isdigit()]), flush=True)\n"
+                    "sys.exit(int(sys.argv[1]))\n")
+
+
+@needs_ns
+def test_launcher_forwards_status_and_kills_what_the_program_left():
+    """The job ends when the program does, although a setsid grandchild still holds its stdout."""
+    start = time.monotonic()
+    done = subprocess.run([*spawn_prefix(), sys.executable, "-c", _FORK_AND_LINGER, "7"], capture_output=True,
+                          text=True, timeout=60)
+    assert time.monotonic() - start < 30  # not the grandchild's 300 s
+    assert done.returncode == 7, done.stderr
+    pid, names, visible = done.stdout.split()
+    assert pid == "2"  # PID 1 is the launcher's init
+    assert {"user", "pid"} <= set(names.split(",")) or {"pid", "mount"} <= set(names.split(","))
+    if "proc" in names.split(","):
+        assert int(visible) <= 3  # init, the program, its grandchild: nothing of the host
+
+
+@needs_ns
+def test_launcher_mirrors_death_by_signal_and_forwards_sigterm():
+    done = subprocess.run([*spawn_prefix(), sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 9)"],
+                          capture_output=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL
+    proc = subprocess.Popen([*spawn_prefix(), sys.executable, "-c", "import time; print('up', flush=True); "
+                             "time.sleep(300)"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+
+
+@needs_ns
+def test_sigkill_of_the_launcher_ends_the_namespace_and_fds_pass_through():
+    r, w = os.pipe()
+    proc = subprocess.Popen([*spawn_prefix(), sys.executable, "-c",
+                             "import os, sys, time\nos.write(int(sys.argv[1]), b'hello')\n"
+                             "if os.fork() == 0:\n    os.setsid()\n    time.sleep(300)\nprint('up', flush=True)\ntime.sleep(300)\n",
+                             str(w)],
+                            stdout=subprocess.PIPE, text=True, pass_fds=(w,))
+    os.close(w)
+    try:
+        assert os.read(r, 5) == b"hello"
+        assert proc.stdout.readline().strip() == "up"
+        proc.kill()  # the launcher only: its init gets PDEATHSIG, the namespace dies with it
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        start = time.monotonic()
+        assert proc.stdout.read() == ""  # EOF: no process of the namespace holds the pipe any more
+        assert os.read(r, 1) == b""
+        assert time.monotonic() - start < 30
+    finally:
+        os.close(r)
+        proc.kill()
+        proc.wait()
