@@ -364,3 +364,50 @@ def test_sigkill_of_the_launcher_ends_the_namespace_and_fds_pass_through():
         os.close(r)
         proc.kill()
         proc.wait()
+
+
+# --- doctor -------------------------------------------------------------------------------------
+
+def test_doctor_states_the_sandbox_in_force(capsys):
+    from egg_mcp.doctor import _sandbox_lines
+
+    _sandbox_lines()
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert "sandbox" in first and probe().level in first
+    if ABI is not None:
+        assert f"Landlock ABI {ABI}" in first
+
+
+def test_probe_and_doctor_say_how_to_get_landlock(monkeypatch, capsys):
+    from egg_mcp.doctor import _sandbox_lines
+
+    monkeypatch.setattr(S, "landlock_abi", lambda: None)
+    report = probe()
+    assert report.level == "env" and not report.fs_confined and report.landlock_abi is None
+    assert any("lsm=" in n and "VM" in n for n in report.notes)
+    _sandbox_lines()
+    out = capsys.readouterr().out
+    assert "[warn] sandbox" in out and "lsm=" in out and "docs/sandbox.md" in out
+
+
+@pytest.mark.skipif(not LINUX, reason="prctl is Linux-only")
+def test_confine_without_landlock_degrades_and_says_so(tmp_path):
+    code = textwrap.dedent("""
+        import json, sys
+        from pathlib import Path
+        from egg_mcp.sandbox import _sys as S, confine
+        S.landlock_abi = lambda: None
+        r = confine(Path(sys.argv[1]))
+        open(sys.argv[2]).read()  # nothing is confined: an outside file stays readable
+        print(r.model_dump_json())
+    """)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("x")
+    env = runner_env(os.environ, tmp_path / "priv", interpreter=True)
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "priv"), str(outside)], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = SandboxReport.model_validate_json(done.stdout)
+    assert report.level == "env" and report.env_allowlist and report.no_new_privs and not report.fs_confined
+    assert any("Landlock" in n for n in report.notes)

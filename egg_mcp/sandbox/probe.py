@@ -66,8 +66,8 @@ def probe() -> SandboxReport:
             report.notes.append(f"Landlock ABI {abi}: signals and abstract sockets are not scoped (Linux >= 6.12 "
                                 "has ABI 6)" + ("; TCP is not restricted (Linux >= 6.7)" if abi < 4 else ""))
         if abi < 8:
-            report.notes.append(f"Landlock ABI {abi} < 8: threads torch starts before confine stay unconfined "
-                                "(a candidate that hijacks one escapes the file rules); ABI 8 (TSYNC) closes this")
+            report.notes.append(f"Landlock ABI {abi} < 8: a runner must call confine() before torch starts a thread "
+                                "(threads already running stay outside the domain); ABI 8 (TSYNC) lifts this")
     names, why = _namespaces()
     report.pid_namespace = "pid" in names
     if report.pid_namespace:
