@@ -21,10 +21,14 @@ import site
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 from egg_mcp.sandbox import _sys as S
 from egg_mcp.sandbox.env import ENV_MARKER, NS_MARKER, TOOL_PATH_VARS
-from egg_mcp.sandbox.report import SandboxReport
+
+if TYPE_CHECKING:
+    from egg_mcp.sandbox.report import SandboxReport
 
 SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/proc", "/sys")
 # Only what the loader, libc, Python, gcc (Triton's launcher build) and the NVIDIA driver read from /etc:
@@ -91,7 +95,18 @@ def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: 
     Never raises for a missing kernel feature: the report says what is missing. Raises OSError only
     when a step the kernel offers fails (then the runner must not go on to import the candidate).
     """
-    report = SandboxReport()
+    from egg_mcp.sandbox.report import SandboxReport
+
+    return SandboxReport(**confine_dict(private_dir, extra_read=extra_read, extra_write=extra_write, network=network))
+
+
+def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
+                 network: bool = False) -> dict[str, Any]:
+    """`confine` without pydantic (a runner that starts in milliseconds need not import it): the same
+    fields as SandboxReport, as a JSON-ready dict; the judge validates it with SandboxReport(**d)."""
+    report = SimpleNamespace(level="none", env_allowlist=False, landlock_abi=None, fs_confined=False,
+                             signals_scoped=False, pid_namespace=False, no_new_privs=False, network_confined=False,
+                             capabilities_dropped=False, unconfined_threads=0, notes=[])
     report.env_allowlist, report.pid_namespace = _markers()
     if sys.platform != "linux":
         report.notes.append(f"{sys.platform}: no Landlock or namespaces; run the server in a Linux VM/container")
@@ -155,7 +170,7 @@ def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: 
     return _finish(report)
 
 
-def _finish(report: SandboxReport) -> SandboxReport:
+def _finish(report: SimpleNamespace) -> dict[str, Any]:
     if report.fs_confined:
         report.level = "landlock+ns" if report.pid_namespace else "landlock"
     elif report.env_allowlist:
@@ -163,4 +178,4 @@ def _finish(report: SandboxReport) -> SandboxReport:
     if not report.pid_namespace:
         report.notes.append("no PID namespace: the runner can see other processes in /proc (not their memory or "
                             "environment under Landlock); start it with spawn_prefix()")
-    return report
+    return dict(vars(report))
