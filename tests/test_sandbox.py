@@ -311,7 +311,9 @@ _FORK_AND_LINGER = ("import os, sys, time\n"
                     "    os.setsid()\n"
                     "    time.sleep(300)\n"
                     "    os._exit(0)\n"
-                    "print(os.getpid(), os.environ.get('EGG_MCP_SANDBOX_NS'), len([p for p in os.listdir('/proc') if p.isdigit()]), flush=True)\n"
+                    "caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0]\n"
+                    "print(os.getpid(), os.environ.get('EGG_MCP_SANDBOX_NS'), "
+                    "len([p for p in os.listdir('/proc') if p.isdigit()]), caps, flush=True)\n"
                     "sys.exit(int(sys.argv[1]))\n")
 
 
@@ -323,8 +325,9 @@ def test_launcher_forwards_status_and_kills_what_the_program_left():
                           text=True, timeout=60)
     assert time.monotonic() - start < 30  # not the grandchild's 300 s
     assert done.returncode == 7, done.stderr
-    pid, names, visible = done.stdout.split()
+    pid, names, visible, caps = done.stdout.split()
     assert pid == "2"  # PID 1 is the launcher's init
+    assert int(caps, 16) == 0  # no capability, even as uid 0 of the namespace
     assert {"user", "pid"} <= set(names.split(",")) or {"pid", "mount"} <= set(names.split(","))
     if "proc" in names.split(","):
         assert int(visible) <= 3  # init, the program, its grandchild: nothing of the host

@@ -113,10 +113,9 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
         return _finish(report)
     S.prctl(S.PR_SET_NO_NEW_PRIVS, 1)
     report.no_new_privs = True
-    caps = S.effective_capabilities()
-    if caps:
+    if S.effective_capabilities():
         S.drop_all_capabilities()
-        report.capabilities_dropped = S.effective_capabilities() == 0
+    report.capabilities_dropped = S.effective_capabilities() == 0
     abi = S.landlock_abi()
     report.landlock_abi = abi
     if abi is None:

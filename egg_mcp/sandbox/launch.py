@@ -23,7 +23,7 @@ import sys
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x8000000, 0x10000000, \
     0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP = 1, 24
 NS_MARKER = "EGG_MCP_SANDBOX_NS"  # same name as egg_mcp.sandbox.env.NS_MARKER
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -86,6 +86,10 @@ def _exec(argv: list[str], marker: str) -> None:
     """G: become the program (never returns)."""
     try:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # The program may run as uid 0 of the namespace: with an empty bounding set exec grants it no
+        # capability (over the namespace's mounts or anything else), even before it calls confine().
+        for cap in range(64):
+            _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, *FORWARDED):
             signal.signal(sig, signal.SIG_DFL)
         env = dict(os.environ)

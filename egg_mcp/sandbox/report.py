@@ -26,7 +26,7 @@ class SandboxReport(BaseModel):
     no_new_privs: bool = False
     # Additions to SANDBOX_API.md (see the note at its top):
     network_confined: bool = False      # TCP bind/connect denied (Landlock ABI >= 4)
-    capabilities_dropped: bool = False  # effective/permitted/bounding capability sets emptied (runner was root)
+    capabilities_dropped: bool = False  # the runner holds no capability (a root runner's sets are emptied)
     unconfined_threads: int = 0         # threads that existed before confine and stay outside the Landlock domain
     notes: list[str] = Field(default_factory=list)
 
