@@ -415,3 +415,42 @@ def test_confine_without_landlock_degrades_and_says_so(tmp_path):
     report = SandboxReport.model_validate_json(done.stdout)
     assert report.level == "env" and report.env_allowlist and report.no_new_privs and not report.fs_confined
     assert any("Landlock" in n for n in report.notes)
+
+
+_SYSTEM_PY = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(not LINUX or os.geteuid() != 0 or not os.access(_SYSTEM_PY, os.X_OK),
+                    reason="needs root (to become nobody) and a system python3 that nobody can run")
+def test_launcher_gives_an_unprivileged_user_its_own_namespaces():
+    """A server running as an ordinary user (the usual case on a shared GPU box) gets the same isolation."""
+    import shutil
+    import tempfile
+
+    from egg_mcp.sandbox.host import LAUNCHER
+
+    shared = Path(tempfile.mkdtemp(prefix="egg-sandbox-nobody-"))  # pytest's tmp_path is root-only (0700)
+    shared.chmod(0o755)
+    launcher = shared / "launch.py"
+    launcher.write_text(LAUNCHER.read_text())
+    launcher.chmod(0o644)
+    code = ("import os; print(os.getpid(), os.getuid(), os.environ.get('EGG_MCP_SANDBOX_NS'), "
+            "len([p for p in os.listdir('/proc') if p.isdigit()]))")
+
+    def become_nobody():
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+
+    try:
+        done = subprocess.run([_SYSTEM_PY, "-I", "-S", str(launcher), "--", _SYSTEM_PY, "-I", "-S", "-c", code],
+                              preexec_fn=become_nobody, capture_output=True, text=True, timeout=60, cwd="/")
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    if done.returncode == 125:
+        pytest.skip(f"unprivileged user namespaces refused here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    pid, uid, names, visible = done.stdout.split()
+    assert (pid, uid) == ("2", "65534") and {"user", "pid"} <= set(names.split(","))
+    if "proc" in names.split(","):
+        assert int(visible) <= 2

@@ -68,6 +68,10 @@ def probe() -> SandboxReport:
         if abi < 8:
             report.notes.append(f"Landlock ABI {abi} < 8: a runner must call confine() before torch starts a thread "
                                 "(threads already running stay outside the domain); ABI 8 (TSYNC) lifts this")
+    if os.path.exists("/dev/nvidiactl") and not os.path.exists("/dev/nvidia-uvm"):
+        report.notes.append("/dev/nvidia-uvm does not exist yet: a confined runner cannot create it (no setuid "
+                            "nvidia-modprobe under no_new_privs, no mknod under Landlock); run `nvidia-modprobe -u "
+                            "-c=0` or any CUDA program once after boot")
     names, why = _namespaces()
     report.pid_namespace = "pid" in names
     if report.pid_namespace:
