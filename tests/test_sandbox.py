@@ -454,3 +454,26 @@ def test_launcher_gives_an_unprivileged_user_its_own_namespaces():
     assert (pid, uid) == ("2", "65534") and {"user", "pid"} <= set(names.split(","))
     if "proc" in names.split(","):
         assert int(visible) <= 2
+
+
+@needs_landlock
+def test_landlock_abi_1_keeps_triton_cache_working(tmp_path):
+    """An ABI-1 ruleset (Ubuntu 22.04's 5.15 kernel) denies cross-directory renames; Triton's cache does one."""
+    code = textwrap.dedent("""
+        import json, os, sys
+        from pathlib import Path
+        from egg_mcp.sandbox import _sys as S, confine_dict
+        S.landlock_abi = lambda: 1  # this kernel then enforces a ruleset as ABI 1 does: no REFER
+        r = confine_dict(Path(sys.argv[1]))
+        from triton.runtime.cache import get_cache_manager
+        path = get_cache_manager("0" * 64).put(b"kernel", "k.bin")
+        print(json.dumps({"report": r, "cached": open(path, "rb").read().decode()}))
+    """)
+    env = runner_env(os.environ, tmp_path / "priv", interpreter=True)
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "priv")], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path / "priv")
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["cached"] == "kernel"
+    assert out["report"]["landlock_abi"] == 1 and out["report"]["fs_confined"]
+    assert not out["report"]["signals_scoped"] and not out["report"]["network_confined"]

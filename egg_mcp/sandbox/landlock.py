@@ -153,13 +153,20 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
             rights &= handled
             if not os.path.isdir(path):
                 rights &= S.FS_FILE_RIGHTS
-            S.landlock_add_path(ruleset, path, rights)
+            try:
+                S.landlock_add_path(ruleset, path, rights)
+            except (PermissionError, FileNotFoundError):
+                continue  # open(O_PATH) refused: the runner's user cannot reach it anyway
         threads = len(os.listdir("/proc/self/task"))
         flags = S.LANDLOCK_RESTRICT_SELF_TSYNC if abi >= 8 else 0
         S.landlock_restrict_self(ruleset, flags)
     finally:
         os.close(ruleset)
     report.fs_confined = True
+    if abi < 2:
+        _allow_cross_directory_renames()
+        report.notes.append("Landlock ABI 1 denies every cross-directory rename (EXDEV); os.replace/os.rename "
+                            "fall back to copy + unlink inside the runner (Triton's cache needs it)")
     report.signals_scoped = abi >= 6
     report.network_confined = abi >= 4 and not network
     if threads > 1 and not flags:
@@ -167,6 +174,31 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
         report.notes.append(f"{threads - 1} thread(s) started before confine (torch's) stay outside the Landlock "
                             f"domain (ABI {abi} < 8 has no TSYNC); code that hijacks one escapes the file rules")
     return _finish(report)
+
+
+def _allow_cross_directory_renames() -> None:
+    """ABI 1 has no REFER right: a rename to another directory always fails with EXDEV, even inside the
+    private dir, and Triton's cache renames a file out of its temporary directory. Fall back to a copy."""
+    import errno
+    import shutil
+
+    def fallback(original):
+        def rename(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+            try:
+                return original(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV or src_dir_fd is not None or dst_dir_fd is not None:
+                    raise
+                if os.path.isdir(src):
+                    shutil.copytree(src, dst, dirs_exist_ok=True)
+                    shutil.rmtree(src)
+                else:
+                    shutil.copy2(src, dst)
+                    os.unlink(src)
+        return rename
+
+    os.replace = fallback(os.replace)
+    os.rename = fallback(os.rename)
 
 
 def _finish(report: SimpleNamespace) -> dict[str, Any]:
