@@ -150,7 +150,7 @@ _RUNNER = textwrap.dedent("""
     import json, os, signal, socket, sys
     from pathlib import Path
     priv, ws, home, judge, abstract, port, mode = sys.argv[1:8]
-    out = {"attempts": {}}
+    out = {"attempts": {}, "namespaces": os.environ.get("EGG_MCP_SANDBOX_NS", "").split(",")}
     if mode != "control":
         from egg_mcp.sandbox import confine
         if mode == "early":  # before torch starts its first thread: the whole process is in the domain
@@ -196,6 +196,7 @@ _RUNNER = textwrap.dedent("""
         "sigterm_judge": lambda: os.kill(judge, signal.SIGTERM),
         "abstract_socket": abstract_unix,
         "tcp_connect": tcp,
+        "write_dev_shm": lambda: open(f"/dev/shm/egg-sandbox-probe-{os.getpid()}", "w").close(),
     }
     for name, attempt in attempts.items():
         try:
@@ -235,7 +236,7 @@ def _run_runner(tmp_path: Path, *, prefix: list[str], mode: str) -> dict:
                           timeout=400, cwd=REPO)
     assert done.returncode == 0, done.stderr
     judge = json.loads(done.stdout)
-    leftovers = list(Path(home).glob(".egg-sandbox-probe-*"))
+    leftovers = list(Path(home).glob(".egg-sandbox-probe-*")) + list(Path("/dev/shm").glob("egg-sandbox-probe-*"))
     for f in leftovers:
         f.unlink()
     assert judge["rc"] == 0, judge["stderr"]
@@ -273,6 +274,11 @@ def _assert_confined(result: dict, *, pid_ns: bool) -> None:
         must_deny += ["tcp_connect"]
     if pid_ns:
         must_deny += ["judge_cmdline"]
+        # a private /dev/shm where the launcher could mount one (torch and multiprocessing use it)
+        if "shm" in result["namespaces"]:
+            assert attempts["write_dev_shm"] == "ALLOWED"
+    else:
+        must_deny += ["write_dev_shm"]  # the host's /dev/shm is shared by every process
     for name in must_deny:
         assert attempts[name].startswith("denied"), (name, attempts[name])
     assert result["judge_signals"] == [] or not (ABI >= 6 or pid_ns)
@@ -302,6 +308,9 @@ def test_confined_runner_in_namespaces_cannot_see_the_judge(tmp_path):
     result = _run_runner(tmp_path, prefix=spawn_prefix(), mode="early")
     _assert_confined(result, pid_ns=True)
     assert SandboxReport.model_validate(result["report"]).unconfined_threads == 0
+    if "mount" in result["namespaces"]:
+        assert {"proc", "shm"} <= set(result["namespaces"])
+    assert result["home_leftovers"] == []  # what it wrote to its /dev/shm never reached the host's
 
 
 # --- the namespace launcher --------------------------------------------------------------------

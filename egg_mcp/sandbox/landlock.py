@@ -5,8 +5,8 @@ It sets no_new_privs, drops capabilities (a root runner keeps none), then enforc
   package, the packages already imported such as torch, triton and nvidia's CUDA wheels), /usr,
   /lib*, /bin, /sbin, /proc and /sys, and the few /etc entries in ETC_READ (ld.so.cache, hosts, ...);
 - read+write (+ioctl from ABI 5): /dev/nvidia*, /dev/null, /dev/zero, /dev/full, /dev/random, /dev/urandom;
-- everything: the private dir (HOME, TMPDIR, Triton's cache, where Triton compiles and loads its .so files)
-  and `extra_write`; read+execute: `extra_read`;
+- everything: the private dir (HOME, TMPDIR, Triton's cache, where Triton compiles and loads its .so files),
+  /dev/shm when the launcher mounted a private one, and `extra_write`; read+execute: `extra_read`;
 - nothing else: /tmp, the workspace, the user's home, the exports, the server's files are unreachable;
 - TCP bind/connect denied (ABI 4, unless `network=True`); signals and abstract unix sockets scoped to
   the runner's own domain (ABI 6): it cannot signal the judge, the server or a sibling runner.
@@ -80,12 +80,12 @@ def _tool_paths() -> list[str]:
     return [os.environ[v] for v in TOOL_PATH_VARS if os.environ.get(v) and os.path.exists(os.environ[v])]
 
 
-def _markers() -> tuple[bool, bool]:
-    """(environment allow-listed, PID namespace): told by runner_env and by the launcher, both trusted
-    code that ran before the candidate; popped so the candidate never sees them."""
+def _markers() -> tuple[bool, set[str]]:
+    """(environment allow-listed, namespaces and private mounts in force): told by runner_env and by the
+    launcher, both trusted code that ran before the candidate; popped so the candidate never sees them."""
     env_marker = os.environ.pop(ENV_MARKER, "")
     ns_marker = os.environ.pop(NS_MARKER, "")
-    return env_marker == "allowlist", "pid" in ns_marker.split(",")
+    return env_marker == "allowlist", set(filter(None, ns_marker.split(",")))
 
 
 def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
@@ -107,7 +107,8 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
     report = SimpleNamespace(level="none", env_allowlist=False, landlock_abi=None, fs_confined=False,
                              signals_scoped=False, pid_namespace=False, no_new_privs=False, network_confined=False,
                              capabilities_dropped=False, unconfined_threads=0, notes=[])
-    report.env_allowlist, report.pid_namespace = _markers()
+    report.env_allowlist, namespaces = _markers()
+    report.pid_namespace = "pid" in namespaces
     if sys.platform != "linux":
         report.notes.append(f"{sys.platform}: no Landlock or namespaces; run the server in a Linux VM/container")
         return _finish(report)
@@ -144,7 +145,9 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
     devices = [*DEVICE_RW, *[d for g in DEVICE_GLOBS for d in glob.glob(g)]]
     dev_rights = READ | S.FS_WRITE_FILE | (S.FS_IOCTL_DEV if abi >= 5 else 0) | (S.FS_TRUNCATE if abi >= 3 else 0)
     rules += [(d, dev_rights) for d in devices]
-    rules += [(str(p), handled) for p in (private, *extra_write)]
+    # /dev/shm only where the launcher mounted a private one (the host's is shared by every process)
+    shm = ["/dev/shm"] if "shm" in namespaces else []
+    rules += [(str(p), handled) for p in (private, *shm, *extra_write)]
     ruleset = S.landlock_create_ruleset(attr, size)
     try:
         for path, rights in rules:

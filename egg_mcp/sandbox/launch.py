@@ -4,7 +4,7 @@
 
 Stdlib only and no package imports, so it starts in milliseconds. The outer process L calls unshare(2),
 maps its uid/gid, and forks C, which is PID 1 of the new PID namespace: C mounts a private /proc (so the
-program sees only its own namespace), forks G which execs argv, reaps orphans, forwards signals to G,
+program sees only its own namespace) and a private /dev/shm, forks G which execs argv, reaps orphans, forwards signals to G,
 and reports G's wait status to L through a pipe. When G ends, C exits at once and the kernel kills every
 process left in the namespace (whatever a child of the candidate did); L then exits with G's status
 (or dies of G's signal). If L is killed, C gets SIGKILL (PR_SET_PDEATHSIG), which again ends the
@@ -65,10 +65,18 @@ def enter_namespaces() -> list[str]:
     raise last or OSError("no namespace attempt")
 
 
-def _mount_proc() -> bool:
+def _private_mounts() -> list[str]:
+    """In the new mount namespace: a /proc of the new PID namespace, and a private /dev/shm (the host's
+    is shared by every process; this one only by the program and its children)."""
     if _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        return False
-    return _libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
+        return []
+    done = []
+    if _libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0:
+        done.append("proc")
+    if os.path.isdir("/dev/shm") and _libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV,
+                                                  b"mode=1777,size=1g") == 0:
+        done.append("shm")
+    return done
 
 
 def _forward(pid: int) -> None:
@@ -106,8 +114,8 @@ def _init(argv: list[str], names: list[str], status_w: int, life_r: int) -> None
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if select.select([life_r], [], [], 0)[0]:  # L died before PDEATHSIG was armed
             os._exit(1)
-        if "mount" in names and _mount_proc():
-            names = [*names, "proc"]
+        if "mount" in names:
+            names = [*names, *_private_mounts()]
         child = os.fork()
         if child == 0:
             os.close(status_w)
