@@ -15,6 +15,7 @@ Landlock also denies ptrace (and so /proc/<pid>/mem, /proc/<pid>/environ) of any
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import site
@@ -73,7 +74,11 @@ def python_paths() -> list[str]:
     import egg_mcp
 
     paths.add(str(Path(egg_mcp.__file__).resolve().parent))
-    return sorted(p for p in paths if p and os.path.exists(p))
+    kept: list[str] = []
+    for p in sorted(os.path.realpath(p) for p in paths if p and os.path.exists(p)):
+        if not kept or not p.startswith(kept[-1].rstrip("/") + "/"):  # one rule covers what is beneath it
+            kept.append(p)
+    return kept
 
 
 def _tool_paths() -> list[str]:
@@ -162,7 +167,13 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
                 continue  # open(O_PATH) refused: the runner's user cannot reach it anyway
         threads = len(os.listdir("/proc/self/task"))
         flags = S.LANDLOCK_RESTRICT_SELF_TSYNC if abi >= 8 else 0
-        S.landlock_restrict_self(ruleset, flags)
+        try:
+            S.landlock_restrict_self(ruleset, flags)
+        except OSError as exc:
+            if not flags or exc.errno != errno.EINVAL:
+                raise
+            flags = 0  # a kernel whose ABI 8 lacks TSYNC: this thread and later ones only
+            S.landlock_restrict_self(ruleset, flags)
     finally:
         os.close(ruleset)
     report.fs_confined = True
@@ -174,7 +185,7 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
     report.network_confined = abi >= 4 and not network
     if threads > 1 and not flags:
         report.unconfined_threads = threads - 1
-        report.notes.append(f"{threads - 1} thread(s) started before confine (torch's) stay outside the Landlock "
+        report.notes.append(f"{threads - 1} thread(s) started before confine (e.g. by import torch) stay outside the Landlock "
                             f"domain (ABI {abi} < 8 has no TSYNC); code that hijacks one escapes the file rules")
     return _finish(report)
 
@@ -182,7 +193,6 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
 def _allow_cross_directory_renames() -> None:
     """ABI 1 has no REFER right: a rename to another directory always fails with EXDEV, even inside the
     private dir, and Triton's cache renames a file out of its temporary directory. Fall back to a copy."""
-    import errno
     import shutil
 
     def fallback(original):

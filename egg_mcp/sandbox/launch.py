@@ -28,6 +28,7 @@ NS_MARKER = "EGG_MCP_SANDBOX_NS"  # same name as egg_mcp.sandbox.env.NS_MARKER
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_MAX_FD = min(max(os.sysconf("SC_OPEN_MAX"), 1 << 16), 1 << 20)  # closerange uses close_range(2) where it can
 
 
 def _err(what: str) -> OSError:
@@ -124,7 +125,7 @@ def _init(argv: list[str], names: list[str], status_w: int, life_r: int) -> None
         _forward(child)
         os.close(life_r)
         os.closerange(3, status_w)
-        os.closerange(status_w + 1, 1 << 16)
+        os.closerange(status_w + 1, _MAX_FD)
         while True:
             pid, status = os.waitpid(-1, 0)  # reaps orphans of the program too
             if pid == child:
@@ -159,7 +160,7 @@ def main(args: list[str]) -> int:
     keep = sorted((status_r, life_w))
     os.closerange(3, keep[0])
     os.closerange(keep[0] + 1, keep[1])
-    os.closerange(keep[1] + 1, 1 << 16)
+    os.closerange(keep[1] + 1, _MAX_FD)
     _, init_status = os.waitpid(init, 0)
     data = os.read(status_r, 4)
     status = struct.unpack("i", data)[0] if len(data) == 4 else init_status
