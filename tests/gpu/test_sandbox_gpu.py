@@ -56,7 +56,7 @@ _RUNNER = textwrap.dedent("""
     denied = {}
     for name, attempt in {"read_workspace": lambda: (ws / "tasks.json").read_text(),
                           "list_tmp": lambda: os.listdir("/tmp"),
-                          "write_home": lambda: open(os.path.expanduser("~") + "/../../x", "w")}.items():
+                          "write_outside_private": lambda: open(os.path.expanduser("~") + "/../../x", "w")}.items():
         try:
             attempt(); denied[name] = False
         except OSError:
