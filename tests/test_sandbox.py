@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -26,7 +25,6 @@ REPO = Path(__file__).resolve().parent.parent
 LINUX = sys.platform == "linux"
 ABI = S.landlock_abi() if LINUX else None
 needs_landlock = pytest.mark.skipif(ABI is None, reason="kernel without Landlock (or blocked by seccomp)")
-needs_scopes = pytest.mark.skipif(ABI is None or ABI < 6, reason=f"Landlock ABI {ABI} has no signal/socket scopes (< 6)")
 needs_ns = pytest.mark.skipif(not LINUX or not spawn_prefix(), reason="host refuses user/PID namespaces")
 
 
@@ -120,7 +118,8 @@ def test_setsid_grandchild_is_adopted_and_killed(tmp_path):
 @pytest.mark.skipif(not LINUX, reason="/proc is Linux-only")
 def test_kill_descendants_of_a_live_runner_kills_the_whole_tree(tmp_path):
     pidfile = tmp_path / "gc.pid"
-    code = ("import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n    open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+    code = ("import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n"
+            "    open(sys.argv[1], 'w').write(str(os.getpid()))\n"
             "time.sleep(300)\n")
     runner = subprocess.Popen([sys.executable, "-c", code, str(pidfile)])
     try:
@@ -359,7 +358,8 @@ def test_sigkill_of_the_launcher_ends_the_namespace_and_fds_pass_through():
     r, w = os.pipe()
     proc = subprocess.Popen([*spawn_prefix(), sys.executable, "-c",
                              "import os, sys, time\nos.write(int(sys.argv[1]), b'hello')\n"
-                             "if os.fork() == 0:\n    os.setsid()\n    time.sleep(300)\nprint('up', flush=True)\ntime.sleep(300)\n",
+                             "if os.fork() == 0:\n    os.setsid()\n    time.sleep(300)\n"
+                             "print('up', flush=True)\ntime.sleep(300)\n",
                              str(w)],
                             stdout=subprocess.PIPE, text=True, pass_fds=(w,))
     os.close(w)

