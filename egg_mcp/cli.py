@@ -133,8 +133,12 @@ def serve(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     if not args.http:
+        import anyio
+
+        from egg_mcp.transport import run_stdio
+
         mcp = create_server(config)
-        mcp.run("stdio")
+        anyio.run(run_stdio, mcp)  # answers malformed JSON-RPC lines (the SDK's stdio drops them)
         return 0
     if args.host not in LOOPBACK and not args.token:
         print(f"refusing to serve on {args.host} without a bearer token: anyone who reaches this port could run "
