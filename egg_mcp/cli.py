@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "doctor":
         from egg_mcp.doctor import run_doctor
 
-        sys.exit(run_doctor(config_from_args(args)))
+        sys.exit(run_doctor(config_from_args(args), start_empty=args.start_empty))
     if args.command == "demo":
         from egg_mcp.e2e.demo import run_demo_cli
 

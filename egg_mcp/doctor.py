@@ -34,7 +34,7 @@ _INTERPRETER_PROBE = textwrap.dedent("""
 _NCU_PROBE = "import torch; x = torch.ones(1024, device='cuda'); (x * 2).sum().item()"
 
 
-def run_doctor(config: ServerConfig) -> int:
+def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
     failures = 0
     _line(OK, "python", sys.version.split()[0])
     try:
@@ -107,6 +107,12 @@ def run_doctor(config: ServerConfig) -> int:
     except OSError as exc:
         _line(FAIL, "workspace", f"{config.workspace} not writable: {exc}; pass --workspace")
         failures += 1
+    else:
+        from egg_mcp.workspace.health import workspace_health
+
+        for status, what, detail in workspace_health(config.workspace, start_empty=start_empty):
+            _line({"ok": OK, "warn": WARN, "fail": FAIL}[status], what, detail)
+            failures += status == "fail"
     kb = config.kernelbench_dir
     if kb is None:
         _line(WARN, "KernelBench", "not configured (--kernelbench-dir): ids like level1/23 are unavailable")
