@@ -168,7 +168,9 @@ def build_http_app(mcp, *, host: str, port: int, token: str | None, extra_hosts:
         origins.append(f"http://{extra}")
     security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
                                          allowed_origins=origins)
-    app = mcp.streamable_http_app(transport_security=security, host=host)
+    from egg_mcp.transport import CheckedJsonRpcMiddleware
+
+    app = CheckedJsonRpcMiddleware(mcp.streamable_http_app(transport_security=security, host=host))
     return BearerTokenMiddleware(app, token) if token else app
 
 

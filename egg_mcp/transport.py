@@ -32,10 +32,19 @@ def error_for_line(line: str) -> JSONRPCError | None:
     if not line.strip():
         return None
     try:
-        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-        return None
+        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except Exception as exc:  # pydantic ValidationError: bad JSON or not a JSON-RPC message
         detail = str(exc).splitlines()[0][:200]
+    else:
+        if not isinstance(message, types.JSONRPCNotification):
+            return None
+        # a request whose id is not a string or number validates as a notification (the extra "id"
+        # is ignored) and would get no reply at all
+        raw = json.loads(line)
+        if not (isinstance(raw, dict) and "id" in raw):
+            return None
+        return JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
+            code=INVALID_REQUEST, message="Invalid request: id must be a string or a number"))
     try:
         raw: Any = json.loads(line)  # permissive: reads NaN and lone surrogates, so the id can be found
     except (ValueError, RecursionError):
@@ -86,3 +95,46 @@ async def run_stdio(mcp) -> None:
         lines.attach(write_stream)
         low = mcp._lowlevel_server  # what MCPServer.run_stdio_async drives, with our checked input
         await low.run(read_stream, write_stream, low.create_initialization_options())
+
+
+class CheckedJsonRpcMiddleware:
+    """HTTP: the SDK answers most malformed bodies with a JSON-RPC error already, but a request whose
+    id is an object (or other non-id) is taken for a notification and gets `202` and no reply. This
+    checks each POST body with the same rule as stdio and answers 400 with the JSON-RPC error."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([message], receive), send)
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        error = error_for_line(body.decode("utf-8", "replace")) if body.strip() else None
+        if error is None:
+            await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
+            return
+        payload = error.model_dump_json(by_alias=True, exclude_none=False).encode()
+        await send({"type": "http.response.start", "status": 400,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": payload})
+
+
+def _replay(messages, receive):
+    """The buffered body first, then the real channel (it reports the client's disconnect)."""
+    pending = list(messages)
+
+    async def replay():
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replay
