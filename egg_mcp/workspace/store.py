@@ -137,8 +137,8 @@ class Workspace:
         writer's temp files are left alone."""
         for folder in [self.root / "exports", *self.artifacts.glob("??")]:
             for tmp in folder.glob(".*.*tmp"):
-                parts = tmp.name.split(".")
-                pid = next((int(x) for x in reversed(parts) if x.isdigit()), None)
+                parts = tmp.name.split(".")  # ['', name..., pid, hex, 'tmp' | 'egg-tmp']
+                pid = int(parts[-3]) if len(parts) >= 4 and parts[-3].isdigit() else None
                 if pid is not None and pid != os.getpid() and not _pid_alive(pid):
                     tmp.unlink(missing_ok=True)
 
