@@ -254,3 +254,24 @@ def test_analysis_runs_on_its_own_evaluator(tmp_path):
                          None, analysis_evaluator=side)
     run(service.start_task(builtin_source("softmax")))
     assert side.jobs and not main.jobs
+
+
+def test_identical_verify_on_a_second_server_waits_for_the_first_ones_row(tmp_path):
+    """Across servers the candidate row is the lock: the second server does not evaluate again."""
+    import threading
+
+    ws = tmp_path / "ws"
+    slow, other = FakeEvaluator(delay_s=1.0), FakeEvaluator()
+    a = make_service(ws, slow)
+    tid = run(a.start_task(builtin_source("softmax"))).task_id
+    b = make_service(ws, other)
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("a", asyncio.run(a.verify(tid, SEED))))
+    t.start()
+    import time
+
+    time.sleep(0.3)  # a's row is running now
+    out["b"] = run(b.verify(tid, SEED))
+    t.join()
+    assert slow.evaluated == 1 and other.evaluated == 0
+    assert out["b"].candidate_id == out["a"].candidate_id and out["b"].cached
