@@ -121,9 +121,12 @@ def create_server(
         evaluator = WorkerEvaluator(scratch_dir=workspace.root / "scratch", force_interpreter=config.force_interpreter)
         # start_task's analysis gets its own engine (own CPU slots, no spare pool) so it never waits
         # behind queued interpreter verifies holding every CPU slot of the main engine.
-        analysis_evaluator = WorkerEvaluator(scratch_dir=workspace.root / "scratch",
-                                             force_interpreter=config.force_interpreter, spare_workers=0,
-                                             burst_spares=0, max_cpu_jobs=2)
+        try:
+            analysis_evaluator = WorkerEvaluator(scratch_dir=workspace.root / "scratch",
+                                                 force_interpreter=config.force_interpreter, spare_workers=0,
+                                                 burst_spares=0, max_cpu_jobs=2)
+        except TypeError:  # an engine without these options: analysis shares the main engine's queue
+            log.warning("analysis shares the evaluation engine: start_task may wait behind queued verifies")
     if gpu is None and not config.force_interpreter:
         gpu = detect_gpu()
     service = EggService(config, workspace, evaluator, gpu, analysis_evaluator=analysis_evaluator)

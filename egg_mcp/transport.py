@@ -97,6 +97,10 @@ async def run_stdio(mcp) -> None:
         await low.run(read_stream, write_stream, low.create_initialization_options())
 
 
+MAX_BODY_BYTES = 16 * 2**20
+"""Largest HTTP body buffered for the check (a 256 KiB source plus JSON escaping is far below)."""
+
+
 class CheckedJsonRpcMiddleware:
     """HTTP: the SDK answers most malformed bodies with a JSON-RPC error already, but a request whose
     id is an object (or other non-id) is taken for a notification and gets `202` and no reply. This
@@ -109,23 +113,31 @@ class CheckedJsonRpcMiddleware:
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
-        chunks, more = [], True
+        chunks, more, size = [], True, 0
         while more:
             message = await receive()
             if message["type"] != "http.request":
                 await self.app(scope, _replay([message], receive), send)
                 return
             chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
             more = message.get("more_body", False)
+            if size > MAX_BODY_BYTES:
+                await _reply(send, 413, JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
+                    code=INVALID_REQUEST, message=f"Invalid request: body larger than {MAX_BODY_BYTES} bytes")))
+                return
         body = b"".join(chunks)
         error = error_for_line(body.decode("utf-8", "replace")) if body.strip() else None
         if error is None:
             await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
             return
-        payload = error.model_dump_json(by_alias=True, exclude_none=False).encode()
-        await send({"type": "http.response.start", "status": 400,
-                    "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": payload})
+        await _reply(send, 400, error)
+
+
+async def _reply(send, status: int, error: JSONRPCError) -> None:
+    payload = error.model_dump_json(by_alias=True, exclude_none=False).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": payload})
 
 
 def _replay(messages, receive):

@@ -177,7 +177,8 @@ class Workspace:
                 "(stored sources under artifacts/ stay), or restore egg.sqlite3 from your own backup.")
         aside = self._move_damaged()
         restore_snapshot(snap, self.db_path)
-        self.recovery_note = (f"the database was damaged ({problem}); it was moved to {aside} and restored from "
+        kept = f"it was moved to {aside}" if aside else "no file was left"
+        self.recovery_note = (f"the database was damaged ({problem}); {kept} and it was restored from "
                               f"snapshot {snap.name} (changes after that snapshot are lost)")
         log.warning("workspace %s: %s", self.root, self.recovery_note)
 
@@ -352,7 +353,9 @@ def database_problem(path: Path) -> str | None:
             rows = conn.execute("PRAGMA quick_check").fetchall()
         finally:
             conn.close()
-    except sqlite3.DatabaseError as exc:
+    except sqlite3.OperationalError:
+        return None  # cannot open read-only here (locks, permissions): not evidence of damage; the open will say
+    except sqlite3.DatabaseError as exc:  # "file is not a database", "database disk image is malformed"
         return f"sqlite: {exc}"
     if rows != [("ok",)]:
         return "quick_check: " + "; ".join(str(r[0]) for r in rows[:3])
