@@ -27,6 +27,27 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interpreter", action="store_true",
                    help="evaluate with the Triton CPU interpreter even when a GPU is present")
     p.add_argument("--log-level", default=os.environ.get("EGG_MCP_LOG_LEVEL", "INFO"))
+    p.add_argument("--compile-timeout", type=_seconds, metavar="S",
+                   help="limit on loading/compiling a candidate (default 120; $EGG_MCP_COMPILE_TIMEOUT_S)")
+    p.add_argument("--run-timeout", type=_seconds, metavar="S",
+                   help="ceiling of a verify's run phase (default 300; $EGG_MCP_RUN_TIMEOUT_S); the limit used is "
+                        "clamp(100 x eager time x 200 calls, floor, this)")
+    p.add_argument("--run-timeout-floor", type=_seconds, metavar="S",
+                   help="floor of the derived run limit (default 30; $EGG_MCP_RUN_TIMEOUT_FLOOR_S)")
+    p.add_argument("--analysis-timeout", type=_seconds, metavar="S",
+                   help="limit on start_task's reference analysis (default 120; $EGG_MCP_ANALYSIS_TIMEOUT_S)")
+    p.add_argument("--max-eval-gib", type=_seconds, metavar="GIB",
+                   help="largest estimated problem size size_overrides may ask for (default 16; $EGG_MCP_MAX_EVAL_GIB)")
+
+
+def _seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{raw!r} must be a finite number > 0")
+    return value
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -40,6 +61,12 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         updates["allowed_roots"] = cfg.allowed_roots + list(args.allow_dir)
     if args.interpreter:
         updates["force_interpreter"] = True
+    for flag, field in (("compile_timeout", "compile_timeout_s"), ("run_timeout", "run_timeout_s"),
+                        ("run_timeout_floor", "run_timeout_floor_s"), ("analysis_timeout", "analysis_timeout_s")):
+        if getattr(args, flag, None) is not None:
+            updates[field] = getattr(args, flag)
+    if getattr(args, "max_eval_gib", None) is not None:
+        updates["max_eval_bytes"] = int(args.max_eval_gib * 2**30)
     return cfg.model_copy(update=updates)
 
 
@@ -58,8 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--allowed-host", action="append", default=[],
                        help="extra Host header value accepted over HTTP (DNS-rebinding protection), e.g. gpu-box:8765")
 
-    doctor = sub.add_parser("doctor", help="what this machine offers: GPUs, Triton, ncu, interpreter")
+    doctor = sub.add_parser("doctor", help="what this machine offers: GPUs, Triton, ncu, interpreter; workspace health")
     _add_common(doctor)
+    doctor.add_argument("--start-empty", action="store_true",
+                        help="recovery: move a damaged workspace database to <workspace>/damaged/ and start empty")
 
     demo = sub.add_parser("demo", help="drive the whole workflow on a built-in problem with shipped kernels")
     _add_common(demo)
@@ -88,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "doctor":
         from egg_mcp.doctor import run_doctor
 
-        sys.exit(run_doctor(config_from_args(args)))
+        sys.exit(run_doctor(config_from_args(args), start_empty=args.start_empty))
     if args.command == "demo":
         from egg_mcp.e2e.demo import run_demo_cli
 
@@ -104,8 +133,12 @@ def serve(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     if not args.http:
+        import anyio
+
+        from egg_mcp.transport import run_stdio
+
         mcp = create_server(config)
-        mcp.run("stdio")
+        anyio.run(run_stdio, mcp)  # answers malformed JSON-RPC lines (the SDK's stdio drops them)
         return 0
     if args.host not in LOOPBACK and not args.token:
         print(f"refusing to serve on {args.host} without a bearer token: anyone who reaches this port could run "
@@ -135,7 +168,9 @@ def build_http_app(mcp, *, host: str, port: int, token: str | None, extra_hosts:
         origins.append(f"http://{extra}")
     security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
                                          allowed_origins=origins)
-    app = mcp.streamable_http_app(transport_security=security, host=host)
+    from egg_mcp.transport import CheckedJsonRpcMiddleware
+
+    app = CheckedJsonRpcMiddleware(mcp.streamable_http_app(transport_security=security, host=host))
     return BearerTokenMiddleware(app, token) if token else app
 
 

@@ -32,6 +32,36 @@ def _env_paths(name: str) -> list[Path]:
     return [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()]
 
 
+def _env_float(name: str, default: float) -> float:
+    """A positive number from `name`, or `default`; a bad value is an error naming the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number (seconds)") from None
+    if not (value > 0 and value < float("inf")):
+        raise ValueError(f"{name}={raw!r} must be a finite number > 0")
+    return value
+
+
+RUN_LIMIT_FACTOR = 100
+"""A candidate 100x slower than eager PyTorch is already a verdict: no need to wait longer."""
+CALLS_PER_VERIFY = 200
+"""Forward calls a verify job makes at most, roughly: correctness trials, warm-up and the timing loop."""
+
+
+def derived_run_timeout(eager_ms: float | None, floor_s: float, ceiling_s: float) -> float:
+    """Run-phase limit of one verify: clamp(100 x eager time x calls per verify, floor, ceiling).
+
+    Without a measured eager time (no GPU) the ceiling (the configured run limit) applies."""
+    if eager_ms is None or not eager_ms > 0:
+        return ceiling_s
+    derived = RUN_LIMIT_FACTOR * CALLS_PER_VERIFY * eager_ms / 1000.0
+    return max(min(derived, ceiling_s), min(floor_s, ceiling_s))
+
+
 class ServerConfig(BaseModel):
     """Everything the server needs to know before it accepts a call."""
 
@@ -53,8 +83,18 @@ class ServerConfig(BaseModel):
     )
     """Also time each verified candidate's kernels per call from a clean L2 with CUPTI timestamps, the
     condition ncu measures (~0.03-0.04 s per verify on the H200); EGG_MCP_ISOLATED_TIMING=0 turns it off."""
-    compile_timeout_s: float = 120.0
-    run_timeout_s: float = 300.0
+    compile_timeout_s: float = Field(default_factory=lambda: _env_float("EGG_MCP_COMPILE_TIMEOUT_S", 120.0), gt=0)
+    """Limit on loading and compiling a candidate (Triton JIT of every kernel); EGG_MCP_COMPILE_TIMEOUT_S."""
+    run_timeout_s: float = Field(default_factory=lambda: _env_float("EGG_MCP_RUN_TIMEOUT_S", 300.0), gt=0)
+    """Ceiling of the run phase of one verify (EGG_MCP_RUN_TIMEOUT_S); the limit actually used is
+    derived from the reference's measured eager time (see `derived_run_timeout`)."""
+    run_timeout_floor_s: float = Field(default_factory=lambda: _env_float("EGG_MCP_RUN_TIMEOUT_FLOOR_S", 30.0), gt=0)
+    """Floor of the derived run limit (EGG_MCP_RUN_TIMEOUT_FLOOR_S): process and timer overheads."""
+    analysis_timeout_s: float = Field(default_factory=lambda: _env_float("EGG_MCP_ANALYSIS_TIMEOUT_S", 120.0), gt=0)
+    """Limit on start_task's reference analysis (EGG_MCP_ANALYSIS_TIMEOUT_S)."""
+    max_eval_bytes: int = Field(
+        default_factory=lambda: int(_env_float("EGG_MCP_MAX_EVAL_GIB", 16.0) * 2**30), gt=0)
+    """Largest estimated problem footprint size_overrides may ask for (EGG_MCP_MAX_EVAL_GIB, default 16)."""
 
     def readable_roots(self) -> list[Path]:
         roots = [r.resolve() for r in self.allowed_roots]

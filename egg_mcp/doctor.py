@@ -46,7 +46,7 @@ def _sandbox_lines() -> None:
         _line(WARN, "", "see docs/sandbox.md for the levels and what each one keeps out")
 
 
-def run_doctor(config: ServerConfig) -> int:
+def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
     failures = 0
     _line(OK, "python", sys.version.split()[0])
     try:
@@ -120,6 +120,12 @@ def run_doctor(config: ServerConfig) -> int:
     except OSError as exc:
         _line(FAIL, "workspace", f"{config.workspace} not writable: {exc}; pass --workspace")
         failures += 1
+    else:
+        from egg_mcp.workspace.health import workspace_health
+
+        for status, what, detail in workspace_health(config.workspace, start_empty=start_empty):
+            _line({"ok": OK, "warn": WARN, "fail": FAIL}[status], what, detail)
+            failures += status == "fail"
     kb = config.kernelbench_dir
     if kb is None:
         _line(WARN, "KernelBench", "not configured (--kernelbench-dir): ids like level1/23 are unavailable")

@@ -12,10 +12,12 @@ import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from pydantic import BaseModel, Field
 
 from egg_mcp import __version__
@@ -37,9 +39,15 @@ from egg_mcp.workflow.models import (
     TaskStatus,
     VerifyResult,
 )
+from egg_mcp.workflow import limits
 from egg_mcp.workflow.service import EggService, WorkflowError
 from egg_mcp.workflow.stages import Stage
-from egg_mcp.workspace.store import Workspace
+from egg_mcp.workspace.store import Workspace, WorkspaceError
+
+# Input constraints published in the tool schemas (the service checks them again for other callers).
+Tolerance = Annotated[float, Field(gt=0, le=limits.MAX_TOLERANCE, allow_inf_nan=False)]
+SizeValue = Annotated[int, Field(ge=1, le=limits.MAX_SIZE_VALUE)]
+CommitStage = Literal["SEEDS", "ALGORITHM", "PARALLEL_MAPPING", "TILING", "MEMORY"]
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +86,7 @@ def _tool_errors(fn):
     async def wrapper(*args, **kwargs):
         try:
             return await fn(*args, **kwargs)
-        except WorkflowError as exc:
+        except (WorkflowError, WorkspaceError) as exc:
             raise ToolError(str(exc)) from None
 
     return wrapper
@@ -106,22 +114,32 @@ def create_server(
     """Build the server. `evaluator` defaults to the isolated worker engine."""
     config = config or ServerConfig()
     workspace = Workspace(config.workspace)
+    analysis_evaluator = None
     if evaluator is None:
         from egg_mcp.evaluation.engine import WorkerEvaluator
 
         evaluator = WorkerEvaluator(scratch_dir=workspace.root / "scratch", force_interpreter=config.force_interpreter)
+        # start_task's analysis gets its own engine (own CPU slots, no spare pool) so it never waits
+        # behind queued interpreter verifies holding every CPU slot of the main engine.
+        try:
+            analysis_evaluator = WorkerEvaluator(scratch_dir=workspace.root / "scratch",
+                                                 force_interpreter=config.force_interpreter, spare_workers=0,
+                                                 burst_spares=0, max_cpu_jobs=2)
+        except TypeError:  # an engine without these options: analysis shares the main engine's queue
+            log.warning("analysis shares the evaluation engine: start_task may wait behind queued verifies")
     if gpu is None and not config.force_interpreter:
         gpu = detect_gpu()
-    service = EggService(config, workspace, evaluator, gpu)
+    service = EggService(config, workspace, evaluator, gpu, analysis_evaluator=analysis_evaluator)
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[dict[str, Any]]:
         try:
             yield {"service": service}
         finally:
-            close = getattr(evaluator, "aclose", None)
-            if close is not None:
-                await close()
+            for ev in {id(evaluator): evaluator, id(service.analysis_evaluator): service.analysis_evaluator}.values():
+                close = getattr(ev, "aclose", None)
+                if close is not None:
+                    await close()
 
     mcp = MCPServer("egg-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
     mcp.egg_service = service  # type: ignore[attr-defined]  # for tests and the demo
@@ -132,14 +150,15 @@ def create_server(
         reference: str = Field(description="PyTorch reference in KernelBench format: source text, a file path "
                                "inside an allowed folder, a KernelBench id like 'level1/23', or a built-in "
                                "name ('softmax', 'gemm_bias_relu')"),
-        name: str | None = Field(None, description="short name for the task (default: from the file/problem)"),
+        name: str | None = Field(None, max_length=limits.MAX_NAME,
+                                 description="short name for the task (default: from the file/problem)"),
         k_seeds: int = Field(3, ge=1, le=8, description="number of structurally different seeds to write"),
         dtype: Literal["float32", "float16", "bfloat16"] = Field("float32", description="dtype of inputs and weights"),
         tolerance_preset: Literal["kernelbench-v0.1", "kernelbench-v0"] = Field(
             "kernelbench-v0.1", description="'kernelbench-v0.1': fp32 1e-4, fp16/bf16 1e-2; 'kernelbench-v0': 1e-2"),
-        atol: float | None = Field(None, description="override the preset's absolute tolerance"),
-        rtol: float | None = Field(None, description="override the preset's relative tolerance"),
-        size_overrides: dict[str, int] | None = Field(
+        atol: Tolerance | None = Field(None, description="override the preset's absolute tolerance"),
+        rtol: Tolerance | None = Field(None, description="override the preset's relative tolerance"),
+        size_overrides: dict[str, SizeValue] | None = Field(
             None, description="override module-level size constants for evaluation (e.g. a quick CPU check)"),
         ctx: Context = None,  # type: ignore[assignment]
     ) -> StartTaskResult:
@@ -162,7 +181,7 @@ def create_server(
     async def verify(
         task_id: str,
         source: str = Field(description="a complete Python module defining class ModelNew and its @triton.jit kernels"),
-        note: str | None = Field(None, description="what this candidate tries (kept with it)"),
+        note: str | None = Field(None, max_length=limits.MAX_NOTE, description="what this candidate tries (kept with it)"),
         ctx: Context = None,  # type: ignore[assignment]
     ) -> VerifyResult:
         """Submit a candidate to the current stage: it runs isolated, is checked on fresh random inputs against the
@@ -210,12 +229,15 @@ def create_server(
         candidate_id: str,
         decision: StageDecision,
         force: bool = Field(False, description="override the regression guard (needs force_reason; recorded)"),
-        force_reason: str | None = None,
+        force_reason: str | None = Field(None, max_length=limits.MAX_FORCE_REASON),
+        stage: CommitStage | None = Field(
+            None, description="the stage this commit finalises; default: the stage the candidate was verified in. "
+            "Must be the task's current stage (pass it to keep an earlier stage's kernel unchanged)"),
     ) -> CommitResult:
         """Finalise the current stage with a verified-correct candidate and a structured decision (what changed,
         why, evidence). After SEEDS, a commit may not be slower than the last committed kernel beyond noise.
         Returns the next stage's brief and the handoff context (only committed decisions carry on)."""
-        return await service.commit_stage(task_id, candidate_id, decision, force, force_reason)
+        return await service.commit_stage(task_id, candidate_id, decision, force, force_reason, stage)
 
     @mcp.tool()
     @_tool_errors
@@ -247,7 +269,8 @@ def create_server(
     @_tool_errors
     async def export_kernel(
         task_id: str,
-        path: str | None = Field(None, description="file to write (inside an allowed folder); default: workspace/exports"),
+        path: str | None = Field(None, max_length=limits.MAX_PATH,
+                                 description="file to write (inside an allowed folder); default: workspace/exports"),
     ) -> ExportResult:
         """Write the last committed ModelNew of a task to a file and return its source."""
         return service.export_kernel(task_id, path)
@@ -258,7 +281,7 @@ def create_server(
         def wrapper(*args, **kwargs):
             try:
                 return fn(*args, **kwargs)
-            except WorkflowError as exc:
+            except (WorkflowError, WorkspaceError) as exc:
                 raise ResourceError(str(exc)) from None
 
         return wrapper
@@ -305,8 +328,10 @@ def _register_prompt(mcp: MCPServer, service: EggService, stage: Stage, role: st
     def prompt(task_id: str | None = None) -> str:
         try:
             return service.brief_for(stage, role, task_id)  # type: ignore[arg-type]
-        except WorkflowError as exc:
-            raise ValueError(str(exc)) from None
+        except (WorkflowError, WorkspaceError) as exc:
+            # MCPError passes through the SDK's prompt rendering as a JSON-RPC error with this message
+            # (a ValueError became "Error rendering prompt", and the cause only reached the log).
+            raise MCPError(INVALID_PARAMS, str(exc)) from None
 
     prompt.__name__ = name
     prompt.__doc__ = description

@@ -56,7 +56,8 @@ async def drive_to_done(client) -> dict[str, Any]:
         if stage == "MEMORY":
             prof = await call(client, "profile_ncu", task_id=tid, candidate_id=best)
             assert prof["report"]["source"] == "fallback"
-        commit = await call(client, "commit_stage", task_id=tid, candidate_id=best, decision=decision(f"{stage} kept"))
+        commit = await call(client, "commit_stage", task_id=tid, candidate_id=best, decision=decision(f"{stage} kept"),
+                            stage=stage)
     assert commit["new_stage"] == "DONE"
     exported = await call(client, "export_kernel", task_id=tid)
     assert "class ModelNew" in exported["source"]

@@ -269,7 +269,8 @@ class _Driver:
         return await self._commit(stage, committed["candidate_id"], decision, kept=True)
 
     async def _commit(self, stage: str, candidate_id: str, decision: dict[str, Any], *, kept: bool) -> dict[str, Any]:
-        result = await self.call("commit_stage", task_id=self.task_id, candidate_id=candidate_id, decision=decision)
+        result = await self.call("commit_stage", task_id=self.task_id, candidate_id=candidate_id, decision=decision,
+                                 stage=stage)
         c = result["committed"]
         assert self.report is not None
         self.report.stages.append(StageRow(

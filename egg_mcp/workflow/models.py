@@ -115,6 +115,8 @@ class CommitResult(BaseModel):
     committed: CommittedStage
     new_stage: str
     warnings: list[str] = Field(default_factory=list)
+    repeated: bool = Field(False, description="true: this stage was already committed with this candidate; the "
+                           "stored outcome is returned and nothing changed")
     brief: str = Field(description="brief for the next stage's Code role ('' when DONE)")
     context: HandoffContext
     next_step: str

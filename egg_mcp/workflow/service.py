@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from pathlib import Path
+import os
+import socket
 from typing import Any, Literal
 
-from egg_mcp.config import ServerConfig
+from egg_mcp.config import ServerConfig, derived_run_timeout
 from egg_mcp.evaluation.api import (
     BaselineResult,
     ErrorReport,
@@ -50,7 +51,10 @@ from egg_mcp.workflow.stages import (
     refusal,
     tools_allowed,
 )
-from egg_mcp.workspace.store import Workspace, new_id, now, owner_tag
+from egg_mcp.workflow import limits
+from egg_mcp.workflow.export import ExportError, write_export
+from egg_mcp.workspace.repo import CandidateRow, CommitConflict, CommitRow, Repository, TaskRow
+from egg_mcp.workspace.store import ArtifactError, Workspace, _pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -64,41 +68,48 @@ class WorkflowError(Exception):
 
 
 class EggService:
-    def __init__(self, config: ServerConfig, workspace: Workspace, evaluator: Evaluator, gpu: GpuSpec | None):
+    def __init__(self, config: ServerConfig, workspace: Workspace, evaluator: Evaluator, gpu: GpuSpec | None,
+                 analysis_evaluator: Evaluator | None = None):
         self.config = config
         self.ws = workspace
+        self.repo = Repository(workspace)
         self.evaluator = evaluator
+        self.analysis_evaluator = analysis_evaluator or evaluator
+        """Runs start_task's reference analysis: a separate engine so it never queues behind verifies."""
         self.gpu = gpu
         self._baseline_locks: dict[str, asyncio.Lock] = {}
+        self._inflight: dict[tuple[str, str], asyncio.Future] = {}
+        """Single flight: identical (task, source hash) verifies in this server share one evaluation."""
         interrupted = workspace.mark_interrupted()
         if interrupted:
             log.warning("%d job(s) were running when the previous server stopped: marked interrupted", interrupted)
 
     # -- helpers --------------------------------------------------------------------------------
-    def _task_row(self, task_id: str):
-        rows = self.ws.query("SELECT * FROM tasks WHERE id=?", (task_id,))
-        if not rows:
-            known = [r["id"] for r in self.ws.query("SELECT id FROM tasks ORDER BY created_at DESC LIMIT 5")]
+    def _task_row(self, task_id: str) -> TaskRow:
+        _check(limits.check_id, "task_id", task_id)
+        row = self.repo.task(task_id)
+        if row is None:
+            known = self.repo.recent_task_ids(5)
             hint = f" Recent tasks here: {', '.join(known)}." if known else " This workspace has no tasks yet."
             raise WorkflowError(
                 f"unknown task id {task_id!r} in workspace {self.ws.root}.{hint} "
                 "Call list_tasks, or start_task to create one."
             )
-        return rows[0]
+        return row
 
-    def _stage(self, row) -> Stage:
-        return Stage(row["stage"])
+    def _stage(self, row: TaskRow) -> Stage:
+        return Stage(row.stage)
 
-    def _require(self, tool: str, row) -> Stage:
+    def _require(self, tool: str, row: TaskRow) -> Stage:
         stage = self._stage(row)
         if not allowed(tool, stage):
             raise WorkflowError(refusal(tool, stage))
         return stage
 
-    def _options(self, row) -> TaskOptions:
-        return TaskOptions.model_validate_json(row["options_json"])
+    def _options(self, row: TaskRow) -> TaskOptions:
+        return TaskOptions.model_validate_json(row.options_json)
 
-    def _eval_options(self, opts: TaskOptions, **extra: Any) -> EvalOptions:
+    def _eval_options(self, opts: TaskOptions, base: BaselineResult | None = None, **extra: Any) -> EvalOptions:
         return EvalOptions(
             dtype=opts.dtype,
             tolerance=opts.tolerance,
@@ -106,50 +117,61 @@ class EggService:
             size_overrides=opts.size_overrides,
             device="interpreter" if self.config.force_interpreter else "auto",
             compile_timeout_s=self.config.compile_timeout_s,
-            run_timeout_s=self.config.run_timeout_s,
+            run_timeout_s=derived_run_timeout(_eager_ms(base), self.config.run_timeout_floor_s,
+                                              self.config.run_timeout_s),
             **extra,
         )
 
-    def _reference(self, row) -> str:
-        return self.ws.get_text(row["reference_sha"])
+    def _text(self, sha: str, what: str) -> str:
+        try:
+            return self.ws.get_text(sha, what)
+        except ArtifactError as exc:
+            raise WorkflowError(str(exc)) from None
 
-    def _analysis(self, row) -> dict[str, Any] | None:
-        return json.loads(row["analysis_json"]) if row["analysis_json"] else None
+    def _reference(self, row: TaskRow) -> str:
+        return self._text(row.reference_sha, f"reference source of task {row.id}")
 
-    def _baselines(self, row) -> BaselineResult | None:
-        return BaselineResult.model_validate_json(row["baselines_json"]) if row["baselines_json"] else None
+    def _analysis(self, row: TaskRow) -> dict[str, Any] | None:
+        return json.loads(row.analysis_json) if row.analysis_json else None
 
-    def _candidate_row(self, task_id: str, candidate_id: str):
-        rows = self.ws.query("SELECT * FROM candidates WHERE id=? AND task_id=?", (candidate_id, task_id))
-        if not rows:
-            recent = [r["id"] for r in self.ws.query(
-                "SELECT id FROM candidates WHERE task_id=? ORDER BY created_at DESC LIMIT 5", (task_id,))]
+    def _baselines(self, row: TaskRow) -> BaselineResult | None:
+        return BaselineResult.model_validate_json(row.baselines_json) if row.baselines_json else None
+
+    def _candidate_row(self, task_id: str, candidate_id: str) -> CandidateRow:
+        _check(limits.check_id, "candidate_id", candidate_id)
+        cand = self.repo.candidate(task_id, candidate_id)
+        if cand is None:
+            recent = self.repo.recent_candidate_ids(task_id, 5)
             raise WorkflowError(
                 f"unknown candidate {candidate_id!r} for task {task_id}."
                 + (f" Recent candidates: {', '.join(recent)}." if recent else " Submit one with verify first.")
             )
-        return rows[0]
+        return cand
 
-    def _result(self, cand_row) -> EvalResult | None:
-        return EvalResult.model_validate_json(self.ws.get_text(cand_row["result_sha"])) if cand_row["result_sha"] else None
+    def _source(self, cand: CandidateRow) -> str:
+        return self._text(cand.source_sha, f"source of candidate {cand.id}")
+
+    def _result(self, cand: CandidateRow) -> EvalResult | None:
+        if not cand.result_sha:
+            return None
+        return EvalResult.model_validate_json(self._text(cand.result_sha, f"verification result of candidate {cand.id}"))
 
     def _floor_ms(self, analysis: dict[str, Any] | None) -> float | None:
         floor = (analysis or {}).get("floor") or {}
         return floor.get("floor_ms")
 
+    def _committed(self, r: CommitRow, base: BaselineResult | None) -> CommittedStage:
+        return CommittedStage(
+            stage=r.stage, candidate_id=r.candidate_id, time_ms=r.time_ms,
+            speedup_vs_eager=_ratio(_eager_ms(base), r.time_ms),
+            speedup_vs_compile=_ratio(_compile_ms(base), r.time_ms),
+            decision=StageDecision.model_validate_json(r.decision_json),
+            forced=bool(r.forced), force_reason=r.force_reason, guard=r.guard or "",
+        )
+
     def _commits(self, task_id: str) -> list[CommittedStage]:
-        rows = self.ws.query("SELECT * FROM commits WHERE task_id=? ORDER BY committed_at", (task_id,))
         base = self._baselines(self._task_row(task_id))
-        out = []
-        for r in rows:
-            out.append(CommittedStage(
-                stage=r["stage"], candidate_id=r["candidate_id"], time_ms=r["time_ms"],
-                speedup_vs_eager=_ratio(_eager_ms(base), r["time_ms"]),
-                speedup_vs_compile=_ratio(_compile_ms(base), r["time_ms"]),
-                decision=StageDecision.model_validate_json(r["decision_json"]),
-                forced=bool(r["forced"]), force_reason=r["force_reason"], guard=r["guard"] or "",
-            ))
-        return out
+        return [self._committed(r, base) for r in self.repo.commits(task_id)]
 
     def timing_available(self) -> bool:
         return self.evaluator.has_gpu() and not self.config.force_interpreter
@@ -168,6 +190,11 @@ class EggService:
         size_overrides: dict[str, int] | None = None,
         correctness_trials: int = 5,
     ) -> StartTaskResult:
+        _check(limits.check_text, "name", name, limits.MAX_NAME)
+        _check(limits.check_text, "reference", reference, self.config.max_source_bytes)
+        _check(limits.check_tolerance, "atol", atol)
+        _check(limits.check_tolerance, "rtol", rtol)
+        _check(limits.check_size_values, dict(size_overrides or {}))
         try:
             ref = resolve_reference(reference, self.config)
             tol = default_tolerance(dtype, tolerance_preset)
@@ -199,18 +226,16 @@ class EggService:
         analysis, analysis_error = await self._analyze(ref.source, dtype, tol)
         if analysis_error:
             notes.append(f"reference analysis failed: {analysis_error}")
-        task_id = new_id("t")
+        if size_overrides:
+            _check(limits.check_size_memory, (analysis or {}).get("min_bytes"), dict(ref.size_constants),
+                   overrides, self.config.max_eval_bytes)
         sha = self.ws.put_text(ref.source)
-        with self.ws.transaction() as db:
-            db.execute(
-                "INSERT INTO tasks (id, name, created_at, updated_at, stage, reference_sha, origin, options_json,"
-                " analysis_json, analysis_error) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (task_id, name or ref.name, now(), now(), Stage.SEEDS.value, sha, ref.origin,
-                 opts.model_dump_json(), json.dumps(analysis) if analysis else None, analysis_error),
-            )
-        row = self._task_row(task_id)
+        row = self.repo.insert_task(
+            name=name or ref.name, stage=Stage.SEEDS.value, reference_sha=sha, origin=ref.origin,
+            options_json=opts.model_dump_json(), analysis_json=json.dumps(analysis) if analysis else None,
+            analysis_error=analysis_error)
         return StartTaskResult(
-            task_id=task_id, problem=row["name"], origin=ref.origin, stage=Stage.SEEDS.value, options=opts,
+            task_id=row.id, problem=row.name, origin=ref.origin, stage=Stage.SEEDS.value, options=opts,
             analysis=analysis, timing_available=timing, notes=notes,
             brief=self._brief(row, Stage.SEEDS, "code"), next_step=NEXT_STEP[Stage.SEEDS],
         )
@@ -221,8 +246,9 @@ class EggService:
         from egg_mcp.analysis.reference import AnalysisError, analyze_reference
 
         try:
-            analysis = await analyze_reference(self.evaluator, source, dtype=dtype, gpu=self._gpu_for_roofline(),
-                                               tolerance=tolerance)
+            analysis = await analyze_reference(self.analysis_evaluator, source, dtype=dtype,
+                                               gpu=self._gpu_for_roofline(), tolerance=tolerance,
+                                               timeout_s=self.config.analysis_timeout_s)
         except AnalysisError as exc:
             return None, str(exc)
         return analysis.model_dump(mode="json"), None
@@ -242,7 +268,7 @@ class EggService:
         analysis = self._analysis(row)
         if analysis is None:
             raise WorkflowError(
-                f"task {task_id} has no reference analysis ({row['analysis_error']}); fix the reference and "
+                f"task {task_id} has no reference analysis ({row.analysis_error}); fix the reference and "
                 "start a new task")
         brief = build_seed_brief(
             ReferenceAnalysis.model_validate(analysis), k=opts.k_seeds, tolerance=opts.tolerance,
@@ -255,7 +281,7 @@ class EggService:
                       "then commit_stage with the fastest correct one",
         )
 
-    async def _ensure_baselines(self, row, progress: ProgressFn | None = None) -> BaselineResult | None:
+    async def _ensure_baselines(self, row: TaskRow, progress: ProgressFn | None = None) -> BaselineResult | None:
         """Eager and torch.compile times of the reference: measured once per task, then stored.
 
         Single flight per task: 50 verify calls arriving together on a new task must wait for one
@@ -265,21 +291,23 @@ class EggService:
             return existing
         if not self.timing_available():
             return BaselineResult(unavailable_reason="no GPU: baselines need CUDA (the interpreter has no timing)")
-        async with self._baseline_locks.setdefault(row["id"], asyncio.Lock()):
-            row = self._task_row(row["id"])
+        async with self._baseline_locks.setdefault(row.id, asyncio.Lock()):
+            row = self._task_row(row.id)
             existing = self._baselines(row)
             if existing is not None:
                 return existing
             opts = self._options(row)
             result = await self.evaluator.baselines(self._reference(row), self._eval_options(opts), progress)
-            with self.ws.transaction() as db:
-                db.execute("UPDATE tasks SET baselines_json=?, updated_at=? WHERE id=?",
-                           (result.model_dump_json(), now(), row["id"]))
+            self.repo.set_baselines(row.id, result.model_dump_json())
             return result
 
     # -- verify ---------------------------------------------------------------------------------
     async def verify(self, task_id: str, source: str, note: str | None = None,
                      progress: ProgressFn | None = None) -> VerifyResult:
+        """Identical concurrent verifies share one evaluation: in this server through a future keyed by
+        (task, source hash); across servers the running candidate row is the lock (polled until done)."""
+        _check(limits.check_text, "note", note, limits.MAX_NOTE)
+        _check(limits.check_text, "source", source, self.config.max_source_bytes)
         row = self._task_row(task_id)
         stage = self._require("verify", row)
         try:
@@ -287,18 +315,34 @@ class EggService:
         except ProblemError as exc:
             raise WorkflowError(str(exc)) from None
         source_sha = self.ws.put_text(source)
-        previous = self.ws.query(
-            "SELECT * FROM candidates WHERE task_id=? AND source_sha=? AND status='done' "
-            "ORDER BY created_at DESC LIMIT 1", (task_id, source_sha))
-        if previous:
-            return self._verify_result(row, previous[0], cached=True)
-        cand_id = new_id("c")
-        with self.ws.transaction() as db:
-            db.execute(
-                "INSERT INTO candidates (id, task_id, stage, source_sha, note, created_at, status, owner)"
-                " VALUES (?,?,?,?,?,?,?,?)",
-                (cand_id, task_id, stage.value, source_sha, note, now(), "running", owner_tag()),
-            )
+        key = (task_id, source_sha)
+        shared = self._inflight.get(key)
+        if shared is not None:
+            cand_id = await asyncio.shield(shared)
+            return self._verify_result(self._task_row(task_id), self._candidate_row(task_id, cand_id), cached=True)
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            cand_id, cached = await self._verify_once(row, stage, source, source_sha, check, note, progress)
+            future.set_result(cand_id)
+        except BaseException as exc:
+            future.set_exception(exc if isinstance(exc, Exception) else WorkflowError("the verify was cancelled"))
+            future.exception()  # retrieved: sharers see it through shield; nobody else must warn
+            raise
+        finally:
+            self._inflight.pop(key, None)
+        return self._verify_result(self._task_row(task_id), self._candidate_row(task_id, cand_id), cached=cached)
+
+    async def _verify_once(self, row: TaskRow, stage: Stage, source: str, source_sha: str, check, note: str | None,
+                           progress: ProgressFn | None) -> tuple[str, bool]:
+        while True:
+            claim = self.repo.claim_candidate(row.id, stage.value, source_sha, note, _owner_alive)
+            if claim.kind == "done":
+                return claim.candidate.id, True
+            if claim.kind == "new":
+                break
+            await asyncio.sleep(0.5)  # another server is evaluating this exact source: wait for its row
+        cand_id = claim.candidate.id
         try:
             if not check.ok:
                 result = EvalResult(
@@ -309,32 +353,28 @@ class EggService:
                                       candidate_line=check.syntax_error_line),
                 )
             else:
-                await self._ensure_baselines(row, progress)
+                base = await self._ensure_baselines(row, progress)
                 opts = self._options(row)
-                eval_opts = self._eval_options(opts, roofline_floor_ms=self._floor_ms(self._analysis(row)),
+                eval_opts = self._eval_options(opts, base, roofline_floor_ms=self._floor_ms(self._analysis(row)),
                                                timing=self.timing_available(),
                                                isolated_timing=self.config.isolated_timing)
                 result = await self.evaluator.evaluate(self._reference(row), source, eval_opts, progress)
         except BaseException:
-            with self.ws.transaction() as db:
-                db.execute("UPDATE candidates SET status='interrupted', verdict='interrupted' WHERE id=?", (cand_id,))
+            self.repo.interrupt_candidate(cand_id)
             raise
         time_ms = result.timing.median_ms if result.timing and result.verdict == "correct" else None
-        with self.ws.transaction() as db:
-            db.execute("UPDATE candidates SET status='done', verdict=?, time_ms=?, result_sha=? WHERE id=?",
-                       (result.verdict, time_ms, self.ws.put_text(result.model_dump_json()), cand_id))
-        return self._verify_result(self._task_row(task_id), self._candidate_row(task_id, cand_id), cached=False)
+        self.repo.finish_candidate(cand_id, result.verdict, time_ms, self.ws.put_text(result.model_dump_json()))
+        return cand_id, False
 
-    def _verify_result(self, row, cand, *, cached: bool) -> VerifyResult:
+    def _verify_result(self, row: TaskRow, cand: CandidateRow, *, cached: bool) -> VerifyResult:
         result = self._result(cand)
-        assert result is not None
+        if result is None:
+            raise WorkflowError(f"candidate {cand.id} has no result ({cand.status}); verify the source again")
         base = self._baselines(row)
-        time_ms = cand["time_ms"]
-        last = self._last_commit(row["id"])
+        time_ms = cand.time_ms
+        last = self._last_commit(row.id)
         stage = self._stage(row)
-        best = self.ws.query(
-            "SELECT MIN(time_ms) AS t FROM candidates WHERE task_id=? AND stage=? AND verdict='correct'",
-            (row["id"], cand["stage"]))[0]["t"]
+        best = self.repo.best_time_in_stage(row.id, cand.stage)
         failed = result.verdict != "correct"
         if failed:
             nxt = (f"the candidate is {result.verdict}: read the summary and the mismatch/error report, fix it and "
@@ -344,7 +384,7 @@ class EggService:
         else:
             nxt = NEXT_STEP[stage]
         return VerifyResult(
-            task_id=row["id"], candidate_id=cand["id"], stage=cand["stage"], cached=cached,
+            task_id=row.id, candidate_id=cand.id, stage=cand.stage, cached=cached,
             verdict=result.verdict, summary=result.summary, time_ms=time_ms,
             speedup_vs_eager=_ratio(_eager_ms(base), time_ms),
             speedup_vs_compile=_ratio(_compile_ms(base), time_ms),
@@ -359,78 +399,114 @@ class EggService:
 
     # -- commit_stage ---------------------------------------------------------------------------
     async def commit_stage(self, task_id: str, candidate_id: str, decision: StageDecision,
-                           force: bool = False, force_reason: str | None = None) -> CommitResult:
+                           force: bool = False, force_reason: str | None = None,
+                           stage: str | None = None) -> CommitResult:
+        """Commit `stage` (default: the stage the candidate was verified in) and advance the task.
+
+        A commit names the stage it finalises, so a repeated call cannot skip stages: the repeat of
+        a stored commit (same stage, same candidate) returns the stored outcome; a commit for a stage
+        the task is not in is refused. Racing commits are serialised by the repository's
+        BEGIN IMMEDIATE transaction and the loser is told who won."""
+        _check(limits.check_text, "force_reason", force_reason, limits.MAX_FORCE_REASON)
+        _check_decision(decision)
         row = self._task_row(task_id)
-        stage = self._require("commit_stage", row)
         cand = self._candidate_row(task_id, candidate_id)
-        if cand["verdict"] != "correct":
+        try:
+            target = Stage(stage) if stage is not None else Stage(cand.stage)
+        except ValueError:
+            raise WorkflowError(f"stage {stage!r} is not a stage; one of: "
+                                f"{', '.join(s.value for s in Stage if s is not Stage.DONE)}") from None
+        existing = self.repo.commit_for(task_id, target.value)
+        if existing is not None:
+            return self._repeat_or_refuse(row, existing, candidate_id, decision)
+        current = self._require("commit_stage", row)
+        if target is not current:
+            how = (f"candidate {candidate_id} was verified in stage {cand.stage}; " if stage is None else "")
             raise WorkflowError(
-                f"candidate {candidate_id} is {cand['verdict'] or cand['status']}, not correct: only a verified-correct "
+                f"commit_stage for stage {target.value} refused: task {task_id} is in stage {current.value}. {how}"
+                f"To commit it as the {current.value} decision, pass stage='{current.value}' (e.g. to keep the "
+                "committed kernel unchanged); otherwise verify a candidate in this stage and commit that.")
+        if cand.verdict != "correct":
+            raise WorkflowError(
+                f"candidate {candidate_id} is {cand.verdict or cand.status}, not correct: only a verified-correct "
                 "candidate can be committed. Fix it (verify again) or commit another candidate.")
         if force and not (force_reason and force_reason.strip()):
             raise WorkflowError("force=true needs a force_reason: say why the guard should be overridden (it is recorded)")
         warnings: list[str] = []
-        guard = self._regression_guard(row, stage, cand)
+        guard = self._regression_guard(row, current, cand)
         if guard.startswith("REFUSED"):
             if not force:
                 raise WorkflowError(guard.removeprefix("REFUSED: ")
                                     + " Commit a faster candidate, or pass force=true with a force_reason.")
             warnings.append(f"guard overridden by force: {guard.removeprefix('REFUSED: ')}")
             guard = "overridden: " + guard.removeprefix("REFUSED: ")
-        if stage is Stage.SEEDS:
-            n_correct = self.ws.query(
-                "SELECT COUNT(*) AS n FROM candidates WHERE task_id=? AND stage=? AND verdict='correct'",
-                (task_id, stage.value))[0]["n"]
+        if current is Stage.SEEDS:
+            n_correct = self.repo.count_correct(task_id, current.value)
             k = self._options(row).k_seeds
             if n_correct < k:
                 warnings.append(f"only {n_correct} correct seed(s) of the {k} asked for were verified; EGG's seed stage "
                                 "explores k structurally different algorithms before choosing")
-        new = next_stage(stage)
-        with self.ws.transaction() as db:
-            db.execute(
-                "INSERT INTO commits (task_id, stage, candidate_id, committed_at, time_ms, decision_json, forced,"
-                " force_reason, guard) VALUES (?,?,?,?,?,?,?,?,?)",
-                (task_id, stage.value, candidate_id, now(), cand["time_ms"], decision.model_dump_json(), int(force),
-                 force_reason, guard),
-            )
-            db.execute("UPDATE tasks SET stage=?, updated_at=? WHERE id=?", (new.value, now(), task_id))
-        row = self._task_row(task_id)
-        committed = self._commits(task_id)[-1]
+        new = next_stage(current)
+        try:
+            self.repo.commit(task_id=task_id, stage=current.value, new_stage=new.value, candidate_id=candidate_id,
+                             time_ms=cand.time_ms, decision_json=decision.model_dump_json(), forced=force,
+                             force_reason=force_reason, guard=guard, warnings_json=json.dumps(warnings))
+        except CommitConflict as conflict:
+            if conflict.existing is not None:
+                return self._repeat_or_refuse(self._task_row(task_id), conflict.existing, candidate_id, decision)
+            raise WorkflowError(
+                f"another commit_stage call moved task {task_id} to stage {conflict.stage_now} first; this commit "
+                f"for {current.value} was not recorded. Call task_status and continue from there.") from None
+        return self._commit_result(self._task_row(task_id), current, warnings, repeated=False)
+
+    def _repeat_or_refuse(self, row: TaskRow, existing: CommitRow, candidate_id: str,
+                          decision: StageDecision) -> CommitResult:
+        if existing.candidate_id != candidate_id:
+            raise WorkflowError(
+                f"stage {existing.stage} of task {row.id} is already committed with candidate {existing.candidate_id} "
+                f"(another or an earlier commit_stage call); the task is now in stage {row.stage}. Nothing was changed. "
+                "Call task_status and continue from the current stage.")
+        warnings = json.loads(existing.warnings_json or "[]")
+        if existing.decision_json != decision.model_dump_json():
+            warnings.append("this repeat's decision differs from the stored one; the stored decision is kept")
+        return self._commit_result(row, Stage(existing.stage), warnings, repeated=True)
+
+    def _commit_result(self, row: TaskRow, committed_stage: Stage, warnings: list[str], *,
+                       repeated: bool) -> CommitResult:
+        new = next_stage(committed_stage)
+        committed = next(c for c in self._commits(row.id) if c.stage == committed_stage.value)
         return CommitResult(
-            task_id=task_id, committed=committed, new_stage=new.value, warnings=warnings,
-            brief="" if new is Stage.DONE else self._brief(row, new, "code"),
-            context=self.context(task_id), next_step=NEXT_STEP[new],
+            task_id=row.id, committed=committed, new_stage=new.value, warnings=warnings, repeated=repeated,
+            brief="" if self._stage(row) is Stage.DONE else self._brief(row, self._stage(row), "code"),
+            context=self.context(row.id), next_step=NEXT_STEP[self._stage(row)],
         )
 
-    def _regression_guard(self, row, stage: Stage, cand) -> str:
+    def _regression_guard(self, row: TaskRow, stage: Stage, cand: CandidateRow) -> str:
         """After the seed stage a commit may not be slower than the last committed kernel beyond
         noise; in the seed stage it must be the fastest correct seed (the best seed goes on)."""
-        t = cand["time_ms"]
+        t = cand.time_ms
         if t is None:
             return "skipped: no timing (CPU interpreter); correctness only"
         cv = self._cv(cand)
         if stage is Stage.SEEDS:
-            rows = self.ws.query(
-                "SELECT id, time_ms, result_sha FROM candidates WHERE task_id=? AND stage=? AND verdict='correct'"
-                " AND time_ms IS NOT NULL ORDER BY time_ms LIMIT 1", (row["id"], stage.value))
-            if rows and rows[0]["id"] != cand["id"]:
-                best = rows[0]
+            best = self.repo.fastest_correct(row.id, stage.value)
+            if best is not None and best.id != cand.id:
                 noise = max(MIN_NOISE, 2 * (cv + self._cv(best)))
-                if t > best["time_ms"] * (1 + noise):
-                    return (f"REFUSED: seed {best['id']} is faster ({best['time_ms']:.4g} ms vs {t:.4g} ms, beyond "
+                if t > best.time_ms * (1 + noise):
+                    return (f"REFUSED: seed {best.id} is faster ({best.time_ms:.4g} ms vs {t:.4g} ms, beyond "
                             f"the {noise:.1%} noise band); the best seed by measurement goes on.")
             return f"passed: fastest correct seed ({t:.4g} ms)"
-        last = self._last_commit(row["id"])
+        last = self._last_commit(row.id)
         if last is None or last.time_ms is None:
             return "skipped: the previous stage has no timing"
-        prev = self._candidate_row(row["id"], last.candidate_id)
+        prev = self._candidate_row(row.id, last.candidate_id)
         noise = max(MIN_NOISE, 2 * (cv + self._cv(prev)))
         if t > last.time_ms * (1 + noise):
             return (f"REFUSED: {t:.4g} ms is slower than the committed {last.stage} kernel ({last.time_ms:.4g} ms) "
                     f"beyond the {noise:.1%} noise band; a later stage must not regress an earlier one.")
         return f"passed: {t:.4g} ms vs committed {last.time_ms:.4g} ms (noise band {noise:.1%})"
 
-    def _cv(self, cand) -> float:
+    def _cv(self, cand: CandidateRow) -> float:
         result = self._result(cand)
         return (result.timing.cv or 0.0) if result and result.timing else 0.0
 
@@ -442,12 +518,10 @@ class EggService:
         base = self._baselines(row)
         commits = self._commits(task_id)
         last = commits[-1] if commits else None
-        source = None
-        if last:
-            source = self.ws.get_text(self._candidate_row(task_id, last.candidate_id)["source_sha"])
+        source = self._source(self._candidate_row(task_id, last.candidate_id)) if last else None
         stage = self._stage(row)
         return HandoffContext(
-            task_id=task_id, problem=row["name"], stage=stage.value, stage_goal=STAGE_GOALS[stage],
+            task_id=task_id, problem=row.name, stage=stage.value, stage_goal=STAGE_GOALS[stage],
             dtype=opts.dtype, tolerance=opts.tolerance, gpu=opts.gpu_name,
             analysis_summary=(analysis or {}).get("summary"), floor_ms=self._floor_ms(analysis),
             eager_ms=_eager_ms(base),
@@ -460,108 +534,95 @@ class EggService:
         row = self._task_row(task_id)
         stage = self._stage(row)
         base = self._baselines(row)
-        cands = self.ws.query("SELECT * FROM candidates WHERE task_id=? AND stage=? ORDER BY created_at",
-                              (task_id, stage.value))
-        running = self.ws.query("SELECT COUNT(*) AS n FROM candidates WHERE task_id=? AND status IN ('queued','running')",
-                                (task_id,))[0]["n"]
-        reports = [dict(r) for r in self.ws.query(
-            "SELECT id, candidate_id, kind, stage, created_at FROM reports WHERE task_id=? ORDER BY created_at", (task_id,))]
+        reports = [dict(id=r.id, candidate_id=r.candidate_id, kind=r.kind, stage=r.stage, created_at=r.created_at)
+                   for r in self.repo.reports(task_id)]
         return TaskStatus(
-            task_id=task_id, problem=row["name"], origin=row["origin"], stage=stage.value, next_step=NEXT_STEP[stage],
+            task_id=task_id, problem=row.name, origin=row.origin, stage=stage.value, next_step=NEXT_STEP[stage],
             allowed_tools=tools_allowed(stage), options=self._options(row),
             eager_ms=_eager_ms(base),
             compile_ms=_compile_ms(base),
-            history=self._commits(task_id), candidates_in_stage=[_summary(c) for c in cands],
-            running_jobs=running, reports=reports,
+            history=self._commits(task_id),
+            candidates_in_stage=[_summary(c) for c in self.repo.candidates_in_stage(task_id, stage.value)],
+            running_jobs=self.repo.running_count(task_id), reports=reports,
         )
 
     def list_tasks(self) -> TaskList:
-        rows = self.ws.query(
-            "SELECT t.id, t.name, t.stage, t.created_at, (SELECT MIN(time_ms) FROM commits c WHERE c.task_id=t.id)"
-            " AS best FROM tasks t ORDER BY t.created_at DESC")
         return TaskList(workspace=str(self.ws.root), tasks=[
-            TaskSummary(task_id=r["id"], problem=r["name"], stage=r["stage"], created_at=r["created_at"],
-                        best_time_ms=r["best"]) for r in rows])
+            TaskSummary(task_id=t.id, problem=t.name, stage=t.stage, created_at=t.created_at, best_time_ms=best)
+            for t, best in self.repo.list_tasks()])
 
     def candidate(self, task_id: str, candidate_id: str) -> CandidateDetail:
         self._task_row(task_id)
         cand = self._candidate_row(task_id, candidate_id)
-        return CandidateDetail(task_id=task_id, candidate=_summary(cand), source=self.ws.get_text(cand["source_sha"]),
+        return CandidateDetail(task_id=task_id, candidate=_summary(cand), source=self._source(cand),
                                result=self._result(cand))
 
     def export_kernel(self, task_id: str, path: str | None = None) -> ExportResult:
+        _check(limits.check_text, "path", path, limits.MAX_PATH)
         row = self._task_row(task_id)
         last = self._last_commit(task_id)
         if last is None:
             raise WorkflowError(f"task {task_id} has no committed kernel yet; commit_stage a verified candidate first")
-        source = self.ws.get_text(self._candidate_row(task_id, last.candidate_id)["source_sha"])
-        header = (f"# egg-mcp export: task {task_id} ({row['name']}), candidate {last.candidate_id}, "
+        source = self._source(self._candidate_row(task_id, last.candidate_id))
+        header = (f"# egg-mcp export: task {task_id} ({row.name}), candidate {last.candidate_id}, "
                   f"committed in stage {last.stage}\n")
         text = header + source
-        if path is None:
-            target = self.ws.root / "exports" / f"{task_id}_{_safe(row['name'])}.py"
-        else:
-            target = Path(path).expanduser().resolve()
-            roots = [r.resolve() for r in self.config.allowed_roots] + [self.ws.root.resolve()]
-            if not any(target.is_relative_to(r) for r in roots):
-                raise WorkflowError(
-                    f"{target} is outside the directories this server may write ({', '.join(map(str, roots))}); "
-                    "omit path to export into the workspace, or start the server with --allow-dir for that folder")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(target.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(target)
+        default_name = f"{task_id}_{_safe(row.name)}.py"
+        try:
+            target = write_export(self.ws.root, self.config.allowed_roots, path, default_name, text)
+        except ExportError as exc:
+            raise WorkflowError(str(exc)) from None
         return ExportResult(task_id=task_id, candidate_id=last.candidate_id, stage=last.stage, path=str(target),
                             source=text)
 
     # -- reports (profile / tiling) ---------------------------------------------------------------
     def save_report(self, task_id: str, candidate_id: str | None, kind: str, report: dict[str, Any]) -> str:
         row = self._task_row(task_id)
-        rid = new_id("r")
-        with self.ws.transaction() as db:
-            db.execute("INSERT INTO reports (id, task_id, candidate_id, kind, stage, created_at, report_sha)"
-                       " VALUES (?,?,?,?,?,?,?)",
-                       (rid, task_id, candidate_id, kind, row["stage"], now(), self.ws.put_json(report)))
-        return rid
+        return self.repo.insert_report(task_id=task_id, candidate_id=candidate_id, kind=kind, stage=row.stage,
+                                       report_sha=self.ws.put_json(report))
 
     def report(self, task_id: str, report_id: str) -> dict[str, Any]:
-        rows = self.ws.query("SELECT * FROM reports WHERE id=? AND task_id=?", (report_id, task_id))
-        if not rows:
+        _check(limits.check_id, "report_id", report_id)
+        rep = self.repo.report(task_id, report_id)
+        if rep is None:
             raise WorkflowError(f"unknown report {report_id!r} for task {task_id}; task_status lists its reports")
-        return self.ws.get_json(rows[0]["report_sha"])
+        try:
+            return self.ws.get_json(rep.report_sha, f"{rep.kind} report {report_id}")
+        except ArtifactError as exc:
+            raise WorkflowError(str(exc)) from None
 
     def correct_candidate(self, tool: str, task_id: str, candidate_id: str):
         """(task row, stage, candidate row, source) for tools that work on a verified-correct candidate."""
         row = self._task_row(task_id)
         stage = self._require(tool, row)
         cand = self._candidate_row(task_id, candidate_id)
-        if cand["verdict"] != "correct":
-            raise WorkflowError(f"candidate {candidate_id} is {cand['verdict'] or cand['status']}: {tool} needs a "
+        if cand.verdict != "correct":
+            raise WorkflowError(f"candidate {candidate_id} is {cand.verdict or cand.status}: {tool} needs a "
                                 "verified-correct candidate (verify it first and fix any failure)")
-        return row, stage, cand, self.ws.get_text(cand["source_sha"])
+        return row, stage, cand, self._source(cand)
 
     # -- briefs -----------------------------------------------------------------------------------
-    def _brief(self, row, stage: Stage, role: Literal["code", "profile", "debug"]) -> str:
+    def _brief(self, row: TaskRow, stage: Stage, role: Literal["code", "profile", "debug"]) -> str:
         from egg_mcp.expertise.briefs import render_brief
 
         if stage is Stage.DONE:
             return ""
         return render_brief(stage, role, self.brief_facts(row))
 
-    def brief_facts(self, row):
+    def brief_facts(self, row: TaskRow):
         from egg_mcp.analysis.models import ReferenceAnalysis
         from egg_mcp.expertise.briefs import BriefFacts
 
         opts = self._options(row)
         analysis = self._analysis(row)
         base = self._baselines(row)
-        commits = self._commits(row["id"])
+        commits = self._commits(row.id)
         facts = dict(
-            task_id=row["id"], problem_name=row["name"], dtype=opts.dtype, tolerance=opts.tolerance,
+            task_id=row.id, problem_name=row.name, dtype=opts.dtype, tolerance=opts.tolerance,
             eager_ms=_eager_ms(base),
             compile_ms=_compile_ms(base),
             best_ms=min((c.time_ms for c in commits if c.time_ms is not None), default=None),
-            committed_decisions=[f"{c.stage}: {c.decision.summary}" for c in commits], stage=Stage(row["stage"]),
+            committed_decisions=[f"{c.stage}: {c.decision.summary}" for c in commits], stage=Stage(row.stage),
             has_gpu=self.timing_available(), k=opts.k_seeds,
         )
         if analysis:
@@ -574,6 +635,35 @@ class EggService:
         if task_id:
             return render_brief(stage, role, self.brief_facts(self._task_row(task_id)))
         return render_brief(stage, role, BriefFacts(stage=stage, has_gpu=self.timing_available()))
+
+
+def _check(fn, *args) -> None:
+    """Run a limits check; its InputError becomes the WorkflowError the client sees."""
+    try:
+        fn(*args)
+    except limits.InputError as exc:
+        raise WorkflowError(str(exc)) from None
+
+
+def _check_decision(decision: StageDecision) -> None:
+    _check(limits.check_text, "decision.summary", decision.summary, limits.MAX_LINE)
+    _check(limits.check_text, "decision.rationale", decision.rationale, limits.MAX_RATIONALE)
+    for field, items in (("decision.changes", decision.changes), ("decision.evidence", decision.evidence)):
+        if len(items) > limits.MAX_ITEMS:
+            raise WorkflowError(f"{field} has {len(items)} items; the limit is {limits.MAX_ITEMS}")
+    for i, change in enumerate(decision.changes):
+        _check(limits.check_text, f"decision.changes[{i}]", change, limits.MAX_LINE)
+    for i, ev in enumerate(decision.evidence):
+        _check(limits.check_text, f"decision.evidence[{i}].metric", ev.metric, limits.MAX_LINE)
+        for part in (ev.before, ev.after):
+            if isinstance(part, str):
+                _check(limits.check_text, f"decision.evidence[{i}]", part, limits.MAX_LINE)
+
+
+def _owner_alive(owner: str | None) -> bool:
+    """Is the server process that owns a running candidate row alive (same host only)?"""
+    host, _, pid = (owner or ":").rpartition(":")
+    return host == socket.gethostname() and pid.isdigit() and (int(pid) == os.getpid() or _pid_alive(int(pid)))
 
 
 def _eager_ms(base: BaselineResult | None) -> float | None:
@@ -590,9 +680,9 @@ def _ratio(base_ms: float | None, t_ms: float | None) -> float | None:
     return round(base_ms / t_ms, 4)
 
 
-def _summary(c) -> CandidateSummary:
-    return CandidateSummary(candidate_id=c["id"], stage=c["stage"], verdict=c["verdict"], status=c["status"],
-                            time_ms=c["time_ms"], note=c["note"])
+def _summary(c: CandidateRow) -> CandidateSummary:
+    return CandidateSummary(candidate_id=c.id, stage=c.stage, verdict=c.verdict, status=c.status,
+                            time_ms=c.time_ms, note=c.note)
 
 
 def _safe(name: str) -> str:
@@ -610,7 +700,7 @@ async def profile(service: EggService, task_id: str, candidate_id: str, progress
     try:
         report = await profile_candidate(
             service.evaluator, reference_source=service._reference(row), candidate_source=source,
-            options=service._eval_options(service._options(row)), stage=stage,
+            options=service._eval_options(service._options(row), service._baselines(row)), stage=stage,
             gpu=service.gpu if service.timing_available() else None,
             flops=analysis.get("flops"), min_bytes=analysis.get("min_bytes"), progress=progress,
         )
@@ -630,7 +720,8 @@ async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_tr
     try:
         proposal = await propose_tiling(
             service.evaluator, reference_source=service._reference(row), candidate_source=source,
-            options=service._eval_options(service._options(row)), gpu=service._gpu_for_roofline(),
+            options=service._eval_options(service._options(row), service._baselines(row)),
+            gpu=service._gpu_for_roofline(),
             dims=dims or derived_dims, kind=kind or derived_kind, max_trials=max_trials, time_budget_s=time_budget_s,
             measure=measure and service.timing_available(), progress=progress,
         )

@@ -42,9 +42,9 @@ def test_workflow_on_gpu(tmp_path):
             print("profile:", prof["report"]["source"], prof["report"]["summary"][:300])
             assert prof["report"]["kernels"]
             online = [r for r in results if "online" in (r["result"]["kernels"][0]["name"] if r["result"]["kernels"] else "")]
-            for _ in ("ALGORITHM", "PARALLEL_MAPPING"):
+            for kept_stage in ("ALGORITHM", "PARALLEL_MAPPING"):
                 await call(client, "commit_stage", task_id=tid, candidate_id=fast["candidate_id"],
-                           decision=decision("kept"))
+                           decision=decision("kept"), stage=kept_stage)
             if online:
                 tiling = await call(client, "propose_tiling", task_id=tid, candidate_id=online[0]["candidate_id"],
                                     max_trials=4)

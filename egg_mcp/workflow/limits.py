@@ -1,0 +1,103 @@
+"""Input limits: every argument is checked here before anything is stored or queued.
+
+The numbers are generous for real use and small enough that one call cannot bloat the workspace
+or every later response (a note is echoed in task_status; a name in every result):
+
+| input | limit | why |
+| --- | --- | --- |
+| task / candidate / report id | 64 chars | ids are `t-` + 8 hex digits; anything longer is not an id |
+| task name | 200 chars | a short label shown in every listing |
+| note (verify) | 4,000 chars | a paragraph on what the candidate tries |
+| decision summary / each change | 1,000 chars | one line each |
+| decision rationale | 8,000 chars | a few paragraphs |
+| decision changes / evidence | 50 items each | |
+| force_reason | 2,000 chars | |
+| path (export) | 4,096 chars | PATH_MAX on Linux |
+| reference / candidate source | `max_source_bytes` (256 KiB) | a real kernel file is a few KB |
+| atol / rtol | finite, > 0, <= 1e3 | 0 or NaN would fail every kernel; inf would pass any |
+| size_overrides | each an int in 1 .. 2**31-1, estimated bytes <= `max_eval_bytes` (16 GiB) | see below |
+
+The size estimate: the reference analysis measures the bytes the problem moves at its own sizes
+(inputs, outputs and parameters once, `min_bytes`); an override scales it by the ratio of new to
+default value for every constant it grows (exact for shapes linear in each constant, the common
+KernelBench case). The worker holds the inputs, the reference's outputs and the candidate's, about
+3x that, so 16 GiB keeps one evaluation under ~48 GiB: inside an H200's 141 GB and a workstation's RAM.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MAX_ID = 64
+MAX_NAME = 200
+MAX_NOTE = 4000
+MAX_LINE = 1000
+MAX_RATIONALE = 8000
+MAX_ITEMS = 50
+MAX_FORCE_REASON = 2000
+MAX_PATH = 4096
+MAX_TOLERANCE = 1e3
+MAX_SIZE_VALUE = 2**31 - 1
+
+
+class InputError(ValueError):
+    """An argument the client must change; the message names it, the limit and what to do."""
+
+
+def check_text(field: str, value: str | None, limit: int) -> None:
+    if value is None:
+        return
+    if len(value) > limit:
+        raise InputError(f"{field} is {len(value)} characters; the limit is {limit}. Shorten it and call again.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(f"{field} contains a lone surrogate code point ({value[exc.start]!r} at position "
+                         f"{exc.start}) that is not valid Unicode text; remove it and call again.") from None
+
+
+def check_id(field: str, value: str) -> None:
+    check_text(field, value, MAX_ID)
+
+
+def check_tolerance(field: str, value: float | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise InputError(f"{field} must be a number, got {value!r}")
+    if not math.isfinite(value) or value <= 0 or value > MAX_TOLERANCE:
+        raise InputError(f"{field}={value!r} is not allowed: a tolerance must be finite, > 0 and <= {MAX_TOLERANCE:g} "
+                         "(0 or NaN fails every kernel, inf passes any). Omit it to use the preset.")
+
+
+def check_size_values(size_overrides: dict[str, Any]) -> None:
+    for key, value in size_overrides.items():
+        check_text("size_overrides key", key, MAX_NAME)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE_VALUE:
+            raise InputError(f"size_overrides[{key!r}]={value!r} is not allowed: sizes must be integers from 1 to "
+                             f"{MAX_SIZE_VALUE} (0 or a negative size leaves nothing to compare, so any kernel "
+                             "would pass)")
+
+
+def estimate_bytes(min_bytes: int, defaults: dict[str, int], overrides: dict[str, int]) -> int:
+    """Bytes the problem moves with `overrides`, scaled from the analysed `min_bytes` at default sizes."""
+    scale = 1.0
+    for key, value in overrides.items():
+        base = defaults.get(key) or 0
+        if base > 0 and value > base:
+            scale *= value / base
+    return int(min_bytes * scale)
+
+
+def check_size_memory(min_bytes: int | None, defaults: dict[str, int], overrides: dict[str, int],
+                      limit_bytes: int) -> None:
+    if not min_bytes or not overrides:
+        return
+    est = estimate_bytes(min_bytes, defaults, overrides)
+    if est > limit_bytes:
+        raise InputError(
+            f"size_overrides {overrides} would make the problem move about {est / 2**30:.1f} GiB (the reference "
+            f"moves {min_bytes / 2**20:.1f} MiB at its default sizes {defaults}, scaled by each grown constant); "
+            f"the limit is {limit_bytes / 2**30:.0f} GiB (the worker holds inputs and two sets of outputs). "
+            "Use smaller sizes, or raise --max-eval-gib.")
