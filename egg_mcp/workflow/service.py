@@ -664,7 +664,6 @@ def _safe(name: str) -> str:
 
 async def profile(service: EggService, task_id: str, candidate_id: str, progress: ProgressFn | None = None,
                   size_overrides: dict[str, int] | None = None):
-    from egg_mcp.problems.loader import quick_sizes
     from egg_mcp.profiling.runner import ProfileError, profile_candidate
 
     row, stage, _cand, source = service.correct_candidate("profile_ncu", task_id, candidate_id)
@@ -672,14 +671,9 @@ async def profile(service: EggService, task_id: str, candidate_id: str, progress
     opts = service._options(row)
     sizes = service.check_sizes(row, size_overrides)
     notes: list[str] = []
-    if sizes is None and not opts.size_overrides and not service.timing_available():
-        # The interpreter at full size takes minutes: profile at the problem's QUICK_SIZES when it has them.
-        sizes = quick_sizes(service._reference(row)) or None
-        if sizes:
-            notes.append(f"no GPU: profiled in the Triton interpreter at the problem's QUICK_SIZES {sizes} "
-                         "(kernel names, grids and launches only; no timings or counters)")
     if sizes is not None:
         opts = opts.model_copy(update={"size_overrides": sizes})
+        notes.append(f"profiled at the size_overrides {sizes}, not the task's sizes")
     try:
         report = await profile_candidate(
             service.evaluator, reference_source=service._reference(row), candidate_source=source,
@@ -710,6 +704,15 @@ async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_tr
         )
     except ValueError as exc:  # no tunables, unknown dims: the client can fix the candidate or pass dims
         raise WorkflowError(str(exc)) from None
+    from egg_mcp.tiling.plan import tie_note
+
+    if measure and not service.timing_available() and not proposal.measured:
+        proposal.note = ("unmeasured: measure=true, but there is no GPU here (the CPU interpreter cannot time "
+                         "kernels); the ranking is the cost model's prediction for "
+                         f"{service._gpu_for_roofline().name} only")
+    tie = tie_note([r.predicted_ms for r in proposal.ranked if r.measured_ms is None])
+    if tie and not proposal.measured:
+        proposal.warnings.append(tie)
     report_id = service.save_report(task_id, candidate_id, "tiling", proposal.model_dump(mode="json"))
     return report_id, proposal
 
