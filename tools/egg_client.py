@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             msg = "; ".join(f"{type(e).__name__}: {e}" for e in leaves) or msg
         print(f"egg_client: could not talk to the server: {msg}", file=sys.stderr)
         for line in dict.fromkeys(HTTP_ERRORS):
-            print(f"egg_client: {line}", file=sys.stderr)
+            if line.split(":")[0] not in msg:  # the server's own error text already reached msg
+                print(f"egg_client: {line}", file=sys.stderr)
         return 2
     if code != 0:
         print(payload, file=sys.stderr)
