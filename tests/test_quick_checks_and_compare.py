@@ -197,3 +197,14 @@ def test_propose_tiling_on_cpu_says_what_was_not_measured(tmp_path):
         assert "not requested" not in proposal.note
 
     asyncio.run(main())
+
+
+def test_interleaved_job_refuses_to_time_without_cuda():
+    import torch
+
+    from egg_mcp.evaluation.interleaved import run_interleaved
+
+    if torch.cuda.is_available():
+        pytest.skip("this checks the CPU refusal")
+    with pytest.raises(RuntimeError, match="needs a CUDA device"):
+        run_interleaved({"reference_source": "", "source_a": "", "source_b": ""})
