@@ -208,3 +208,22 @@ def test_interleaved_job_refuses_to_time_without_cuda():
         pytest.skip("this checks the CPU refusal")
     with pytest.raises(RuntimeError, match="needs a CUDA device"):
         run_interleaved({"reference_source": "", "source_a": "", "source_b": ""})
+
+
+def test_profile_ncu_runs_at_the_size_overrides_it_is_given(tmp_path):
+    from egg_mcp.workflow.service import profile
+
+    async def main():
+        svc = _service(tmp_path, gpu=False)
+        started = await svc.start_task("softmax", k_seeds=1)
+        tid = started.task_id
+        cid = (await svc.verify(tid, SEED_A)).candidate_id
+        with pytest.raises(WorkflowError):  # the fake worker has no profiling target: only the payload matters
+            await profile(svc, tid, cid, size_overrides={"dim": 37})
+        target, payload = svc.evaluator.jobs[-1]
+        assert target == "egg_mcp.profiling.target:run_forward"
+        assert payload["size_overrides"] == {**started.options.size_overrides, "dim": 37}
+        with pytest.raises(WorkflowError, match="not module-level int constants"):
+            await profile(svc, tid, cid, size_overrides={"cols": 3})
+
+    asyncio.run(main())
