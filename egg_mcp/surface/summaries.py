@@ -82,7 +82,7 @@ def verify(r) -> str:
     if r.time_ms is not None:
         iso = res.timing.isolated.median_ms if res.timing and res.timing.isolated else None
         cv = res.timing.cv if res.timing else None
-        parts.append(f"time {_ms(r.time_ms)} (steady state, back to back"
+        parts.append(f"time {_ms(r.time_ms)} (steady-state median"
                      + (f", cv {cv:.2%}" if cv is not None else "") + ")"
                      + (f"; isolated {_ms(iso)} (clean L2 per call)" if iso is not None else "")
                      + f"; vs eager {_x(r.speedup_vs_eager)}, vs torch.compile {_x(r.speedup_vs_compile)}, "
