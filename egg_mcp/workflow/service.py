@@ -53,7 +53,7 @@ from egg_mcp.workflow.stages import (
 )
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.export import ExportError, write_export
-from egg_mcp.workspace.repo import CandidateRow, CommitConflict, CommitRow, Repository, TaskRow
+from egg_mcp.workspace.repo import QUICK_PREFIX, CandidateRow, CommitConflict, CommitRow, Repository, TaskRow
 from egg_mcp.workspace.store import ArtifactError, Workspace, _pid_alive
 
 log = logging.getLogger(__name__)
@@ -303,19 +303,23 @@ class EggService:
 
     # -- verify ---------------------------------------------------------------------------------
     async def verify(self, task_id: str, source: str, note: str | None = None,
-                     progress: ProgressFn | None = None) -> VerifyResult:
+                     progress: ProgressFn | None = None, size_overrides: dict[str, int] | None = None) -> VerifyResult:
         """Identical concurrent verifies share one evaluation: in this server through a future keyed by
-        (task, source hash); across servers the running candidate row is the lock (polled until done)."""
+        (task, source hash, sizes); across servers the running candidate row is the lock (polled until done).
+        A quick check (size_overrides) is cached apart from the full-size result and never stands for it."""
         _check(limits.check_text, "note", note, limits.MAX_NOTE)
         _check(limits.check_text, "source", source, self.config.max_source_bytes)
         row = self._task_row(task_id)
         stage = self._require("verify", row)
+        sizes = self.check_sizes(row, size_overrides)
         try:
             check = check_candidate_contract(source, self.config.max_source_bytes)
         except ProblemError as exc:
             raise WorkflowError(str(exc)) from None
         source_sha = self.ws.put_text(source)
-        key = (task_id, source_sha)
+        if sizes is not None:
+            note = f"{_quick_prefix(sizes)}{note or ''}"
+        key = (task_id, source_sha, json.dumps(sizes, sort_keys=True))
         shared = self._inflight.get(key)
         if shared is not None:
             cand_id = await asyncio.shield(shared)
@@ -323,7 +327,7 @@ class EggService:
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            cand_id, cached = await self._verify_once(row, stage, source, source_sha, check, note, progress)
+            cand_id, cached = await self._verify_once(row, stage, source, source_sha, check, note, progress, sizes)
             future.set_result(cand_id)
         except BaseException as exc:
             future.set_exception(exc if isinstance(exc, Exception) else WorkflowError("the verify was cancelled"))
@@ -333,10 +337,20 @@ class EggService:
             self._inflight.pop(key, None)
         return self._verify_result(self._task_row(task_id), self._candidate_row(task_id, cand_id), cached=cached)
 
+    def _same_sizes(self, row: TaskRow, sizes: dict[str, int] | None):
+        """Predicate for the verify cache: a row evaluated at these sizes (full size when sizes is None)."""
+        def same(cand: CandidateRow) -> bool:
+            if cand.status == "done":
+                return self._quick_sizes_of(cand, row) == sizes
+            quick = (cand.note or "").startswith(QUICK_PREFIX)
+            return (cand.note or "").startswith(_quick_prefix(sizes)) if sizes is not None else not quick
+        return same
+
     async def _verify_once(self, row: TaskRow, stage: Stage, source: str, source_sha: str, check, note: str | None,
-                           progress: ProgressFn | None) -> tuple[str, bool]:
+                           progress: ProgressFn | None, sizes: dict[str, int] | None) -> tuple[str, bool]:
         while True:
-            claim = self.repo.claim_candidate(row.id, stage.value, source_sha, note, _owner_alive)
+            claim = self.repo.claim_candidate(row.id, stage.value, source_sha, note, _owner_alive,
+                                              same=self._same_sizes(row, sizes))
             if claim.kind == "done":
                 return claim.candidate.id, True
             if claim.kind == "new":
@@ -355,6 +369,8 @@ class EggService:
             else:
                 base = await self._ensure_baselines(row, progress)
                 opts = self._options(row)
+                if sizes is not None:
+                    opts = opts.model_copy(update={"size_overrides": sizes})
                 eval_opts = self._eval_options(opts, base, roofline_floor_ms=self._floor_ms(self._analysis(row)),
                                                timing=self.timing_available(),
                                                isolated_timing=self.config.isolated_timing)
@@ -362,7 +378,8 @@ class EggService:
         except BaseException:
             self.repo.interrupt_candidate(cand_id)
             raise
-        time_ms = result.timing.median_ms if result.timing and result.verdict == "correct" else None
+        # A quick check's time is at other sizes: kept in its result, never in the row guards compare.
+        time_ms = result.timing.median_ms if result.timing and result.verdict == "correct" and sizes is None else None
         self.repo.finish_candidate(cand_id, result.verdict, time_ms, self.ws.put_text(result.model_dump_json()))
         return cand_id, False
 
@@ -376,13 +393,17 @@ class EggService:
         stage = self._stage(row)
         best = self.repo.best_time_in_stage(row.id, cand.stage)
         failed = result.verdict != "correct"
+        quick = self._quick_sizes_of(cand, row)
         if failed:
             nxt = (f"the candidate is {result.verdict}: read the summary and the mismatch/error report, fix it and "
                    "verify again (the debug_brief has the checklist)")
+        elif quick is not None:
+            nxt = (f"correct at the quick-check sizes {quick}; verify it without size_overrides (the task's sizes) "
+                   "before commit_stage")
         elif time_ms is None:
-            nxt = "correct (no timing without a GPU); " + NEXT_STEP[stage]
+            nxt = "correct (no timing without a GPU); " + self.next_step(row)
         else:
-            nxt = NEXT_STEP[stage]
+            nxt = self.next_step(row)
         return VerifyResult(
             task_id=row.id, candidate_id=cand.id, stage=cand.stage, cached=cached,
             verdict=result.verdict, summary=result.summary, time_ms=time_ms,
@@ -391,7 +412,50 @@ class EggService:
             speedup_vs_committed=_ratio(last.time_ms if last else None, time_ms),
             best_in_stage=time_ms is not None and best is not None and time_ms <= best,
             result=result, debug_brief=self._brief(row, stage, "debug") if failed else None, next_step=nxt,
+            size_overrides=quick,
         )
+
+    # -- quick checks at other sizes (verify / profile_ncu size_overrides) ------------------------
+    def check_sizes(self, row, size_overrides: dict[str, int] | None) -> dict[str, int] | None:
+        """None when the task's own sizes apply; else the validated overrides (merged over the task's)."""
+        from egg_mcp.problems.loader import module_int_constants
+
+        if not size_overrides:
+            return None
+        known = module_int_constants(self._reference(row))
+        unknown = sorted(set(size_overrides) - set(known))
+        if unknown:
+            raise WorkflowError(f"size_overrides names {unknown} that are not module-level int constants of the "
+                                f"reference; it has {sorted(known) or 'none'} (e.g. {{'{next(iter(known), 'N')}': 8}})")
+        bad = sorted(k for k, v in size_overrides.items() if not isinstance(v, int) or v < 1)
+        if bad:
+            raise WorkflowError(f"size_overrides {bad} must be positive integers")
+        sizes = {**self._options(row).size_overrides, **size_overrides}
+        return None if sizes == self._options(row).size_overrides else sizes
+
+    def _sizes_of(self, cand, row) -> dict[str, int]:
+        result = self._result(cand)
+        if result is not None and result.options is not None:
+            return dict(result.options.size_overrides)
+        return dict(self._options(row).size_overrides)
+
+    def _quick_sizes_of(self, cand, row) -> dict[str, int] | None:
+        sizes = self._sizes_of(cand, row)
+        return None if sizes == self._options(row).size_overrides else sizes
+
+    def next_step(self, row) -> str:
+        """NEXT_STEP of the stage, told apart in SEEDS by how many correct seeds exist already."""
+        stage = self._stage(row)
+        if stage is not Stage.SEEDS:
+            return NEXT_STEP[stage]
+        k = self._options(row).k_seeds
+        n = self.repo.count_correct(row.id, stage.value)
+        if n == 0:
+            return NEXT_STEP[stage]
+        if n < k:
+            return (f"{n} of {k} seeds verified correct: write and verify the other {k - n} structurally different "
+                    "seed(s), then commit_stage with the fastest correct one")
+        return f"{n} correct seeds (k={k}): commit_stage with the fastest correct one"
 
     def _last_commit(self, task_id: str) -> CommittedStage | None:
         commits = self._commits(task_id)
@@ -430,6 +494,10 @@ class EggService:
             raise WorkflowError(
                 f"candidate {candidate_id} is {cand.verdict or cand.status}, not correct: only a verified-correct "
                 "candidate can be committed. Fix it (verify again) or commit another candidate.")
+        quick = self._quick_sizes_of(cand, row)
+        if quick is not None:
+            raise WorkflowError(f"candidate {candidate_id} was only checked at the quick-check sizes {quick}; verify "
+                                "the same source without size_overrides, then commit that candidate")
         if force and not (force_reason and force_reason.strip()):
             raise WorkflowError("force=true needs a force_reason: say why the guard should be overridden (it is recorded)")
         warnings: list[str] = []
@@ -537,7 +605,7 @@ class EggService:
         reports = [dict(id=r.id, candidate_id=r.candidate_id, kind=r.kind, stage=r.stage, created_at=r.created_at)
                    for r in self.repo.reports(task_id)]
         return TaskStatus(
-            task_id=task_id, problem=row.name, origin=row.origin, stage=stage.value, next_step=NEXT_STEP[stage],
+            task_id=task_id, problem=row.name, origin=row.origin, stage=stage.value, next_step=self.next_step(row),
             allowed_tools=tools_allowed(stage), options=self._options(row),
             eager_ms=_eager_ms(base),
             compile_ms=_compile_ms(base),
@@ -623,6 +691,7 @@ class EggService:
             compile_ms=_compile_ms(base),
             best_ms=min((c.time_ms for c in commits if c.time_ms is not None), default=None),
             committed_decisions=[f"{c.stage}: {c.decision.summary}" for c in commits], stage=Stage(row.stage),
+            commits=len(commits),
             has_gpu=self.timing_available(), k=opts.k_seeds,
         )
         if analysis:
@@ -666,6 +735,10 @@ def _owner_alive(owner: str | None) -> bool:
     return host == socket.gethostname() and pid.isdigit() and (int(pid) == os.getpid() or _pid_alive(int(pid)))
 
 
+def _quick_prefix(sizes: dict[str, int]) -> str:
+    return f"{QUICK_PREFIX}{json.dumps(sizes, sort_keys=True)}] "
+
+
 def _eager_ms(base: BaselineResult | None) -> float | None:
     return base.eager.median_ms if base and base.eager else None
 
@@ -692,20 +765,28 @@ def _safe(name: str) -> str:
 
 # -- profile_ncu and propose_tiling: they measure through the same evaluator as verify ------------
 
-async def profile(service: EggService, task_id: str, candidate_id: str, progress: ProgressFn | None = None):
+async def profile(service: EggService, task_id: str, candidate_id: str, progress: ProgressFn | None = None,
+                  size_overrides: dict[str, int] | None = None):
     from egg_mcp.profiling.runner import ProfileError, profile_candidate
 
     row, stage, _cand, source = service.correct_candidate("profile_ncu", task_id, candidate_id)
     analysis = service._analysis(row) or {}
+    opts = service._options(row)
+    sizes = service.check_sizes(row, size_overrides)
+    notes: list[str] = []
+    if sizes is not None:
+        opts = opts.model_copy(update={"size_overrides": sizes})
+        notes.append(f"profiled at the size_overrides {sizes}, not the task's sizes")
     try:
         report = await profile_candidate(
             service.evaluator, reference_source=service._reference(row), candidate_source=source,
-            options=service._eval_options(service._options(row), service._baselines(row)), stage=stage,
+            options=service._eval_options(opts, service._baselines(row)), stage=stage,
             gpu=service.gpu if service.timing_available() else None,
             flops=analysis.get("flops"), min_bytes=analysis.get("min_bytes"), progress=progress,
         )
     except (ProfileError, ValueError) as exc:
         raise WorkflowError(f"profiling failed: {exc}") from None
+    report.warnings = notes + report.warnings
     report_id = service.save_report(task_id, candidate_id, "profile", report.model_dump(mode="json"))
     return report_id, report, service._brief(row, stage, "profile")
 
@@ -727,6 +808,15 @@ async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_tr
         )
     except ValueError as exc:  # no tunables, unknown dims: the client can fix the candidate or pass dims
         raise WorkflowError(str(exc)) from None
+    from egg_mcp.tiling.plan import tie_note
+
+    if measure and not service.timing_available() and not proposal.measured:
+        proposal.note = ("unmeasured: measure=true, but there is no GPU here (the CPU interpreter cannot time "
+                         "kernels); the ranking is the cost model's prediction for "
+                         f"{service._gpu_for_roofline().name} only")
+    tie = tie_note([r.predicted_ms for r in proposal.ranked if r.measured_ms is None])
+    if tie and not proposal.measured:
+        proposal.warnings.append(tie)
     report_id = service.save_report(task_id, candidate_id, "tiling", proposal.model_dump(mode="json"))
     return report_id, proposal
 

@@ -92,6 +92,10 @@ class CommitConflict(Exception):
         self.existing = existing
 
 
+QUICK_PREFIX = "[quick check at "
+"""Note prefix of a candidate verified at size_overrides (a quick check): never a full-size result."""
+
+
 @dataclass(frozen=True)
 class Claim:
     """Outcome of claiming a verify: a finished candidate with this source, one another server is
@@ -162,15 +166,18 @@ class Repository:
                          " ORDER BY created_at DESC LIMIT 1", (task_id, source_sha))
 
     def claim_candidate(self, task_id: str, stage: str, source_sha: str, note: str | None,
-                        owner_alive) -> Claim:
+                        owner_alive, same=lambda cand: True) -> Claim:
         """One transaction: a done row with this source wins; else a running row whose owner is alive
-        (another server evaluating it: the DB row is the lock); else a new running row for this call."""
+        (another server evaluating it: the DB row is the lock); else a new running row for this call.
+        `same(row)` narrows the match (verify: evaluated at the same sizes)."""
         with self.ws.transaction() as db:
             rows = db.execute(
                 "SELECT * FROM candidates WHERE task_id=? AND source_sha=? AND status IN ('done','running','queued')"
                 " ORDER BY (status='done') DESC, created_at DESC", (task_id, source_sha)).fetchall()
             for r in rows:
                 cand = _row(CandidateRow, r)
+                if not same(cand):
+                    continue
                 if cand.status == "done":
                     return Claim("done", cand)
                 if owner_alive(cand.owner):
@@ -202,8 +209,9 @@ class Repository:
                              "verdict='correct'", (task_id, stage))[0]["t"]
 
     def count_correct(self, task_id: str, stage: str) -> int:
-        return self.ws.query("SELECT COUNT(*) AS n FROM candidates WHERE task_id=? AND stage=? AND verdict='correct'",
-                             (task_id, stage))[0]["n"]
+        """Correct full-size candidates of a stage (quick checks at other sizes carry QUICK_PREFIX in their note)."""
+        return self.ws.query("SELECT COUNT(*) AS n FROM candidates WHERE task_id=? AND stage=? AND verdict='correct'"
+                             " AND COALESCE(note, '') NOT LIKE ?", (task_id, stage, QUICK_PREFIX + "%"))[0]["n"]
 
     def fastest_correct(self, task_id: str, stage: str) -> CandidateRow | None:
         return self._one(CandidateRow, "SELECT * FROM candidates WHERE task_id=? AND stage=? AND verdict='correct'"
