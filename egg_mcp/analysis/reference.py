@@ -30,7 +30,7 @@ from egg_mcp.analysis.roofline import (
     roofline_floor,
 )
 from egg_mcp.evaluation.api import TolerancePolicy
-from egg_mcp.hardware import GpuSpec, detect_gpu, spec_for
+from egg_mcp.hardware import NO_GPU, GpuSpec, gpu_status, spec_for, unknown_gpu_message
 
 
 class AnalysisError(RuntimeError):
@@ -428,11 +428,12 @@ def analyze_model(
     model: Any,
     inputs: list[Any],
     *,
-    gpu: GpuSpec,
+    gpu: GpuSpec | None,
     dtype: str,
     tolerance: TolerancePolicy | None = None,
     size_overrides: dict[str, int] | None = None,
     traced_on: str | None = None,
+    gpu_missing: str = NO_GPU,
 ) -> ReferenceAnalysis:
     """Trace `model(*inputs)` once (meta tensors welcome) and describe its workload on `gpu`.
 
@@ -467,8 +468,12 @@ def analyze_model(
     min_bytes = in_bytes + out_bytes + param_bytes
 
     compute_type = compute_type_for(dtype, tolerance)
-    floor = roofline_floor(flops, tc_flops, min_bytes, gpu, compute_type)
-    floors = {ct: roofline_floor(flops, tc_flops, min_bytes, gpu, ct).floor_ms for ct in candidate_compute_types(dtype)}
+    floor, floors, floor_text = None, {}, f"floor: {gpu_missing}"
+    if gpu is not None:
+        floor = roofline_floor(flops, tc_flops, min_bytes, gpu, compute_type)
+        floors = {ct: roofline_floor(flops, tc_flops, min_bytes, gpu, ct).floor_ms
+                  for ct in candidate_compute_types(dtype) if ct in gpu.peak_flops}
+        floor_text = f"floor {fmt_ms(floor.floor_ms)} on {gpu.name} ({compute_type}, {floor.bound}-bound, {gpu.source})"
     classes = _ordered_classes(ops, attention)
     if traced_on is None:
         devs = {t.device.type for t in tensor_inputs}
@@ -482,7 +487,7 @@ def analyze_model(
         f"{type(model).__name__}({', '.join(fmt_shape(t.shape) for t in tensor_inputs)}) {dtype} -> "
         f"{', '.join(fmt_shape(t.shape) for t in outputs)}: {n_calls} aten ops ({', '.join(classes) or 'none'}); "
         f"{fmt_flops(flops)}, min traffic {fmt_bytes(min_bytes)}, AI {ai:.3g} FLOP/B; "
-        f"floor {fmt_ms(floor.floor_ms)} on {gpu.name} ({compute_type}, {floor.bound}-bound)"
+        f"{floor_text}"
     )
     if chains:
         notes.append(
@@ -509,6 +514,7 @@ def analyze_model(
         param_bytes=param_bytes,
         dtype=dtype,
         floor=floor,
+        floor_unavailable=None if floor is not None else gpu_missing,
         floors_ms=floors,
         size_overrides=dict(size_overrides or {}),
         traced_on=traced_on,
@@ -604,16 +610,20 @@ def analyze_job(payload: dict[str, Any]) -> dict[str, Any]:
     tol = payload.get("tolerance")
     tolerance = TolerancePolicy(**tol) if isinstance(tol, dict) else None
     gpu_name = payload.get("gpu_name")
+    gpu_missing = str(payload.get("gpu_missing") or NO_GPU)
     if isinstance(payload.get("gpu_spec"), dict):
         gpu = GpuSpec.model_validate(payload["gpu_spec"])
+    elif gpu_name:
+        gpu = spec_for(gpu_name)
+        gpu_missing = unknown_gpu_message(gpu_name) if gpu is None else gpu_missing
     else:
-        gpu = spec_for(gpu_name) if gpu_name else (detect_gpu() or spec_for(None))
+        gpu = None
 
     module = load_reference_module(source, overrides)
     meta_error: Exception | None = None
     try:
         model, inputs = _build(module, "meta", dtype)
-        return analyze_model(model, inputs, gpu=gpu, dtype=dtype, tolerance=tolerance,
+        return analyze_model(model, inputs, gpu=gpu, dtype=dtype, tolerance=tolerance, gpu_missing=gpu_missing,
                              size_overrides=overrides, traced_on="meta").model_dump(mode="json")
     except AnalysisError:
         raise
@@ -631,7 +641,7 @@ def analyze_job(payload: dict[str, Any]) -> dict[str, Any]:
             )
     try:
         model, inputs = _build(module, device, dtype)
-        result = analyze_model(model, inputs, gpu=gpu, dtype=dtype, tolerance=tolerance,
+        result = analyze_model(model, inputs, gpu=gpu, dtype=dtype, tolerance=tolerance, gpu_missing=gpu_missing,
                                size_overrides=overrides, traced_on=device)
     except Exception as exc:
         raise AnalysisError(
@@ -654,7 +664,7 @@ async def analyze_reference(
     reference_source: str,
     *,
     dtype: str,
-    gpu: GpuSpec,
+    gpu: GpuSpec | None,
     size_overrides: dict[str, int] | None = None,
     timeout_s: float = 120,
     tolerance: TolerancePolicy | None = None,
@@ -664,9 +674,11 @@ async def analyze_reference(
         "reference_source": reference_source,
         "dtype": dtype,
         "size_overrides": dict(size_overrides or {}),
-        "gpu_name": gpu.name,
-        "gpu_spec": gpu.model_dump(mode="json"),
     }
+    if gpu is not None:
+        payload["gpu_name"], payload["gpu_spec"] = gpu.name, gpu.model_dump(mode="json")
+    else:  # say why there are no ceilings: no GPU, or a GPU without a datasheet lead or a calibration
+        payload["gpu_missing"] = gpu_status() or "no GPU ceilings (the server evaluates in the interpreter)"
     if tolerance is not None:
         payload["tolerance"] = tolerance.model_dump(mode="json")
     outcome = await evaluator.run_job(
