@@ -8,6 +8,7 @@ verdict says so.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator
@@ -97,6 +98,23 @@ def _progress(ctx: Context | None):
     return report
 
 
+async def _calibrate_on_first_use(service: EggService, workspace_root) -> None:
+    """First GPU use of this workspace: measure the GPU's ceilings (one short GPU job, queued with the
+    others), then let the roofline and briefs use them. Failure leaves the datasheet leads, logged."""
+    from egg_mcp.calibration.run import CalibrationError, ensure_calibrated
+    from egg_mcp.hardware import apply_calibration, nvml_gpu_uuids
+
+    uuids = nvml_gpu_uuids()
+    try:
+        calibration = await ensure_calibrated(service.evaluator, workspace_root, uuids[0] if uuids else None)
+    except CalibrationError as exc:
+        log.warning("calibration on first GPU use failed (%s); ceilings stay datasheet leads", exc)
+        return
+    if calibration is not None:
+        service.gpu = apply_calibration(service.gpu, calibration)
+        detect_gpu(workspace_root=workspace_root)  # registers the calibrated spec for lookup() by name
+
+
 def create_server(
     config: ServerConfig | None = None,
     *,
@@ -106,19 +124,25 @@ def create_server(
     """Build the server. `evaluator` defaults to the isolated worker engine."""
     config = config or ServerConfig()
     workspace = Workspace(config.workspace)
+    auto_calibrate = evaluator is None and not config.force_interpreter
     if evaluator is None:
         from egg_mcp.evaluation.engine import WorkerEvaluator
 
         evaluator = WorkerEvaluator(scratch_dir=workspace.root / "scratch", force_interpreter=config.force_interpreter)
     if gpu is None and not config.force_interpreter:
-        gpu = detect_gpu()
+        gpu = detect_gpu(workspace_root=workspace.root)
     service = EggService(config, workspace, evaluator, gpu)
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[dict[str, Any]]:
+        task = None
+        if auto_calibrate and evaluator.has_gpu() and (service.gpu is None or service.gpu.source != "measured"):
+            task = asyncio.ensure_future(_calibrate_on_first_use(service, workspace.root))
         try:
             yield {"service": service}
         finally:
+            if task is not None and not task.done():
+                task.cancel()
             close = getattr(evaluator, "aclose", None)
             if close is not None:
                 await close()
