@@ -262,7 +262,7 @@ def run_case(name: str, args, out_dir: Path, deadline: float, shared_cache: str)
 
     # exhaustive
     payload = {"reference_source": source, "dtype": dtype, "size_overrides": overrides, "atol": tol.atol,
-               "rtol": tol.rtol, "device": device, "compile_workers": args.workers, "warmup_ms": 5.0, "rep_ms": 25.0,
+               "rtol": tol.rtol, "device": device, "compile_workers": args.workers,
                "cache_dir": shared_cache, "time_budget_s": max(30.0, deadline - time.perf_counter() - 30),
                "candidates": [{"config": c, "source": apply_config(source, c)} for c in configs]}
     result, error, wall = run_measure_job(payload, timeout_s=max(60.0, deadline - time.perf_counter()))
