@@ -125,7 +125,9 @@ def ncu_argv(ncu: str, metrics: list[str], kernel_regex: str, log_file: str,
 
 def build_payload(reference_source: str, candidate_source: str, options: EvalOptions, *,
                   device: str, profile: bool, timing_iters: int, seed: int = 0) -> dict[str, Any]:
+    """Under ncu (`profile`) per-kernel times come from CUDA events (ncu holds CUPTI); otherwise from CUPTI."""
     return {
+        "per_kernel": "events" if profile else "cupti",
         "reference_source": reference_source,
         "candidate_source": candidate_source,
         "dtype": options.dtype,
@@ -184,7 +186,9 @@ def _metadata_metrics(entry: dict[str, Any] | None) -> list[Metric]:
         out.append(Metric(name=C.GRID_BLOCKS, label="grid (programs)", value=float(blocks), unit="block",
                           source="triton_metadata"))
     if entry.get("event_ms") is not None:
-        out.append(Metric(name=C.EVENT_DURATION, label="event-timed duration", value=float(entry["event_ms"]) * 1e6,
+        label = "kernel duration (GpuTimer: CUPTI timestamps, clean L2)" if entry.get("cupti") \
+            else "event-timed duration"
+        out.append(Metric(name=C.EVENT_DURATION, label=label, value=float(entry["event_ms"]) * 1e6,
                           unit="nsecond", source="event_timing"))
     return out
 
