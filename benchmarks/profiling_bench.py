@@ -3,9 +3,9 @@
     python benchmarks/profiling_bench.py OUT.json [--kinds memory_bound] [--repeats 2]
 
 Targets (issue 4): profile_candidate <= 1.2x the bare ncu run, and <= 12 s for a full report of one
-kernel. "Bare" = the identical ncu command line on the identical worker program (the profiling
-target with the same payload), timed around subprocess.run; "profile" = profile_candidate through
-LocalJobRunner (parse, classify, report included). Runs alternate (bare, profile, bare, ...) after
+kernel. "Bare" = the identical ncu command line wrapping the same profiling target and payload, one
+engine job (WorkerEvaluator.run_job) timed around it; "profile" = profile_candidate through the engine
+(parse, classify, report included). Runs alternate (bare, profile, bare, ...) after
 one untimed warm-up so the Triton cache is equally warm for both. About 1 minute per kind.
 """
 
@@ -16,18 +16,17 @@ import asyncio
 import importlib.util
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # egg_mcp and benchmarks.engine_jobs
 
 from egg_mcp.evaluation.api import EvalOptions  # noqa: E402
 from egg_mcp.profiling import runner  # noqa: E402
-from egg_mcp.profiling.local_jobs import LocalJobRunner, worker_argv, worker_env  # noqa: E402
+from benchmarks.engine_jobs import evaluator, run_job  # noqa: E402
 from egg_mcp.profiling.metrics import metrics_for_stage  # noqa: E402
 from egg_mcp.workflow.stages import Stage  # noqa: E402
 
@@ -44,29 +43,31 @@ def bare_ncu(ncu: str, info: dict, metrics: list[str]) -> dict:
     payload = runner.build_payload(info["reference"], info["candidate"], options, device="cuda", profile=True,
                                    timing_iters=runner.TIMING_ITERS_UNDER_NCU)
     tmp = Path(tempfile.mkdtemp(prefix="egg-bench-"))
-    (tmp / "payload.json").write_text(json.dumps(payload))
     argv = runner.ncu_argv(ncu, metrics, runner.kernel_filter(runner.triton_kernel_names(info["candidate"])),
                            str(tmp / "ncu.csv"))
-    argv += worker_argv(runner.TARGET, str(tmp / "payload.json"), str(tmp / "result.json"))
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=worker_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=300, cwd=tmp)
-    wall = time.perf_counter() - t0
-    return {"wall_s": wall, "exit_code": proc.returncode, "csv_bytes": (tmp / "ncu.csv").stat().st_size
+    outcome, wall = run_job(runner.TARGET, payload, wrapper_argv=argv, timeout_s=300)
+    return {"wall_s": wall, "exit_code": outcome.exit_code, "csv_bytes": (tmp / "ncu.csv").stat().st_size
             if (tmp / "ncu.csv").exists() else 0}
 
 
 def profiled(info: dict) -> dict:
     t0 = time.perf_counter()
-    report = asyncio.run(runner.profile_candidate(
-        LocalJobRunner(has_gpu=True), reference_source=info["reference"], candidate_source=info["candidate"],
-        options=EvalOptions(dtype=info["dtype"]), stage=Stage(info["stage"]), gpu=None, flops=info["flops"],
-        min_bytes=info["min_bytes"], timeout_s=300,
-    ))
+    report = asyncio.run(_profile(info))
     wall = time.perf_counter() - t0
     return {"wall_s": wall, "report_wall_s": report.wall_s, "ncu_job_wall_s": report.ncu_wall_s,
             "source": report.source, "metrics_rejected": report.metrics_rejected, "summary": report.summary,
             "classification": [k.classification.bound for k in report.kernels]}
+
+
+async def _profile(info: dict):
+    ev = evaluator()
+    try:
+        return await runner.profile_candidate(
+            ev, reference_source=info["reference"], candidate_source=info["candidate"],
+        options=EvalOptions(dtype=info["dtype"]), stage=Stage(info["stage"]), gpu=None, flops=info["flops"],
+        min_bytes=info["min_bytes"], timeout_s=300)
+    finally:
+        await ev.aclose()
 
 
 def main() -> int:

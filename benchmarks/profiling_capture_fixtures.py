@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from egg_mcp.evaluation.api import EvalOptions  # noqa: E402
 from egg_mcp.profiling import runner  # noqa: E402
-from egg_mcp.profiling.local_jobs import worker_argv, worker_env  # noqa: E402
+from benchmarks.engine_jobs import run_job  # noqa: E402
 from egg_mcp.profiling.metrics import ALL_METRICS  # noqa: E402
 from egg_mcp.profiling.ncu_csv import counter_access_problem, invalid_metrics, parse_ncu_output  # noqa: E402
 
@@ -38,14 +38,19 @@ def _kinds():
     return module.KINDS
 
 
-def _run(argv: list[str], timeout: float) -> tuple[subprocess.CompletedProcess | None, float]:
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(argv, env=worker_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout, cwd=tempfile.gettempdir())
-    except subprocess.TimeoutExpired:
-        return None, time.perf_counter() - t0
-    return proc, time.perf_counter() - t0
+class _Proc:
+    """What the capture reads of one engine job wrapped in ncu (returncode, stdout, stderr, the result)."""
+
+    def __init__(self, outcome):
+        self.returncode, self.stdout, self.stderr = outcome.exit_code, outcome.stdout_tail, outcome.stderr_tail
+        self.result = {"result": outcome.result} if outcome.ok else {
+            "error": outcome.error.model_dump() if outcome.error else "no result"}
+
+
+def _run(ncu_argv: list[str], payload: dict, timeout: float) -> tuple[_Proc | None, float]:
+    """The profiling target as an engine job (WorkerEvaluator.run_job) under the ncu command line `ncu_argv`."""
+    outcome, wall = run_job(runner.TARGET, payload, wrapper_argv=ncu_argv, timeout_s=timeout)
+    return (None if outcome.timed_out else _Proc(outcome)), wall
 
 
 def capture(kind: str, info: dict, ncu: str, out: Path, metrics: list[str], rejected: list[str]) -> dict:
@@ -53,13 +58,11 @@ def capture(kind: str, info: dict, ncu: str, out: Path, metrics: list[str], reje
     payload = runner.build_payload(info["reference"], info["candidate"], EvalOptions(dtype=info["dtype"]),
                                    device="cuda", profile=True, timing_iters=runner.TIMING_ITERS_UNDER_NCU)
     tmp = Path(tempfile.mkdtemp(prefix=f"egg-capture-{kind}-"))
-    payload_path, result_path, log_path = tmp / "payload.json", tmp / "result.json", tmp / "ncu.csv"
-    payload_path.write_text(json.dumps(payload))
+    log_path = tmp / "ncu.csv"
     entry: dict = {k: info[k] for k in ("description", "dtype", "stage", "flops", "min_bytes", "expect")}
     for attempt in range(3):
         argv = runner.ncu_argv(ncu, metrics, runner.kernel_filter(names), str(log_path))
-        argv += worker_argv(runner.TARGET, str(payload_path), str(result_path))
-        proc, wall = _run(argv, timeout=240)
+        proc, wall = _run(argv, payload, timeout=240)
         text = log_path.read_text(errors="replace") if log_path.exists() else ""
         if proc is None:
             entry["error"] = "timed out after 240 s"
@@ -76,10 +79,8 @@ def capture(kind: str, info: dict, ncu: str, out: Path, metrics: list[str], reje
             entry["error"] = problem
         if text:
             (out / f"{kind}.csv").write_text(text)
-        if result_path.exists():
-            result = json.loads(result_path.read_text())
-            (out / f"{kind}.result.json").write_text(json.dumps(result, indent=1))
-            entry["target_error"] = result.get("error")
+        (out / f"{kind}.result.json").write_text(json.dumps(proc.result, indent=1))
+        entry["target_error"] = proc.result.get("error")
         if proc.returncode != 0:
             entry["stderr_tail"] = proc.stderr[-3000:]
         entry["launches_in_csv"] = len(parse_ncu_output(text).launches)
@@ -93,13 +94,12 @@ def capture_details(info: dict, ncu: str, out: Path) -> dict:
     payload = runner.build_payload(info["reference"], info["candidate"], EvalOptions(dtype=info["dtype"]),
                                    device="cuda", profile=True, timing_iters=0)
     tmp = Path(tempfile.mkdtemp(prefix="egg-capture-details-"))
-    payload_path, result_path, log_path = tmp / "payload.json", tmp / "result.json", tmp / "ncu.csv"
-    payload_path.write_text(json.dumps(payload))
+    log_path = tmp / "ncu.csv"
     argv = [ncu, "--csv", "--page", "details", "--section", "SpeedOfLight", "--section", "Occupancy",
             "--section", "LaunchStats", "--section", "MemoryWorkloadAnalysis", "--clock-control", "none",
             "--profile-from-start", "off", "-k", runner.kernel_filter(names), "--launch-count", "1",
             "--log-file", str(log_path), "--"]
-    proc, wall = _run(argv + worker_argv(runner.TARGET, str(payload_path), str(result_path)), timeout=240)
+    proc, wall = _run(argv, payload, timeout=240)
     if log_path.exists():
         (out / "uncoalesced.details.csv").write_text(log_path.read_text(errors="replace"))
     return {"ncu_command": argv, "wall_s": round(wall, 2), "exit_code": None if proc is None else proc.returncode}

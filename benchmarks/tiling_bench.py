@@ -6,7 +6,8 @@
 For each case (five kernels in benchmarks/tiling_kernels/, two shapes each):
   1. the analytic model ranks the whole TUNING_SPACE (feasibility + predicted time);
   2. every config is compiled (14 processes, one shared Triton cache), checked and timed once
-     (exhaustive), in a fresh worker process, with the compiler's registers / spills / shared memory;
+     (exhaustive), in one job of the real engine, timed by GpuTimer (verify's timer), with the compiler's
+     registers / spills / shared memory;
   3. the search is replayed against those timings: best of the configs it would measure within 8
      and 16 trials vs the exhaustive best (and the plain top-8 / top-16 of the ranking);
   4. the feasibility model is compared with the compiler on every config (out-of-resources for
@@ -34,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from egg_mcp.evaluation.api import EvalOptions, ErrorReport, JobOutcome, default_tolerance  # noqa: E402
-from egg_mcp.hardware import GPU_TABLE  # noqa: E402
+from egg_mcp.hardware import GPU_TABLE  # noqa: E402  (the H200 datasheet leads: the model's target)
 from egg_mcp.tiling.dims import normalize_dims  # noqa: E402
 from egg_mcp.tiling.model import estimate_all  # noqa: E402
 from egg_mcp.tiling.plan import config_key, simulate_search  # noqa: E402
@@ -77,40 +78,38 @@ def _env() -> dict[str, str]:
 
 
 def run_measure_job(payload: dict, timeout_s: float) -> tuple[dict | None, str | None, float]:
-    """measure_configs in a fresh process (as the engine's worker would run it)."""
-    with tempfile.TemporaryDirectory(prefix="tiling_bench_") as tmp:
-        p_in, p_out = os.path.join(tmp, "payload.json"), os.path.join(tmp, "result.json")
-        with open(p_in, "w") as f:
-            json.dump(payload, f)
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.run([sys.executable, "-m", "egg_mcp.tiling.measure", p_in, p_out], env=_env(),
-                                  capture_output=True, text=True, timeout=timeout_s, cwd=str(REPO))
-        except subprocess.TimeoutExpired:
-            return None, f"timed out after {timeout_s:.0f} s", time.perf_counter() - t0
-        wall = time.perf_counter() - t0
-        if not os.path.exists(p_out):
-            return None, f"exit {proc.returncode}: {proc.stderr[-2000:]}", wall
-        with open(p_out) as f:
-            result = json.load(f)
-        if "error" in result:
-            return None, result["error"] + "\n" + result.get("traceback", "")[-2000:], wall
-        return result, None, wall
+    """measure_configs as one job of the real engine (WorkerEvaluator.run_job, a GPU worker; the CPU
+    interpreter for --smoke), timed through the project's GpuTimer inside it."""
+    from benchmarks.engine_jobs import run_job
+
+    outcome, wall = run_job(MEASURE_TARGET, payload, timeout_s=timeout_s, uses_gpu=True)
+    if outcome.timed_out:
+        return None, f"timed out after {timeout_s:.0f} s", wall
+    if not outcome.ok or outcome.result is None:
+        why = outcome.error.message if outcome.error else f"exit {outcome.exit_code}"
+        return None, f"{why}\n{outcome.stderr_tail[-2000:]}", wall
+    return outcome.result, None, wall
+
+
+MEASURE_TARGET = "egg_mcp.tiling.measure:measure_configs"
 
 
 class LocalEvaluator:
-    """Just enough of the engine for propose_tiling: run_job in a fresh process, one at a time."""
+    """The real engine for propose_tiling, with this case's Triton cache and device pinned on each job."""
 
-    def __init__(self, cache_dir: str, device: str = "cuda"):
+    def __init__(self, cache_dir: str, device: str = "cuda", timing_trials: int | None = None):
         self.cache_dir = cache_dir
         self.device = device
+        self.timing_trials = timing_trials
 
     def has_gpu(self) -> bool:
         return True
 
     async def run_job(self, target, payload, *, timeout_s, uses_gpu, wrapper_argv=None) -> JobOutcome:
-        assert target == "egg_mcp.tiling.measure:measure_configs"
+        assert target == MEASURE_TARGET
         payload = dict(payload, cache_dir=self.cache_dir, device=self.device)
+        if self.timing_trials:
+            payload["timing_trials"] = self.timing_trials
         result, error, wall = await asyncio.to_thread(run_measure_job, payload, timeout_s)
         if error:
             return JobOutcome(ok=False, error=ErrorReport(kind="job", message=error[:2000]), wall_s=wall)
@@ -262,7 +261,7 @@ def run_case(name: str, args, out_dir: Path, deadline: float, shared_cache: str)
 
     # exhaustive
     payload = {"reference_source": source, "dtype": dtype, "size_overrides": overrides, "atol": tol.atol,
-               "rtol": tol.rtol, "device": device, "compile_workers": args.workers, "warmup_ms": 5.0, "rep_ms": 25.0,
+               "rtol": tol.rtol, "device": device, "compile_workers": args.workers, "timing_trials": args.timing_trials,
                "cache_dir": shared_cache, "time_budget_s": max(30.0, deadline - time.perf_counter() - 30),
                "candidates": [{"config": c, "source": apply_config(source, c)} for c in configs]}
     result, error, wall = run_measure_job(payload, timeout_s=max(60.0, deadline - time.perf_counter()))
@@ -317,7 +316,7 @@ def run_case(name: str, args, out_dir: Path, deadline: float, shared_cache: str)
         cache = tempfile.mkdtemp(prefix="tiling_search_cache_")
         options = EvalOptions(dtype=dtype, tolerance=tol, size_overrides=overrides)
         try:
-            proposal = asyncio.run(propose_tiling(LocalEvaluator(cache, device), reference_source=source,
+            proposal = asyncio.run(propose_tiling(LocalEvaluator(cache, device, args.timing_trials), reference_source=source,
                                                   candidate_source=source, options=options, gpu=gpu, dims=dims,
                                                   kind=kind, max_trials=3 if args.smoke else 8,
                                                   time_budget_s=120.0))
@@ -411,6 +410,8 @@ def main() -> int:
     parser.add_argument("--autotune", default=DEFAULT_AUTOTUNE, help="cases to also run triton.autotune on ('' none)")
     parser.add_argument("--max-wall-s", type=float, default=540.0)
     parser.add_argument("--workers", type=int, default=14)
+    parser.add_argument("--timing-trials", type=int, default=None,
+                        help="timed runs per config (default: adaptive, as verify); fewer for a quick pass")
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter, tiny shapes, few configs (plumbing)")
     args = parser.parse_args()
     names = [c for c in args.cases.split(",") if c]

@@ -1,4 +1,4 @@
-"""Command line: `egg-mcp serve | doctor | demo | bench`.
+"""Command line: `egg-mcp serve | doctor | demo | calibrate | bench`.
 
 Logging goes to stderr: on stdio the protocol owns stdout, and nothing else may write there.
 """
@@ -98,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="built-in problem with shipped demo kernels (egg_mcp/e2e/demo_kernels/; default softmax)")
     demo.add_argument("--json", type=Path, help="also write the stage table as JSON here")
 
+    calibrate = sub.add_parser("calibrate", help="measure this GPU's ceilings (bandwidths, FLOP rates) and store them")
+    _add_common(calibrate)
+    calibrate.add_argument("--out", type=Path, help="also write the calibration JSON here")
+    calibrate.add_argument("--quick", action="store_true", help="smaller probes (a few seconds; for tests)")
+
     bench = sub.add_parser("bench", help="evaluate a folder of solutions against KernelBench-format problems")
     _add_common(bench)
     bench.add_argument("solutions", type=Path, help="folder of <problem-name>.py files defining ModelNew")
@@ -125,6 +130,10 @@ def main(argv: list[str] | None = None) -> None:
         from egg_mcp.e2e.demo import run_demo_cli
 
         sys.exit(run_demo_cli(args, config_from_args(args)))
+    if args.command == "calibrate":
+        from egg_mcp.calibration.cli import run_calibrate_cli
+
+        sys.exit(run_calibrate_cli(args, config_from_args(args)))
     if args.command == "bench":
         from egg_mcp.e2e.bench import run_bench_cli
 

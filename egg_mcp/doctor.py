@@ -9,7 +9,7 @@ import tempfile
 import textwrap
 
 from egg_mcp.config import ServerConfig
-from egg_mcp.hardware import nvml_gpu_names, spec_for
+from egg_mcp.hardware import NO_GPU, ceiling, gpu_for, nvml_gpu_names, nvml_gpu_uuids, unknown_gpu_message
 from egg_mcp.profiling.runner import find_ncu
 
 OK, WARN, FAIL = "ok  ", "warn", "FAIL"
@@ -46,6 +46,25 @@ def _sandbox_lines() -> None:
         _line(WARN, "", "see docs/sandbox.md for the levels and what each one keeps out")
 
 
+def hardware_lines(names: list[str], uuids: list[str], workspace) -> list[tuple[str, str, str]]:
+    """(status, what, detail) per GPU: its ceilings and where each comes from (measured here and when, a
+    datasheet lead, or none: unknown GPU / no GPU)."""
+    if not names:
+        return [(WARN, "NVML", f"{NO_GPU}: no NVIDIA driver/GPU visible (nvidia-ml-py found nothing); no ceilings")]
+    out = []
+    for i, name in enumerate(names):
+        spec = gpu_for(name, uuids[i] if i < len(uuids) else None, workspace)
+        if spec is None:
+            out.append((WARN, f"GPU {i} (NVML)", unknown_gpu_message(name)))
+            continue
+        how = (f"calibrated {spec.measured_at}" if spec.source == "measured"
+               else "datasheet leads only: run `egg-mcp calibrate` to measure this GPU")
+        out.append((OK, f"GPU {i} (NVML)", f"{name}: {how}"))
+        for key in ("dram", "fp32", "tf32x3", "tf32", "bf16", "fp8"):
+            out.append((OK, f"  ceiling {key}", ceiling(spec, key).label()))
+    return out
+
+
 def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
     failures = 0
     _line(OK, "python", sys.version.split()[0])
@@ -72,13 +91,8 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
     except Exception as exc:
         _line(FAIL, "torch", f"not importable: {exc}")
         return 1
-    names = nvml_gpu_names()
-    if names:
-        for i, name in enumerate(names):
-            spec = spec_for(name)
-            _line(OK, f"GPU {i} (NVML)", f"{name} -> hardware table entry '{spec.name}' ({spec.source})")
-    else:
-        _line(WARN, "NVML", "no NVIDIA driver/GPU visible (nvidia-ml-py found nothing)")
+    for status, what, detail in hardware_lines(nvml_gpu_names(), nvml_gpu_uuids(), config.workspace):
+        _line(status, what, detail)
     try:
         import triton
 

@@ -12,6 +12,7 @@ verdict says so.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator
@@ -114,6 +115,23 @@ def _progress(ctx: Context | None):
     return report
 
 
+async def _calibrate_on_first_use(service: EggService, workspace_root) -> None:
+    """First GPU use of this workspace: measure the GPU's ceilings (one short GPU job, queued with the
+    others), then let the roofline and briefs use them. Failure leaves the datasheet leads, logged."""
+    from egg_mcp.calibration.run import CalibrationError, ensure_calibrated
+    from egg_mcp.hardware import apply_calibration, nvml_gpu_uuids
+
+    uuids = nvml_gpu_uuids()
+    try:
+        calibration = await ensure_calibrated(service.evaluator, workspace_root, uuids[0] if uuids else None)
+    except CalibrationError as exc:
+        log.warning("calibration on first GPU use failed (%s); ceilings stay datasheet leads", exc)
+        return
+    if calibration is not None:
+        service.gpu = apply_calibration(service.gpu, calibration)
+        detect_gpu(workspace_root=workspace_root)  # registers the calibrated spec for lookup() by name
+
+
 def create_server(
     config: ServerConfig | None = None,
     *,
@@ -124,6 +142,7 @@ def create_server(
     config = config or ServerConfig()
     workspace = Workspace(config.workspace)
     analysis_evaluator = None
+    auto_calibrate = evaluator is None and not config.force_interpreter
     if evaluator is None:
         from egg_mcp.evaluation.engine import WorkerEvaluator
 
@@ -137,14 +156,19 @@ def create_server(
         except TypeError:  # an engine without these options: analysis shares the main engine's queue
             log.warning("analysis shares the evaluation engine: start_task may wait behind queued verifies")
     if gpu is None and not config.force_interpreter:
-        gpu = detect_gpu()
+        gpu = detect_gpu(workspace_root=workspace.root)
     service = EggService(config, workspace, evaluator, gpu, analysis_evaluator=analysis_evaluator)
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[dict[str, Any]]:
+        task = None
+        if auto_calibrate and evaluator.has_gpu() and (service.gpu is None or service.gpu.source != "measured"):
+            task = asyncio.ensure_future(_calibrate_on_first_use(service, workspace.root))
         try:
             yield {"service": service}
         finally:
+            if task is not None and not task.done():
+                task.cancel()
             for ev in {id(evaluator): evaluator, id(service.analysis_evaluator): service.analysis_evaluator}.values():
                 close = getattr(ev, "aclose", None)
                 if close is not None:

@@ -183,15 +183,28 @@ def test_cpu_without_size_overrides_explains_and_keeps_the_roofline():
     assert "no kernel information" in report.summary
 
 
+async def _with_engine(call):
+    """The real engine (WorkerEvaluator) in interpreter mode, closed afterwards."""
+    import tempfile
+    from pathlib import Path
+
+    from egg_mcp.evaluation.engine import WorkerEvaluator
+
+    ev = WorkerEvaluator(scratch_dir=Path(tempfile.mkdtemp(prefix="egg-prof-test-")), force_interpreter=True,
+                         spare_workers=0)
+    try:
+        return await call(ev)
+    finally:
+        await ev.aclose()
+
+
 def test_cpu_fallback_runs_the_interpreter_in_a_real_worker():
     """The real target in a real subprocess on the CPU interpreter (what CI can run)."""
-    from egg_mcp.profiling.local_jobs import LocalJobRunner
-
     options = EvalOptions(size_overrides={"batch_size": 8, "dim": 100}, device="interpreter")
-    report = asyncio.run(profile_candidate(
-        LocalJobRunner(has_gpu=False), reference_source=SOFTMAX_REFERENCE, candidate_source=SOFTMAX_CANDIDATE,
+    report = asyncio.run(_with_engine(lambda ev: profile_candidate(
+        ev, reference_source=SOFTMAX_REFERENCE, candidate_source=SOFTMAX_CANDIDATE,
         options=options, stage=Stage.PARALLEL_MAPPING, gpu=H200, flops=None, min_bytes=None, timeout_s=120,
-    ))
+    )))
     assert report.source == "fallback"
     (k,) = report.kernels
     assert k.name == "softmax_row_kernel"
@@ -286,14 +299,12 @@ def test_several_kernels_are_reported_with_shares():
 
 
 def test_candidate_without_modelnew_fails_with_a_clear_error():
-    from egg_mcp.profiling.local_jobs import LocalJobRunner
-
     options = EvalOptions(size_overrides={"batch_size": 8, "dim": 100}, device="interpreter")
     with pytest.raises(ProfileError, match="defines no `class ModelNew`"):
-        asyncio.run(profile_candidate(
-            LocalJobRunner(has_gpu=False), reference_source=SOFTMAX_REFERENCE, candidate_source="import torch\n",
+        asyncio.run(_with_engine(lambda ev: profile_candidate(
+            ev, reference_source=SOFTMAX_REFERENCE, candidate_source="import torch\n",
             options=options, stage=Stage.TILING, gpu=H200, timeout_s=120,
-        ))
+        )))
 
 
 def test_fp32_at_a_loose_tolerance_uses_the_tf32_roof_like_the_task_analysis(fake_ncu):

@@ -71,7 +71,8 @@ class RooflineFloor(BaseModel):
     bound: Literal["memory", "compute"]
     compute_ms: float
     memory_ms: float
-    spec_source: str = Field(description="where the GPU ceilings come from: measured / datasheet / device")
+    spec_source: str = Field(description="where the GPU ceilings come from: 'measured: ...' (on this GPU, with when "
+                                         "and how) or 'datasheet: ...' (leads), per ceiling")
 
 
 class ReferenceAnalysis(BaseModel):
@@ -93,7 +94,8 @@ class ReferenceAnalysis(BaseModel):
     param_count: int = 0
     param_bytes: int = Field(0, description="parameters and buffers")
     dtype: str = "float32"
-    floor: RooflineFloor
+    floor: RooflineFloor | None = Field(None, description="None without ceilings: see floor_unavailable")
+    floor_unavailable: str | None = Field(None, description="why there is no floor: 'no GPU' or 'unknown GPU ...'")
     floors_ms: dict[str, float] = Field(
         default_factory=dict, description="floor under each compute type this dtype could use (e.g. fp32 vs tf32)"
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from egg_mcp.analysis.models import RooflineFloor
 from egg_mcp.evaluation.api import TolerancePolicy
-from egg_mcp.hardware import GpuSpec
+from egg_mcp.hardware import GpuSpec, ceiling
 
 TF32_MIN_TOLERANCE = 5e-3
 """TF32 keeps 10 mantissa bits: a K=4096 fp32 dot in TF32 errs ~1e-3 relative, so a policy must
@@ -60,8 +60,14 @@ def roofline_floor(
         bound="compute" if compute_s > memory_s else "memory",
         compute_ms=compute_s * 1e3,
         memory_ms=memory_s * 1e3,
-        spec_source=gpu.source,
+        spec_source=floor_provenance(gpu, compute_type),
     )
+
+
+def floor_provenance(gpu: GpuSpec, compute_type: str) -> str:
+    """Where the two ceilings a floor uses come from (measured here and when, or a datasheet lead)."""
+    return (f"{gpu.source}: DRAM {ceiling(gpu, 'dram').label()}; {compute_type} "
+            f"{ceiling(gpu, compute_type).label()}")
 
 
 def fmt_flops(flops: float) -> str:

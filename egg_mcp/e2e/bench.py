@@ -17,27 +17,26 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
 from egg_mcp.config import ServerConfig
-from egg_mcp.e2e.report import pyplot
+from egg_mcp.e2e.bench_report import render_markdown, speedup_chart, write_outputs  # noqa: F401 (re-exported)
+from egg_mcp.e2e.bench_results import (  # noqa: F401 (re-exported)
+    FAST_P_THRESHOLDS, LEVEL_DIR, RESULTS_GLOB, BenchSummary, GroupSummary, ProblemResult, aggregate, append_result,
+    fast_p, fingerprint, geomean, load_results, ratio, summarise,
+)
 from egg_mcp.evaluation.api import EvalOptions, Evaluator, default_tolerance
 from egg_mcp.problems.loader import quick_sizes
 
-FAST_P_THRESHOLDS: tuple[float, ...] = (0.0, 1.0, 1.5, 2.0)
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)
-LEVEL_DIR = re.compile(r"^level(\d+)$")
 FLAT_LEVEL = "all"
-RESULTS_GLOB = "results*.jsonl"
 RETRY_VERDICTS = frozenset({"harness_error", "interrupted"})
 """Not a property of the solution: such problems are evaluated again on the next run."""
 
@@ -116,253 +115,6 @@ def _level_ok(path: Path, root: Path, wanted: set[str]) -> bool:
 
 
 # -- results ----------------------------------------------------------------------------------------
-
-
-class ProblemResult(BaseModel):
-    key: str
-    level: str
-    name: str
-    verdict: str = Field(description="the engine's verdict, 'missing' (no solution) or 'harness_error'")
-    summary: str = ""
-    time_ms: float | None = None
-    eager_ms: float | None = None
-    compile_ms: float | None = None
-    speedup_vs_eager: float | None = None
-    speedup_vs_compile: float | None = None
-    timing_unavailable_reason: str | None = None
-    integrity: list[str] = Field(default_factory=list)
-    fingerprint: str = Field("", description="hash of problem, solution and mode: a change re-runs the problem")
-    problem_sha: str = Field("", description="hash of the problem source (baselines are reused across solutions)")
-    mode: str = Field("", description="'gpu' or 'interpreter'")
-    device: str | None = None
-    size_overrides: dict[str, int] = Field(default_factory=dict)
-    wall_s: float = 0.0
-    finished_at: float = Field(default_factory=time.time, description="unix time; the latest result of a key wins")
-
-
-def ratio(base_ms: float | None, t_ms: float | None) -> float | None:
-    if base_ms is None or t_ms is None or base_ms <= 0 or t_ms <= 0:
-        return None
-    return base_ms / t_ms
-
-
-def fingerprint(problem_source: str, solution_source: str | None, mode: str) -> str:
-    h = hashlib.sha256()
-    for part in (problem_source, "\0", solution_source or "<missing>", "\0", mode):
-        h.update(part.encode())
-    return h.hexdigest()[:20]
-
-
-def load_results(out_dir: Path) -> dict[str, ProblemResult]:
-    """Finished results by key (the latest wins), from every results*.jsonl in `out_dir`."""
-    found: dict[str, ProblemResult] = {}
-    for path in sorted(out_dir.glob(RESULTS_GLOB)):
-        for line in path.read_text().splitlines():
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                r = ProblemResult.model_validate_json(line)
-            except ValueError:
-                continue  # a line cut short by a kill: that problem runs again
-            if r.key not in found or r.finished_at >= found[r.key].finished_at:
-                found[r.key] = r
-    return found
-
-
-def append_result(path: Path, result: ProblemResult) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(result.model_dump_json() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-# -- aggregation (pure) -----------------------------------------------------------------------------
-
-
-def fast_p(results: Sequence[ProblemResult], p: float, baseline: str = "eager") -> float | None:
-    """KernelBench fast_p: fraction of ALL results that are correct and have speedup > p over the
-    baseline. None when nothing was timed (e.g. CPU interpreter): then it cannot be known."""
-    if not results:
-        return None
-    attr = "speedup_vs_eager" if baseline == "eager" else "speedup_vs_compile"
-    if not any(getattr(r, attr) is not None for r in results):
-        return None
-    hits = sum(1 for r in results if r.verdict == "correct" and getattr(r, attr) is not None and getattr(r, attr) > p)
-    return hits / len(results)
-
-
-def geomean(values: Iterable[float | None]) -> float | None:
-    """Geometric mean of the positive values; None when there are none."""
-    logs = [math.log(v) for v in values if v is not None and v > 0]
-    return math.exp(sum(logs) / len(logs)) if logs else None
-
-
-class GroupSummary(BaseModel):
-    n: int
-    correct: int
-    missing: int
-    correctness_rate: float | None
-    timed: int = Field(description="correct problems with a time and an eager baseline")
-    fast_p: dict[str, float | None] = Field(description="vs eager, keyed by p")
-    fast_p_vs_compile: dict[str, float | None]
-    geomean_speedup_vs_eager: float | None
-    geomean_speedup_vs_compile: float | None
-    verdicts: dict[str, int]
-
-
-def summarise(results: Sequence[ProblemResult]) -> GroupSummary:
-    n = len(results)
-    correct = [r for r in results if r.verdict == "correct"]
-    verdicts: dict[str, int] = {}
-    for r in results:
-        verdicts[r.verdict] = verdicts.get(r.verdict, 0) + 1
-    return GroupSummary(
-        n=n, correct=len(correct), missing=verdicts.get("missing", 0),
-        correctness_rate=len(correct) / n if n else None,
-        timed=sum(1 for r in correct if r.speedup_vs_eager is not None),
-        fast_p={_p(p): fast_p(results, p) for p in FAST_P_THRESHOLDS},
-        fast_p_vs_compile={_p(p): fast_p(results, p, "compile") for p in FAST_P_THRESHOLDS},
-        geomean_speedup_vs_eager=geomean(r.speedup_vs_eager for r in correct),
-        geomean_speedup_vs_compile=geomean(r.speedup_vs_compile for r in correct),
-        verdicts=dict(sorted(verdicts.items())),
-    )
-
-
-def _p(p: float) -> str:
-    return f"{p:g}"
-
-
-class BenchSummary(BaseModel):
-    problems_dir: str
-    solutions_dir: str
-    mode: str
-    overall: GroupSummary
-    levels: dict[str, GroupSummary]
-    results: list[ProblemResult]
-    orphan_solutions: list[str] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
-    wall_s: float = 0.0
-
-
-def aggregate(results: Sequence[ProblemResult], *, problems_dir: str = "", solutions_dir: str = "",
-              mode: str = "", orphans: Sequence[str] = (), notes: Sequence[str] = ()) -> BenchSummary:
-    by_level: dict[str, list[ProblemResult]] = {}
-    for r in results:
-        by_level.setdefault(r.level, []).append(r)
-    return BenchSummary(
-        problems_dir=problems_dir, solutions_dir=solutions_dir, mode=mode, overall=summarise(results),
-        levels={lv: summarise(rs) for lv, rs in sorted(by_level.items(), key=lambda kv: _level_order(kv[0]))},
-        results=sorted(results, key=lambda r: (_level_order(r.level), _natural(r.name))),
-        orphan_solutions=list(orphans), notes=list(notes),
-    )
-
-
-def _level_order(level: str) -> int:
-    m = LEVEL_DIR.match(level)
-    return int(m.group(1)) if m else 0
-
-
-def _natural(name: str) -> tuple[int, str]:
-    head = name.split("_", 1)[0]
-    return (int(head), name) if head.isdigit() else (10**9, name)
-
-
-# -- rendering ----------------------------------------------------------------------------------------
-
-
-def _f(v: float | None, fmt: str = "{:.3g}") -> str:
-    return "—" if v is None else fmt.format(v)
-
-
-def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:.1f}%"
-
-
-def render_markdown(summary: BenchSummary) -> str:
-    lines = [f"# egg-mcp bench ({summary.mode})", "",
-             f"problems: `{summary.problems_dir}`; solutions: `{summary.solutions_dir}`", "",
-             "| level | problems | correct | missing | fast_0 | fast_1 | fast_1.5 | fast_2 | geomean vs eager | "
-             "geomean vs torch.compile |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    groups = list(summary.levels.items())
-    if len(groups) > 1:
-        groups.append(("overall", summary.overall))
-    for name, g in groups:
-        lines.append(f"| {name} | {g.n} | {g.correct} ({_pct(g.correctness_rate)}) | {g.missing} | "
-                     + " | ".join(_pct(g.fast_p[_p(p)]) for p in FAST_P_THRESHOLDS)
-                     + f" | {_f(g.geomean_speedup_vs_eager, '{:.3f}x')} | {_f(g.geomean_speedup_vs_compile, '{:.3f}x')} |")
-    lines += ["", "fast_p: fraction of all problems that are correct and faster than p x PyTorch eager "
-              "(KernelBench); a problem without a solution counts as not correct. Geomeans over correct problems.",
-              "", "| problem | verdict | time ms | eager ms | torch.compile ms | vs eager | vs torch.compile | note |",
-              "|---|---|---|---|---|---|---|---|"]
-    for r in summary.results:
-        note = r.summary if r.verdict != "correct" else (r.timing_unavailable_reason or "; ".join(r.integrity))
-        note = (note or "").replace("|", "\\|").replace("\n", " ")[:160]
-        lines.append(f"| {r.key} | {r.verdict} | {_f(r.time_ms, '{:.4g}')} | {_f(r.eager_ms, '{:.4g}')} | "
-                     f"{_f(r.compile_ms, '{:.4g}')} | {_f(r.speedup_vs_eager, '{:.2f}x')} | "
-                     f"{_f(r.speedup_vs_compile, '{:.2f}x')} | {note} |")
-    if summary.orphan_solutions:
-        lines += ["", "Solutions that match no problem: " + ", ".join(f"`{o}`" for o in summary.orphan_solutions)]
-    if summary.notes:
-        lines += [""] + [f"- {n}" for n in summary.notes]
-    return "\n".join(lines) + "\n"
-
-
-def speedup_chart(summary: BenchSummary, path: Path) -> Path | None:
-    """Speedup vs eager of every correct, timed problem, one strip per level (log scale), with the
-    level's geomean marked. None when nothing was timed or matplotlib is missing."""
-    per_level = {lv: [r.speedup_vs_eager for r in summary.results
-                      if r.level == lv and r.verdict == "correct" and r.speedup_vs_eager]
-                 for lv in summary.levels}
-    per_level = {lv: v for lv, v in per_level.items() if v}
-    if not per_level:
-        return None
-    plt = pyplot()
-    if plt is None:
-        return None
-    fig, ax = plt.subplots(figsize=(max(4.5, 1.8 * len(per_level) + 2), 4), dpi=120)
-    for i, (lv, values) in enumerate(per_level.items()):
-        jitter = [i + 0.25 * ((j * 0.618) % 1 - 0.5) for j in range(len(values))]
-        ax.scatter(jitter, values, s=18, alpha=0.75, color="#4C72B0")
-        g = geomean(values)
-        if g:
-            ax.hlines(g, i - 0.3, i + 0.3, color="#C44E52", linewidth=2)
-    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-    ax.set_yscale("log")
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
-    everything = [v for vs in per_level.values() for v in vs] + [1.0]
-    lo, hi = min(everything) / 1.3, max(everything) * 1.3
-    ax.set_ylim(lo, hi)
-    ax.set_yticks([t for t in (0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 50, 100) if lo <= t <= hi])
-    ax.set_xlim(-0.6, len(per_level) - 0.4)
-    ax.set_xticks(range(len(per_level)))
-    ax.set_xticklabels([f"{lv}\n(n={len(v)})" for lv, v in per_level.items()])
-    ax.set_ylabel("speedup vs PyTorch eager (log)")
-    ax.set_title("speedup of correct solutions (red: geomean)", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
-def write_outputs(summary: BenchSummary, out_dir: Path) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    js = out_dir / "summary.json"
-    js.write_text(summary.model_dump_json(indent=2))
-    md = out_dir / "summary.md"
-    md.write_text(render_markdown(summary))
-    chart = speedup_chart(summary, out_dir / "speedups.png")
-    return [js, md] + ([chart] if chart else [])
-
-
-# -- evaluation ------------------------------------------------------------------------------------------
-
 
 def eval_options(problem_source: str, *, interpreter: bool) -> tuple[EvalOptions, list[str]]:
     """fp32 at KernelBench v0.1 tolerance. In the interpreter the problem's QUICK_SIZES (if any) are used:
@@ -667,13 +419,13 @@ def run_bench_cli(args: argparse.Namespace, config: ServerConfig) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m egg_mcp.e2e.bench --shard SPEC` (a GPU shard of `_run_sharded`); never imports the CLI."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 2 and argv[0] == "--shard":
         return _run_shard(Path(argv[1]))
-    from egg_mcp.cli import build_parser, config_from_args
-
-    args = build_parser().parse_args(["bench", *argv])
-    return run_bench_cli(args, config_from_args(args))
+    print("this module's entry point only runs bench shards; run `egg-mcp bench` (python -m egg_mcp bench)",
+          file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -540,14 +540,3 @@ def write_demo_report(report: DemoReport, stem: Path) -> list[Path]:
     if chart is not None:
         out.append(chart)
     return out
-
-
-def main(argv: list[str] | None = None) -> int:  # pragma: no cover - convenience for `python -m`
-    from egg_mcp.cli import build_parser, config_from_args
-
-    args = build_parser().parse_args(["demo", *(argv if argv is not None else sys.argv[1:])])
-    return run_demo_cli(args, config_from_args(args))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

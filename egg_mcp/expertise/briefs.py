@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from egg_mcp.analysis.models import ReferenceAnalysis
 from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_tol
 from egg_mcp.evaluation.api import TolerancePolicy
-from egg_mcp.hardware import spec_for
+from egg_mcp.hardware import ceiling, lookup
 from egg_mcp.workflow.stages import STAGE_ORDER, Stage
 
 Role = Literal["code", "profile", "debug"]
@@ -66,8 +66,8 @@ class BriefFacts(BaseModel):
 
         base = dict(
             analysis_summary=analysis.summary,
-            floor_ms=analysis.floor.floor_ms,
-            gpu_name=analysis.floor.gpu_name,
+            floor_ms=analysis.floor.floor_ms if analysis.floor else None,
+            gpu_name=analysis.floor.gpu_name if analysis.floor else None,
             dtype=analysis.dtype,
             min_bytes=analysis.min_bytes,
             unfused_bytes=analysis.unfused_bytes,
@@ -157,7 +157,7 @@ def _decisions(decisions: list[str]) -> str:
 
 
 def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
-    gpu = spec_for(facts.gpu_name) if facts.gpu_name else None
+    gpu = lookup(facts.gpu_name) if facts.gpu_name else None
     best_vs_floor = UNKNOWN
     if facts.best_ms is not None and facts.floor_ms:
         best_vs_floor = f"{facts.best_ms / facts.floor_ms:.2f}x the floor"
@@ -191,7 +191,7 @@ def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
         "sm_count": str(gpu.sm_count) if gpu else UNKNOWN,
         "smem": f"{gpu.smem_per_block_optin_bytes // 1024} KiB" if gpu else UNKNOWN,
         "l2": f"{gpu.l2_bytes // (1024 * 1024)} MiB" if gpu else UNKNOWN,
-        "bandwidth": f"{gpu.dram_bytes_per_s / 1e12:.2g} TB/s" if gpu else UNKNOWN,
+        "bandwidth": ceiling(gpu, "dram").label() if gpu else UNKNOWN,
     }
     return values
 

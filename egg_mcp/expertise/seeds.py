@@ -15,7 +15,7 @@ from egg_mcp.analysis.models import OpInfo, ReferenceAnalysis, RooflineFloor
 from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_shape, fmt_tol, roofline_floor
 from egg_mcp.evaluation.api import BaselineResult, EvalOptions, TolerancePolicy
 from egg_mcp.expertise.paradigms import FUSION_SCOPES, PARADIGMS, Paradigm
-from egg_mcp.hardware import GpuSpec
+from egg_mcp.hardware import NO_GPU, GpuSpec, ceiling
 
 FP32_IEEE_DOT_ERROR = 1e-3
 """TF32 dot products err ~1e-3 relative (10-bit mantissa): fails a 1e-4 check."""
@@ -47,7 +47,7 @@ class SeedBrief(BaseModel):
     precision_notes: list[str]
     contract: list[str]
     judging: list[str]
-    floor: RooflineFloor
+    floor: RooflineFloor | None = Field(description="None without GPU ceilings (the brief says why)")
     brief_markdown: str
 
 
@@ -61,8 +61,22 @@ CONTRACT: list[str] = [
     "the verifier records every aten compute op the candidate runs and flags them.",
     "No caching of outputs across calls, no side streams, no monkeypatching: integrity checks reject them.",
     "Triton APIs stable across 3.x only (tl.dot, tl.load/store, tl.program_id, tl.associative_scan, "
-    "tl.atomic_*); the GPU runs Triton 3.6.",
+    "tl.atomic_*).",
 ]
+
+
+def installed_triton() -> str:
+    """The Triton version installed here (package metadata: no import of triton in the server)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"Triton {version('triton')} is installed here"
+    except PackageNotFoundError:
+        return "no Triton is installed here"
+
+
+def contract() -> list[str]:
+    return CONTRACT[:-1] + [CONTRACT[-1][:-1] + f"; {installed_triton()}."]
 
 
 def _main_op(analysis: ReferenceAnalysis, op_class: str) -> OpInfo | None:
@@ -100,9 +114,19 @@ def _elt_bytes(dtype: str) -> int:
     return 2 if dtype in ("float16", "bfloat16") else 4
 
 
-def _why(p: Paradigm, analysis: ReferenceAnalysis, gpu: GpuSpec, dtype: str) -> tuple[float, str]:
+NOMINAL_SMS = 100
+"""SM count the paradigm scores assume when there is no GPU (said so in the brief, never a real GPU's)."""
+
+
+def _why(p: Paradigm, analysis: ReferenceAnalysis, gpu: GpuSpec | None, dtype: str) -> tuple[float, str]:
     """Score (higher = try first) and the shape fact that justifies it."""
-    sms = gpu.sm_count
+    score, fact = _why_on(p, analysis, gpu.sm_count if gpu is not None else NOMINAL_SMS, dtype)
+    if gpu is None and "SMs" in fact:
+        fact += f" (no GPU: a nominal {NOMINAL_SMS}-SM device)"
+    return score, fact
+
+
+def _why_on(p: Paradigm, analysis: ReferenceAnalysis, sms: int, dtype: str) -> tuple[float, str]:
     op = _main_op(analysis, p.op_class)
     name = p.key.split(".", 1)[1]
     if op is None:
@@ -200,7 +224,7 @@ def _why(p: Paradigm, analysis: ReferenceAnalysis, gpu: GpuSpec, dtype: str) -> 
     return base, f"{fact}: {p.wins_when}"
 
 
-def choose_paradigms(analysis: ReferenceAnalysis, k: int, gpu: GpuSpec, dtype: str) -> list[SeedChoice]:
+def choose_paradigms(analysis: ReferenceAnalysis, k: int, gpu: GpuSpec | None, dtype: str) -> list[SeedChoice]:
     """k structurally distinct paradigms: the primary class first (ranked by shape), then the
     algorithm-defining secondary classes, then fusion-scope alternatives for multi-op chains."""
     if k < 1:
@@ -243,19 +267,24 @@ def fusion_opportunities(analysis: ReferenceAnalysis) -> list[str]:
     return out
 
 
-def precision_notes(analysis: ReferenceAnalysis, tolerance: TolerancePolicy, dtype: str, gpu: GpuSpec) -> list[str]:
+def precision_notes(analysis: ReferenceAnalysis, tolerance: TolerancePolicy, dtype: str,
+                    gpu: GpuSpec | None) -> list[str]:
     compute = compute_type_for(dtype, tolerance)
     has_dots = bool(analysis.tensor_core_flops)
     notes = [f"Task dtype {dtype}, tolerance policy {tolerance.name} (atol={fmt_tol(tolerance.atol)}, "
              f"rtol={fmt_tol(tolerance.rtol)}): tensor-core compute type {compute}."]
-    if dtype == "float32" and has_dots:
+    if dtype == "float32" and has_dots and gpu is None:
+        dots = 'IEEE fp32 dots (input_precision="ieee")' if compute == "fp32" else "TF32 dots"
+        notes.append(f"{dots} pass this tolerance; no rates or floors are quoted: "
+                     f"{analysis.floor_unavailable or NO_GPU}.")
+    elif dtype == "float32" and has_dots:
         fp32 = roofline_floor(analysis.flops, analysis.tensor_core_flops, analysis.min_bytes, gpu, "fp32")
         tf32 = roofline_floor(analysis.flops, analysis.tensor_core_flops, analysis.min_bytes, gpu, "tf32")
         if compute == "fp32":
             notes.append(
                 f"fp32 checked at {fmt_tol(tolerance.atol)}: every tl.dot needs input_precision=\"ieee\" (the "
                 f"default TF32 errs ~{fmt_tol(FP32_IEEE_DOT_ERROR)} and fails). IEEE fp32 dots run on CUDA cores at "
-                f"~{gpu.peak_flops['fp32'] / 1e12:.0f} TFLOP/s on {gpu.name}, the rate cuBLAS reaches, so the GEMM "
+                f"{ceiling(gpu, 'fp32').label()} on {gpu.name}, the rate cuBLAS reaches, so the GEMM "
                 "itself has little headroom: gains come from fusion and fewer bytes, not a faster dot."
             )
         else:
@@ -299,9 +328,12 @@ def _render(brief: SeedBrief, analysis: ReferenceAnalysis, baselines: BaselineRe
     if analysis.problem_doc:
         lines.append(f"Reference: {analysis.problem_doc}")
     floor = brief.floor
-    bound = (f"**Floor.** {fmt_ms(floor.floor_ms)} on {floor.gpu_name} ({floor.compute_type}, {floor.bound}-bound: "
-             f"compute {fmt_ms(floor.compute_ms)}, memory {fmt_ms(floor.memory_ms)}; {floor.spec_source} ceilings).")
-    if baselines is not None and baselines.eager:
+    if floor is None:
+        bound = f"**Floor.** none: {analysis.floor_unavailable or NO_GPU}."
+    else:
+        bound = (f"**Floor.** {fmt_ms(floor.floor_ms)} on {floor.gpu_name} ({floor.compute_type}, {floor.bound}-bound: "
+                 f"compute {fmt_ms(floor.compute_ms)}, memory {fmt_ms(floor.memory_ms)}; ceilings {floor.spec_source}).")
+    if floor is not None and baselines is not None and baselines.eager:
         bound += f" Eager {fmt_ms(baselines.eager.median_ms)} = {baselines.eager.median_ms / floor.floor_ms:.1f}x the floor."
     lines += ["", bound, "", "## Paradigms (one seed each; differ in structure, not constants)"]
     for i, p in enumerate(brief.paradigms, 1):
@@ -326,12 +358,13 @@ def build_seed_brief(
     k: int,
     tolerance: TolerancePolicy,
     dtype: str,
-    gpu: GpuSpec,
+    gpu: GpuSpec | None,
     baselines: BaselineResult | None = None,
 ) -> SeedBrief:
     """The SEEDS-stage brief: paradigms, fusion, precision, contract and judging for this problem."""
     compute = compute_type_for(dtype, tolerance)
-    floor = roofline_floor(analysis.flops, analysis.tensor_core_flops, analysis.min_bytes, gpu, compute)
+    floor = roofline_floor(analysis.flops, analysis.tensor_core_flops, analysis.min_bytes, gpu, compute) \
+        if gpu is not None else None
     trials = EvalOptions.model_fields["correctness_trials"].default
     brief = SeedBrief(
         problem=analysis.summary,
@@ -339,7 +372,7 @@ def build_seed_brief(
         paradigms=choose_paradigms(analysis, k, gpu, dtype),
         fusion_opportunities=fusion_opportunities(analysis),
         precision_notes=precision_notes(analysis, tolerance, dtype, gpu),
-        contract=list(CONTRACT),
+        contract=contract(),
         judging=judging_rules(tolerance, baselines, trials),
         floor=floor,
         brief_markdown="",

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from egg_mcp.hardware import GpuSpec
+from egg_mcp.analysis.roofline import floor_provenance
+from egg_mcp.hardware import GpuSpec, ceiling
 from egg_mcp.profiling.metrics import STALL_REASONS, spec, stall_metric
 from egg_mcp.profiling.models import Bound, Classification, Evidence, KernelProfile, Metric, MetricSource, Roofline
 from egg_mcp.profiling.occupancy import OccupancyEstimate
@@ -152,10 +153,12 @@ def _ev(r: Readings, name: str, why: str | None = None, value: float | None = No
 
 
 def roofline(
-    gpu: GpuSpec, *, flops: float | None, min_bytes: float | None, measured_ms: float | None, compute_type: str = "fp32"
+    gpu: GpuSpec | None, *, flops: float | None, min_bytes: float | None, measured_ms: float | None,
+    compute_type: str = "fp32"
 ) -> Roofline | None:
-    """Place the task on `gpu`'s roofline and measure the distance of `measured_ms` to the floor."""
-    if not flops and not min_bytes:
+    """Place the task on `gpu`'s roofline and measure the distance of `measured_ms` to the floor (None
+    without a GPU spec: no ceilings, no roofline)."""
+    if gpu is None or (not flops and not min_bytes):
         return None
     if compute_type not in gpu.peak_flops:
         raise ValueError(f"unknown compute type {compute_type!r}; use one of {', '.join(gpu.peak_flops)}")
@@ -167,6 +170,7 @@ def roofline(
     roof = Roofline(
         compute_type=compute_type, flops=flops, min_bytes=min_bytes, arithmetic_intensity=ai, ridge_point=ridge,
         bound_by=bound_by, floor_ms=floor_ms, measured_ms=measured_ms,
+        ceilings_source=floor_provenance(gpu, compute_type),
     )
     ai_text = f"{ai:.3g} FLOP/B vs ridge {ridge:.3g}" if ai is not None else "no minimum bytes given"
     if measured_ms and measured_ms > 0:
@@ -220,7 +224,7 @@ def classify_kernel(
         dram_frac = (r.dram_bytes / (dur_ns * 1e-9)) / gpu.dram_bytes_per_s
         evidence.append(_ev(r, "computed.dram_bandwidth_of_peak", value=100 * dram_frac, unit="%", source="computed",
                             why=f"{_fmt_bytes(r.dram_bytes)} moved in {dur_ms:.3g} ms vs the "
-                                f"{gpu.dram_bytes_per_s / 1e12:.2g} TB/s achievable on {gpu.name}"))
+                                f"DRAM ceiling of {gpu.name}: {ceiling(gpu, 'dram').label()}"))
     if task_roofline is not None and task_roofline.floor_ms is not None and dur_ms:
         frac = task_roofline.floor_ms / dur_ms
         near_floor = frac >= NEAR_FLOOR

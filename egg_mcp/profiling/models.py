@@ -50,6 +50,8 @@ class Roofline(BaseModel):
     fraction_of_floor: float | None = Field(None, description="floor / measured: 1.0 is at the roof")
     near_floor: bool = False
     summary: str = ""
+    ceilings_source: str = Field("", description="where the DRAM and compute ceilings come from (measured here "
+                                                 "and when, or datasheet leads)")
 
 
 class Classification(BaseModel):

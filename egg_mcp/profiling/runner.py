@@ -22,7 +22,7 @@ from typing import Any
 
 from egg_mcp.analysis.roofline import compute_type_for
 from egg_mcp.evaluation.api import EvalOptions, Evaluator, JobOutcome, ProgressFn
-from egg_mcp.hardware import GpuSpec, spec_for
+from egg_mcp.hardware import NO_GPU, GpuSpec, lookup, unknown_gpu_message
 from egg_mcp.profiling import classify as C
 from egg_mcp.profiling.metrics import metrics_for_stage, spec
 from egg_mcp.profiling.models import KernelProfile, Metric, ProfileReport
@@ -125,7 +125,9 @@ def ncu_argv(ncu: str, metrics: list[str], kernel_regex: str, log_file: str,
 
 def build_payload(reference_source: str, candidate_source: str, options: EvalOptions, *,
                   device: str, profile: bool, timing_iters: int, seed: int = 0) -> dict[str, Any]:
+    """Under ncu (`profile`) per-kernel times come from CUDA events (ncu holds CUPTI); otherwise from CUPTI."""
     return {
+        "per_kernel": "events" if profile else "cupti",
         "reference_source": reference_source,
         "candidate_source": candidate_source,
         "dtype": options.dtype,
@@ -184,7 +186,9 @@ def _metadata_metrics(entry: dict[str, Any] | None) -> list[Metric]:
         out.append(Metric(name=C.GRID_BLOCKS, label="grid (programs)", value=float(blocks), unit="block",
                           source="triton_metadata"))
     if entry.get("event_ms") is not None:
-        out.append(Metric(name=C.EVENT_DURATION, label="event-timed duration", value=float(entry["event_ms"]) * 1e6,
+        label = "kernel duration (GpuTimer: CUPTI timestamps, clean L2)" if entry.get("cupti") \
+            else "event-timed duration"
+        out.append(Metric(name=C.EVENT_DURATION, label=label, value=float(entry["event_ms"]) * 1e6,
                           unit="nsecond", source="event_timing"))
     return out
 
@@ -199,17 +203,20 @@ def _match_entry(name: str, entries: list[dict[str, Any]]) -> dict[str, Any] | N
     return None
 
 
-def resolve_gpu(gpu: GpuSpec | None, device: dict[str, Any] | None) -> tuple[GpuSpec, list[str]]:
-    """The GPU to place kernels on: the caller's, else the worker's device refined with its limits."""
+def resolve_gpu(gpu: GpuSpec | None, device: dict[str, Any] | None) -> tuple[GpuSpec | None, list[str]]:
+    """The GPU to place kernels on: the caller's, else the worker's device refined with its limits; None
+    (and a warning saying why) with no GPU or an unknown, uncalibrated one: never another GPU's numbers."""
     warnings: list[str] = []
     if gpu is not None:
         return gpu, warnings
     name = (device or {}).get("name")
     if not name or name == "cpu":
-        spec_ = spec_for(None)
-        warnings.append(f"no GPU seen: limits and roofline use the {spec_.name} table entry")
-        return spec_, warnings
-    spec_ = spec_for(name)
+        warnings.append(f"{NO_GPU}: no occupancy and no roofline (they need a GPU's limits and ceilings)")
+        return None, warnings
+    spec_ = lookup(name)
+    if spec_ is None:
+        warnings.append(f"{unknown_gpu_message(name)}: no roofline")
+        return None, warnings
     spec_.name = name
     for key, attr in (("sm_count", "sm_count"), ("regs_per_sm", "regs_per_sm"), ("max_threads_per_sm", "max_threads_per_sm"),
                       ("smem_per_block_optin", "smem_per_block_optin_bytes"), ("l2_bytes", "l2_bytes")):
@@ -229,7 +236,7 @@ def build_ncu_report(
     log_text: str,
     *,
     stage: Stage | str,
-    gpu: GpuSpec,
+    gpu: GpuSpec | None,
     target_result: dict[str, Any] | None = None,
     flops: float | None = None,
     min_bytes: float | None = None,
@@ -263,7 +270,7 @@ def build_ncu_report(
     kernels.sort(key=lambda k: -(k.time_share or 0))
     warnings = [w for w in log.warnings if "No kernels were profiled" not in w]
     return ProfileReport(
-        source="ncu", stage=stage.value, gpu=gpu.name, kernels=kernels, roofline=roof,
+        source="ncu", stage=stage.value, gpu=gpu.name if gpu else NO_GPU, kernels=kernels, roofline=roof,
         summary=C.summarize(kernels, roof), sources=_sources_used(kernels, roof), warnings=warnings,
     )
 
@@ -272,7 +279,7 @@ def build_fallback_report(
     target_result: dict[str, Any] | None,
     *,
     stage: Stage | str,
-    gpu: GpuSpec,
+    gpu: GpuSpec | None,
     reason: str,
     flops: float | None = None,
     min_bytes: float | None = None,
@@ -289,7 +296,7 @@ def build_fallback_report(
     for entry in entries:
         metrics = _metadata_metrics(entry)
         occ = None
-        if entry.get("num_warps"):
+        if entry.get("num_warps") and gpu is not None:
             occ = occupancy(gpu, num_warps=int(entry["num_warps"]), registers_per_thread=entry.get("registers"),
                             shared_mem_bytes=entry.get("shared_mem_bytes"))
             metrics.append(Metric(name="computed.theoretical_occupancy", label="theoretical occupancy",
@@ -317,7 +324,7 @@ def build_fallback_report(
     else:
         summary = f"Fallback without counters ({reason}). " + C.summarize(kernels, roof)
     return ProfileReport(
-        source="fallback", stage=stage.value, gpu=gpu.name, kernels=kernels, roofline=roof, summary=summary,
+        source="fallback", stage=stage.value, gpu=gpu.name if gpu else NO_GPU, kernels=kernels, roofline=roof, summary=summary,
         sources=_sources_used(kernels, roof), fallback_reason=reason, warnings=warnings,
     )
 

@@ -54,8 +54,7 @@ class MeasurePayload(BaseModel):
     rtol: float = 1e-4
     device: str = Field("auto", description="'auto' | 'cuda' | 'interpreter'")
     compile_workers: int = Field(14, ge=0, description="0 or 1: compile in the timing loop")
-    warmup_ms: float = 10.0
-    rep_ms: float = 40.0
+    timing_trials: int | None = Field(None, ge=1, description="timed runs per config; None: adapt like verify")
     seed: int = 0
     cache_dir: str | None = Field(None, description="TRITON_CACHE_DIR for this job (shared with the compile pool)")
     time_budget_s: float = 300.0
@@ -112,12 +111,11 @@ class _Problem:
 
 
 def _error_kind(exc: BaseException) -> str:
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    if "OutOfResources" in names:
-        return "out_of_resources"
-    if names & {"CompilationError", "CompileTimeAssertionFailure", "PTXASError", "MLIRCompilationError"}:
-        return "compile_error"
-    return "runtime_error"
+    """The shared classifier's kind (evaluation/errors.py); an OOM of one config is a runtime failure here."""
+    from egg_mcp.evaluation.errors import error_kind
+
+    kind = error_kind(exc)
+    return "runtime_error" if kind == "oom" else kind
 
 
 def _short(exc: BaseException, limit: int = 600) -> str:
@@ -209,22 +207,59 @@ def _compile_pool(tasks: list[tuple], workers: int, timeout_s: float) -> tuple[l
 # -------------------------------------------------------------------------------------- timing
 
 
-def _time_ms(torch, fn, device: str, warmup_ms: float, rep_ms: float) -> tuple[float, str]:
-    if device == "cuda":
-        from triton.testing import do_bench
+TIMING_METHOD = "GpuTimer steady state (egg_mcp.evaluation.timing, verify's timer and inputs): {method}, L2 {flush}"
 
-        return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")), "do_bench median, L2 flushed"
+
+class _Clock:
+    """Times one config's forward the way verify does: the project's GpuTimer (one per job, its flush
+    buffer allocated once), fresh inputs per rotation set, median of adaptive repetitions."""
+
+    def __init__(self, problem: _Problem, timing_trials: int | None):
+        self.problem, self.trials, self.timer, self._inputs = problem, timing_trials, None, {}
+
+    def make_inputs(self, k: int) -> list:
+        if k not in self._inputs:
+            self._inputs[k] = self.problem.problem.inputs(self.problem.seed + 1 + k)
+        return self._inputs[k]
+
+    def time(self, model) -> tuple[float, float | None, str]:
+        torch = self.problem.torch
+        if self.problem.device != "cuda":
+            return _cpu_wall_ms(lambda: model(*self.problem.inputs)) + (None, "cpu interpreter wall clock (not a GPU time)")
+        if self.timer is None:
+            from egg_mcp.evaluation.timing import GpuTimer
+
+            self.timer = GpuTimer(torch.cuda.current_device())
+
+        grad = torch.is_grad_enabled()
+        torch.set_grad_enabled(False)  # as verify's harness: no per-call context manager inside the timed region
+        try:
+            stats, _ = self.timer.measure(lambda xs: model(*xs), self.make_inputs, n_runs=self.trials)
+        finally:
+            torch.set_grad_enabled(grad)
+        flush = "read-flushed" if stats.l2_flushed else "warm (inputs fit L2)"
+        return stats.median_ms, stats.cv, TIMING_METHOD.format(method=stats.method, flush=flush)
+
+
+def _cpu_wall_ms(fn) -> tuple[float]:
     times = []
-    fn()
-    for _ in range(3):
-        start = time.perf_counter()
+    with _no_grad():
         fn()
-        times.append((time.perf_counter() - start) * 1e3)
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e3)
     times.sort()
-    return times[len(times) // 2], "cpu interpreter wall clock (not a GPU time)"
+    return (times[len(times) // 2],)
 
 
-def _measure_one(problem: _Problem, config: dict[str, int], path: str, index: int, warm: dict | None,
+def _no_grad():
+    import torch
+
+    return torch.no_grad()
+
+
+def _measure_one(problem: _Problem, clock: _Clock, config: dict[str, int], path: str, index: int, warm: dict | None,
                  payload: MeasurePayload) -> MeasuredConfig:
     torch = problem.torch
     result = MeasuredConfig(config=TilingConfig(values=config))
@@ -263,11 +298,7 @@ def _measure_one(problem: _Problem, config: dict[str, int], path: str, index: in
             result.error = result.error or f"max abs error {max_err:.3g} beyond atol={payload.atol}, rtol={payload.rtol}"
             return result
 
-        def run():
-            with torch.no_grad():
-                model(*problem.inputs)
-
-        result.median_ms, result.timing_method = _time_ms(torch, run, problem.device, payload.warmup_ms, payload.rep_ms)
+        result.median_ms, result.timing_cv, result.timing_method = clock.time(model)
     except BaseException as exc:  # noqa: BLE001 - recorded per config
         result.error_kind, result.error, result.correct = _error_kind(exc), _short(exc), False
         if not result.kernels:
@@ -313,10 +344,11 @@ def measure_configs(payload: dict) -> dict:
             f.write(job.reference_source)
         torch_device = "cuda" if device == "cuda" else "cpu"
         problem: _Problem | None = None
+        clock: _Clock | None = None
         counter = 0
 
         def run_batch(batch: list[tuple[dict[str, int], str]]) -> list[MeasuredConfig]:
-            nonlocal problem, counter, compile_wall
+            nonlocal problem, clock, counter, compile_wall
             paths, indices = [], []
             for config, source in batch:
                 path = os.path.join(workdir, f"cand_{counter}.py")
@@ -334,13 +366,14 @@ def measure_configs(payload: dict) -> dict:
             modes.append(mode)
             if problem is None:
                 problem = _Problem(reference_path, job.dtype, job.size_overrides, job.seed, torch_device)
+                clock = _Clock(problem, job.timing_trials)
             out = []
             for (config, _), path, index, w in zip(batch, paths, indices, warm):
                 if time.perf_counter() - started > job.time_budget_s:
                     out.append(MeasuredConfig(config=TilingConfig(values=config), error_kind="timeout",
                                               error="not measured: the job's time budget was spent"))
                     continue
-                out.append(_measure_one(problem, config, path, index, w, job))
+                out.append(_measure_one(problem, clock, config, path, index, w, job))
             return out
 
         if job.candidates:

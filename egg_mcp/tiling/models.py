@@ -98,6 +98,7 @@ class MeasuredConfig(BaseModel):
     max_abs_error: float | None = None
     kernels: list[KernelInfo] = Field(default_factory=list)
     timing_method: str | None = None
+    timing_cv: float | None = Field(None, description="coefficient of variation of the timed runs (GPU only)")
 
 
 class PrunedGroup(BaseModel):

@@ -9,7 +9,9 @@ from collections import Counter
 from typing import Any
 
 from egg_mcp.evaluation.api import EvalOptions
-from egg_mcp.hardware import GpuSpec
+from egg_mcp.hardware import GpuSpec, gpu_status, spec_for
+
+STAND_IN_GPU = "H200"
 from egg_mcp.tiling.dims import check_kind, normalize_dims
 from egg_mcp.tiling.model import estimate_all, infer_kind
 from egg_mcp.tiling.models import (
@@ -69,7 +71,7 @@ async def propose_tiling(
     reference_source: str,
     candidate_source: str,
     options: EvalOptions,
-    gpu: GpuSpec,
+    gpu: GpuSpec | None,
     dims: dict[str, int],
     kind: str | None = None,
     max_trials: int = 8,
@@ -101,10 +103,16 @@ async def propose_tiling(
             "TUNING_SPACE = {'BLOCK_M': [64, 128], ...}; sizes computed at the launch (e.g. "
             "triton.next_power_of_2(n)) are derived, not tunable"
         )
+    stand_in = None
+    if gpu is None:  # a ranking needs a target: use a named stand-in, and say so in the proposal
+        status = gpu_status()
+        gpu = spec_for(STAND_IN_GPU)
+        stand_in = (f"{status or 'no GPU ceilings'}: the analytic ranking targets the {gpu.name} datasheet leads as a "
+                    "stand-in; on your GPU, run egg-mcp calibrate and measure the top configs")
     configs, total, truncated = enumerate_configs(space, max_configs=max_configs)
     estimates = estimate_all(configs, space, gpu=gpu, dims=canonical, kind=kind, dtype=options.dtype)
     feasible = [e for e in estimates if e.feasible]
-    warnings = list(space.warnings)
+    warnings = list(space.warnings) + ([stand_in] if stand_in else [])
     if truncated:
         warnings.append(f"space of {total} configs sampled down to {len(configs)} (seeded, uniform)")
     proposal = TilingProposal(

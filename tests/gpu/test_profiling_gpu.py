@@ -1,6 +1,6 @@
 """profile_ncu on real Triton kernels built to be each kind of bottleneck (H200; skipped without CUDA).
 
-Each kind of benchmarks/profiling_kernels.py is profiled through profile_candidate (LocalJobRunner
+Each kind of benchmarks/profiling_kernels.py is profiled through profile_candidate (the engine's
 workers under ncu) and the report must say what the kernel was built to be. Without ncu, the same
 kernels go through the no-counter fallback.
 """
@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from egg_mcp.evaluation.api import EvalOptions  # noqa: E402
 from egg_mcp.profiling import runner  # noqa: E402
-from egg_mcp.profiling.local_jobs import LocalJobRunner  # noqa: E402
+from egg_mcp.evaluation.engine import WorkerEvaluator  # noqa: E402
 from egg_mcp.workflow.stages import Stage  # noqa: E402
 
 pytestmark = [
@@ -31,11 +31,20 @@ _spec.loader.exec_module(kernels)
 
 def _profile(kind: str):
     info = kernels.KINDS[kind]
-    return asyncio.run(runner.profile_candidate(
-        LocalJobRunner(has_gpu=True), reference_source=info["reference"], candidate_source=info["candidate"],
-        options=EvalOptions(dtype=info["dtype"]), stage=Stage(info["stage"]), gpu=None, flops=info["flops"],
-        min_bytes=info["min_bytes"], timeout_s=300,
-    ))
+
+    async def go():
+        import tempfile
+
+        ev = WorkerEvaluator(scratch_dir=Path(tempfile.mkdtemp(prefix="egg-prof-gpu-")), spare_workers=0)
+        try:
+            return await runner.profile_candidate(
+                ev, reference_source=info["reference"], candidate_source=info["candidate"],
+                options=EvalOptions(dtype=info["dtype"]), stage=Stage(info["stage"]), gpu=None, flops=info["flops"],
+                min_bytes=info["min_bytes"], timeout_s=300)
+        finally:
+            await ev.aclose()
+
+    return asyncio.run(go())
 
 
 @pytest.mark.skipif(runner.find_ncu() is None, reason="ncu not installed")

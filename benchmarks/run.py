@@ -1,0 +1,223 @@
+"""The GPU benchmark record: named suites, each writing OUT/<suite>.json stamped with what produced it.
+
+    python3 benchmarks/run.py SUITE [SUITE ...] --out DIR [--quick]
+    python3 benchmarks/run.py --list
+
+Every output file carries the git commit (and whether the tree was dirty), the Python / torch / Triton
+versions, the GPU (name, UUID, driver, SM and memory clocks) and the start time, next to the suite's own
+result. Measurements go through the real engine (WorkerEvaluator jobs, the project's GpuTimer). This
+replaces the gpu_batch*.sh notebook (kept, with their result files, as history).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+AGREEMENT_CASES = {  # (kernel file in benchmarks/tiling_kernels, dtype, size overrides)
+    "softmax": ("softmax", "float32", {"batch_size": 4096, "dim": 8192}),
+    "layernorm": ("layernorm", "bfloat16", {"batch_size": 16384, "hidden": 2048}),
+    "gemm": ("gemm_bias_relu", "bfloat16", {"batch_size": 4096, "in_features": 4096, "out_features": 4096}),
+}
+AGREEMENT_TOLERANCE = 0.01
+
+
+def _git(*args: str) -> str | None:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def provenance() -> dict[str, Any]:
+    """What produced a result file: code, versions, GPU and clocks (NVML; no CUDA context in this process)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def ver(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    record: dict[str, Any] = {
+        "git_commit": _git("rev-parse", "HEAD"), "git_dirty": bool(_git("status", "--porcelain")),
+        "python": platform.python_version(), "torch": ver("torch"), "triton": ver("triton"),
+        "egg_mcp": ver("egg-mcp"), "host": platform.node(),
+        "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "gpus": [],
+    }
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        dec = lambda v: v.decode() if isinstance(v, bytes) else v  # noqa: E731
+        record["driver"] = dec(pynvml.nvmlSystemGetDriverVersion())
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            gpu = {"index": i, "name": dec(pynvml.nvmlDeviceGetName(h)), "uuid": dec(pynvml.nvmlDeviceGetUUID(h))}
+            for key, fn, clock in (("sm_clock_mhz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_SM"),
+                                   ("sm_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_SM"),
+                                   ("mem_clock_mhz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_MEM")):
+                try:
+                    gpu[key] = int(getattr(pynvml, fn)(h, getattr(pynvml, clock)))
+                except Exception:  # noqa: BLE001
+                    pass
+            record["gpus"].append(gpu)
+        pynvml.nvmlShutdown()
+    except Exception as exc:  # noqa: BLE001 - no driver: said so in the record
+        record["gpus_error"] = f"{type(exc).__name__}: {exc}"
+    return record
+
+
+# ------------------------------------------------------------------------------------------ suites
+
+
+def suite_calibrate(out: Path, quick: bool) -> dict[str, Any]:
+    """`egg-mcp calibrate` through the engine: each ceiling beside its ncu-style / datasheet peak."""
+    from benchmarks.engine_jobs import evaluator
+    from egg_mcp.calibration.run import calibrate, describe
+
+    async def go():
+        ev = evaluator()
+        try:
+            return await calibrate(ev, None, quick=quick)
+        finally:
+            await ev.aclose()
+
+    cal = asyncio.run(go())
+    lines = describe(cal)
+    print("\n".join(lines))
+    return {"calibration": cal.model_dump(mode="json"), "table": lines,
+            "outside_10pct_of_peak": [c.key for c in cal.ceilings if c.ratio_to_peak and c.ratio_to_peak < 0.9]}
+
+
+def _agreement_case(name: str) -> tuple[str, str, dict[str, int]]:
+    file, dtype, overrides = AGREEMENT_CASES[name]
+    return (REPO / "benchmarks" / "tiling_kernels" / f"{file}.py").read_text(), dtype, overrides
+
+
+def suite_tiling_agreement(out: Path, quick: bool) -> dict[str, Any]:
+    """The same config timed as a tiling trial and by verify, in the same run: must agree within 1 %."""
+    from benchmarks.engine_jobs import evaluator
+    from egg_mcp.evaluation.api import EvalOptions, default_tolerance
+
+    async def case(ev, name: str) -> dict[str, Any]:
+        source, dtype, overrides = _agreement_case(name)
+        tol = default_tolerance(dtype)
+        rows: dict[str, Any] = {"case": name, "dtype": dtype, "sizes": overrides}
+        trial = await ev.run_job("egg_mcp.tiling.measure:measure_configs", {
+            "reference_source": source, "dtype": dtype, "size_overrides": overrides, "atol": tol.atol, "rtol": tol.rtol,
+            "device": "cuda", "compile_workers": 0, "candidates": [{"config": {}, "source": source}]},
+            timeout_s=240, uses_gpu=True)
+        if not trial.ok:
+            return {**rows, "error": f"tiling trial failed: {trial.error.message if trial.error else trial.stderr_tail}"}
+        measured = trial.result["results"][0]
+        verified = await ev.evaluate(source, source, EvalOptions(dtype=dtype, tolerance=tol, size_overrides=overrides))
+        rows.update(trial_ms=measured.get("median_ms"), trial_cv=measured.get("timing_cv"),
+                    trial_method=measured.get("timing_method"), verify_verdict=verified.verdict,
+                    verify_ms=verified.timing.median_ms if verified.timing else None,
+                    verify_cv=verified.timing.cv if verified.timing else None,
+                    verify_method=verified.timing.method if verified.timing else None)
+        if rows["trial_ms"] and rows["verify_ms"]:
+            rows["ratio"] = rows["trial_ms"] / rows["verify_ms"]
+            rows["within_1pct"] = abs(rows["ratio"] - 1) <= AGREEMENT_TOLERANCE
+        return rows
+
+    async def go():
+        ev = evaluator()
+        try:
+            return [await case(ev, name) for name in (["softmax", "layernorm"] if quick else AGREEMENT_CASES)]
+        finally:
+            await ev.aclose()
+
+    rows = asyncio.run(go())
+    for r in rows:
+        print(f"[{r['case']}] trial {r.get('trial_ms')} ms, verify {r.get('verify_ms')} ms, ratio {r.get('ratio')}"
+              + (f" ERROR {r['error']}" if "error" in r else ""))
+    return {"cases": rows, "tolerance": AGREEMENT_TOLERANCE,
+            "all_within": all(r.get("within_1pct") for r in rows)}
+
+
+def suite_tiling_search(out: Path, quick: bool) -> dict[str, Any]:
+    """benchmarks/tiling_bench.py on its ten cases through the engine and GpuTimer (quick: fewer timed runs
+    per config, no autotune comparison, a 230 s budget)."""
+    tiling_out = out / "tiling_search"
+    argv = [sys.executable, str(REPO / "benchmarks" / "tiling_bench.py"), str(tiling_out)]
+    argv += ["--autotune", "", "--max-wall-s", "230", "--timing-trials", "10"] if quick else ["--max-wall-s", "540"]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+    print(proc.stdout[-3000:])
+    data_path = tiling_out / "tiling_bench.json"
+    data = json.loads(data_path.read_text()) if data_path.exists() else None
+    return {"argv": argv[1:], "exit_code": proc.returncode, "stderr_tail": proc.stderr[-2000:],
+            "report": str(tiling_out / "tiling_bench.md"), "tiling_bench": data}
+
+
+def _script(name: str, argv_tail: list[str], timeout: int) -> Callable[[Path, bool], dict[str, Any]]:
+    def run(out: Path, quick: bool) -> dict[str, Any]:
+        target = out / f"{name}.raw.json"
+        proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / argv_tail[0]), str(target), *argv_tail[1:]],
+                              cwd=REPO, capture_output=True, text=True, timeout=timeout)
+        print(proc.stdout[-2000:])
+        return {"exit_code": proc.returncode, "stderr_tail": proc.stderr[-2000:],
+                "result": json.loads(target.read_text()) if target.exists() else None}
+
+    run.__doc__ = f"benchmarks/{argv_tail[0]} (its own JSON, embedded)"
+    return run
+
+
+SUITES: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
+    "calibrate": suite_calibrate,
+    "tiling_agreement": suite_tiling_agreement,
+    "tiling_search": suite_tiling_search,
+    "verify": _script("verify", ["bench_verify.py"], 200),
+    "ncu_agreement": _script("ncu_agreement", ["bench_ncu_agreement.py"], 240),
+    "profiling": _script("profiling", ["profiling_bench.py"], 240),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suites", nargs="*", help=f"one or more of: {', '.join(SUITES)}")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (one <suite>.json per suite)")
+    parser.add_argument("--quick", action="store_true", help="the short form of each suite (see its doc)")
+    parser.add_argument("--list", action="store_true", help="list the suites and exit")
+    args = parser.parse_args(argv)
+    if args.list or not args.suites:
+        for name, fn in SUITES.items():
+            print(f"{name:<18} {(fn.__doc__ or '').strip().splitlines()[0]}")
+        return 0 if args.list else 2
+    unknown = [s for s in args.suites if s not in SUITES]
+    if unknown:
+        print(f"unknown suite(s) {unknown}; use one of {list(SUITES)}", file=sys.stderr)
+        return 2
+    out = args.out or Path(tempfile.mkdtemp(prefix="egg-bench-"))
+    out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for name in args.suites:
+        record = {"suite": name, "quick": args.quick, "provenance": provenance()}
+        t0 = time.perf_counter()
+        try:
+            record["result"] = SUITES[name](out, args.quick)
+        except Exception as exc:  # noqa: BLE001 - recorded; the other suites still run
+            record["error"] = f"{type(exc).__name__}: {exc}"
+            failed += 1
+        record["wall_s"] = round(time.perf_counter() - t0, 2)
+        (out / f"{name}.json").write_text(json.dumps(record, indent=1))
+        print(f"== {name}: {'ERROR ' + record['error'] if 'error' in record else 'done'} in {record['wall_s']} s "
+              f"-> {out / f'{name}.json'}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The calibration record: one per GPU (by UUID), stored as JSON in the workspace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class MeasuredCeiling(BaseModel):
+    key: str = Field(description="dram_copy | dram_read | l2_read | fp32_fma | mm_fp32_ieee | mm_tf32x3 | mm_tf32 | "
+                                 "mm_bf16 | mm_fp16 | mm_fp8")
+    unit: str
+    value: float = Field(description="the best of the timed runs, in `unit`")
+    best_ms: float
+    median_ms: float
+    amount: float = Field(description="bytes or FLOPs one run moves / does")
+    method: str
+    peak: float | None = None
+    peak_source: str | None = None
+    ratio_to_peak: float | None = None
+    note: str = ""
+
+
+class DeviceFacts(BaseModel):
+    name: str
+    uuid: str | None = None
+    compute_capability: str | None = None
+    sm_count: int | None = None
+    l2_bytes: int | None = None
+    memory_bytes: int | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    triton: str | None = None
+    sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    mem_clock_max_mhz: int | None = None
+    mem_bus_width_bits: int | None = None
+    regs_per_sm: int | None = None
+    max_threads_per_sm: int | None = None
+    smem_per_block_optin_bytes: int | None = None
+    smem_per_sm_bytes: int | None = None
+
+
+class Calibration(BaseModel):
+    device: DeviceFacts
+    ceilings: list[MeasuredCeiling]
+    skipped: dict[str, str] = Field(default_factory=dict, description="probes not run, and why")
+    timer: str = ""
+    measured_at: str
+    wall_s: float = 0.0
+    quick: bool = False
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    def get(self, key: str) -> MeasuredCeiling | None:
+        return next((c for c in self.ceilings if c.key == key), None)
