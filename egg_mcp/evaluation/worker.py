@@ -13,6 +13,12 @@ Protocol (all JSON lines on the result fd, never stdout, which the candidate own
 The job itself arrives as one line on the job fd: the path of a JSON file that is read and
 deleted before the target is imported. The worker is used for one job only, then `os._exit`s
 (skipping atexit handlers and CUDA teardown that candidate code could have poisoned).
+
+For verify the worker is the trusted *judge* (judge.py): candidate code runs in a child *runner*
+process (runner.py) that holds no copy of this result fd. The worker makes itself non-dumpable
+(its memory, environment and fds are closed to same-user processes through /proc) and a child
+subreaper (a candidate's setsid grandchildren stay its descendants), and kills every descendant
+before it exits. `--prestart-runner` starts the runner during the preload.
 """
 
 from __future__ import annotations
@@ -125,8 +131,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--job-fd", type=int, required=True)
     parser.add_argument("--result-fd", type=int, required=True)
     parser.add_argument("--mode", choices=["gpu", "interp", "plain"], default="plain")
+    parser.add_argument("--prestart-runner", action="store_true")
     args = parser.parse_args(argv)
+    from egg_mcp.evaluation import confinement
+
+    confinement.protect_memory()
+    confinement.become_subreaper()
     _channel = ResultChannel(args.result_fd)
+    if args.prestart_runner:
+        try:
+            from egg_mcp.evaluation import runner_process
+
+            runner_process.prestart(args.mode)  # imports torch in parallel with our own preload
+        except Exception:
+            traceback.print_exc()
     try:
         _preload(args.mode)
     except Exception:
@@ -160,6 +178,12 @@ def main(argv: list[str] | None = None) -> None:
         except Exception:
             pass
     finally:
+        try:
+            from egg_mcp.evaluation import confinement
+
+            confinement.kill_descendants()
+        except Exception:
+            pass
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

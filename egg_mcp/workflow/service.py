@@ -321,8 +321,8 @@ class EggService:
             raise
         time_ms = result.timing.median_ms if result.timing and result.verdict == "correct" else None
         with self.ws.transaction() as db:
-            db.execute("UPDATE candidates SET status='done', verdict=?, time_ms=?, result_sha=? WHERE id=?",
-                       (result.verdict, time_ms, self.ws.put_text(result.model_dump_json()), cand_id))
+            db.execute("UPDATE candidates SET status=?, verdict=?, time_ms=?, result_sha=? WHERE id=?",  # harness faults: never a cache hit
+                       ("harness_fault" if result.fault == "harness" else "done", result.verdict, time_ms, self.ws.put_text(result.model_dump_json()), cand_id))
         return self._verify_result(self._task_row(task_id), self._candidate_row(task_id, cand_id), cached=False)
 
     def _verify_result(self, row, cand, *, cached: bool) -> VerifyResult:
