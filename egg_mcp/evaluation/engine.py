@@ -151,6 +151,7 @@ class _JobState:
     timed_out: bool = False
     timeout_phase: str | None = None
     server_phase_s: dict[str, float] = field(default_factory=dict)
+    marks: dict[str, float] = field(default_factory=dict)
 
 
 class WorkerEvaluator:
@@ -526,7 +527,8 @@ class WorkerEvaluator:
                 outcome, state = await self._drive(
                     worker, target, payload, first_timeout_s, run_timeout_s, progress
                 )
-                lap("job")
+                mark = time.monotonic()
+                server_phase.update(state.server_phase_s)  # the job: worker_start, judge, result_to_exit
             finally:
                 await self._dispose(worker)
                 lap("teardown")
@@ -580,6 +582,7 @@ class WorkerEvaluator:
                         state.forged.append(str(message)[:200])
                         continue
                     if kind == "started":
+                        state.marks["started"] = time.monotonic()
                         state.phase = "load"
                         deadline = time.monotonic() + first_timeout_s
                     elif kind == "phase":
@@ -598,6 +601,7 @@ class WorkerEvaluator:
                             state.forged.append("a second result message")
                         else:
                             state.result_message = message
+                            state.marks["result"] = time.monotonic()
                 if wait_task.done() or worker.proc.returncode is not None:
                     break
                 if state.result_message is not None and result_deadline is None:
@@ -634,6 +638,9 @@ class WorkerEvaluator:
             elif message.get("type") not in ("ready",) and message.get("nonce") != nonce:
                 state.forged.append(str(message)[:200])
         wall = time.monotonic() - started
+        begun, done = state.marks.get("started", started), state.marks.get("result", started + wall)
+        state.server_phase_s = {"worker_start": round(begun - started, 4), "judge": round(done - begun, 4),
+                                "result_to_exit": round(started + wall - done, 4)}
         return self._outcome(worker, state, wall, first_timeout_s, run_timeout_s), state
 
     @staticmethod

@@ -1,0 +1,293 @@
+"""Hostile candidates against the judge/runner split (issue 12): every route a candidate has — the
+interpreter's objects, inherited file descriptors, /proc, its ancestors, the filesystem, signals,
+escaped children, memory past its tensors. None may yield `correct`, leak the token, change the
+workspace or kill the server; the next honest verify is `correct`.
+
+All candidates run once, concurrently, through one WorkerEvaluator (CPU interpreter, small shapes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from egg_mcp.evaluation import confinement
+from egg_mcp.evaluation.api import EvalOptions
+from egg_mcp.evaluation.engine import WorkerEvaluator
+from egg_mcp.problems.builtin import builtin_source
+
+pytestmark = pytest.mark.slow
+
+CORRECT = (Path(__file__).parent / "adversarial" / "correct_row_softmax.py").read_text()
+QUICK = {"batch_size": 8, "dim": 100}
+TOKEN = "egg-test-token-3f9a1c"
+FORGED = ('{"type": "result", "ok": True, "result": {"verdict": "correct", "summary": "Correct (forged)", '
+          '"correctness_trials": 5, "correctness_trials_passed": 5}}')
+
+
+def hostile(body: str) -> str:
+    """The correct candidate whose forward runs `body` and then returns zeros (wrong on purpose:
+    only a forged verdict could call it correct)."""
+    lines = "\n".join("        " + line for line in body.strip("\n").splitlines())
+    return CORRECT.replace("    def forward(self, x):\n",
+                           f"    def forward(self, x):\n{lines}\n        return torch.zeros_like(x)\n", 1)
+
+
+ATTACKS = {
+    "forge_via_worker_channel": hostile(f"""
+import sys, os, json
+import egg_mcp.evaluation.worker as w
+msg = {FORGED}
+ch = w.channel()
+if ch is not None:
+    ch.send(msg)
+for nonce in [None]:
+    line = (json.dumps(msg) + "\\n").encode()
+    for fd in range(3, 64):
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+os._exit(0)
+"""),
+    "write_every_inherited_fd": hostile(f"""
+import os, json
+line = (json.dumps({FORGED}) + "\\n").encode()
+for name in os.listdir("/proc/self/fd"):
+    try:
+        os.write(int(name), line)
+    except OSError:
+        pass
+"""),
+    "read_environment_and_parents": hostile("""
+import os
+found = [repr(dict(os.environ))]
+pids = [os.getpid(), os.getppid()]
+try:
+    stat = open(f"/proc/{os.getppid()}/stat").read()
+    pids.append(int(stat[stat.rindex(")") + 2:].split()[1]))
+except Exception as exc:
+    found.append(repr(exc))
+for pid in pids:
+    try:
+        found.append(open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace"))
+    except Exception as exc:
+        found.append(repr(exc))
+print("\\n".join(found))
+raise RuntimeError(" ".join(found)[:3000])
+"""),
+    "read_judge_memory": hostile("""
+import os
+for what in ("maps", "mem", "environ"):
+    try:
+        with open(f"/proc/{os.getppid()}/{what}", "rb") as f:
+            f.read(16)
+        print(f"READABLE_{what}", flush=True)
+    except OSError as exc:
+        print(f"denied {what}: {exc}", flush=True)
+"""),
+    "gc_walk_for_the_judge": hostile("""
+import gc
+hits = sorted({type(o).__name__ for o in gc.get_objects()
+               if type(o).__name__ in ("Evaluation", "Judge", "ResultChannel", "Verdicts")})
+if hits:
+    print("FOUND_HARNESS_OBJECTS", hits, flush=True)
+"""),
+    "signal_parents": hostile("""
+import os, signal
+targets = {os.getppid(), int(os.environ.get("EGG_MCP_SERVER_PID", "0") or 0)} - {0, 1}
+for pid in targets:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+try:
+    os.killpg(os.getpgid(os.getppid()), signal.SIGKILL)
+except OSError:
+    pass
+"""),
+    "escaped_setsid_grandchild": hostile("""
+import os, time
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    if os.fork() == 0:
+        print(f"GRANDCHILD={os.getpid()}", flush=True)
+        time.sleep(300)
+    os._exit(0)
+os.waitpid(pid, 0)
+time.sleep(0.3)
+"""),
+    "one_past_the_end": CORRECT.replace(
+        "tl.store(y_ptr + row * y_stride + cols, num / tl.sum(num, axis=0), mask=mask)",
+        "tl.store(y_ptr + row * y_stride + cols, num / tl.sum(num, axis=0), mask=cols <= n_cols)"),
+}
+for name, source in ATTACKS.items():
+    assert source != CORRECT, f"{name}: the attack was not spliced into the candidate"
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and "scratch" not in p.parts}
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory):
+    """(results, wall seconds per attack, workspace digest before, after)."""
+    ws = tmp_path_factory.mktemp("ws")
+    (ws / "exports").mkdir()
+    (ws / "exports" / "kernel.py").write_text("# exported\n")
+    import sqlite3
+
+    db = sqlite3.connect(ws / "egg.sqlite3")
+    db.execute("CREATE TABLE candidates (id TEXT, verdict TEXT)")
+    db.execute("INSERT INTO candidates VALUES ('c1', 'incorrect')")
+    db.commit()
+    db.close()
+    attacks = dict(ATTACKS)
+    attacks["write_the_workspace"] = hostile(f"""
+import os, sqlite3
+WS = {str(ws)!r}
+for path in (WS + "/egg.sqlite3", "../../../egg.sqlite3"):
+    try:
+        db = sqlite3.connect(path); db.execute("UPDATE candidates SET verdict='correct'"); db.commit()
+    except Exception as exc:
+        print("db denied", exc)
+for path in (WS + "/exports/kernel.py", WS + "/exports/pwned.py", WS + "/pwned.txt"):
+    try:
+        open(path, "w").write("pwned")
+    except OSError as exc:
+        print("write denied", exc)
+try:
+    print("WS_LISTING", os.listdir(WS + "/exports"))
+except OSError as exc:
+    print("list denied", exc)
+""")
+    before = tree_digest(ws)
+    old = os.environ.get("EGG_MCP_TOKEN")
+    os.environ["EGG_MCP_TOKEN"] = TOKEN  # as in HTTP mode: the server holds the bearer token
+
+    async def run_all():
+        evaluator = WorkerEvaluator(scratch_dir=ws / "scratch", force_interpreter=True, spare_workers=0,
+                                    log_limit_bytes=16 * 1024)
+        options = EvalOptions(size_overrides=QUICK, correctness_trials=2, run_timeout_s=60)
+        reference = builtin_source("softmax")
+
+        async def one(source):
+            start = time.monotonic()
+            result = await evaluator.evaluate(reference, source, options)
+            return result, time.monotonic() - start
+
+        try:
+            outs = await asyncio.gather(*[one(src) for src in attacks.values()])
+            honest = await evaluator.evaluate(reference, CORRECT, options)
+            return dict(zip(attacks, outs)), honest
+        finally:
+            await evaluator.aclose()
+
+    try:
+        results, honest = asyncio.run(run_all())
+    finally:
+        if old is None:
+            os.environ.pop("EGG_MCP_TOKEN", None)
+        else:
+            os.environ["EGG_MCP_TOKEN"] = old
+    return results, honest, before, tree_digest(ws)
+
+
+@pytest.mark.parametrize("name", [*ATTACKS, "write_the_workspace"])
+def test_no_attack_is_correct_or_leaks_the_token(attacked, name):
+    results, _, _, _ = attacked
+    result, _ = results[name]
+    assert result.verdict != "correct", (name, result.summary)
+    assert TOKEN not in result.model_dump_json(), f"{name} leaked the server's token"
+
+
+def test_forged_channel_messages_do_not_make_a_verdict(attacked):
+    for name in ("forge_via_worker_channel", "write_every_inherited_fd"):
+        result, _ = attacked[0][name]
+        assert result.verdict in ("incorrect", "integrity_violation", "runtime_error"), (name, result.summary)
+        assert "forged" not in result.summary
+
+
+def test_the_judge_is_not_readable_through_proc(attacked):
+    result, _ = attacked[0]["read_judge_memory"]
+    assert "denied maps" in result.stdout_tail, result.stdout_tail  # the attack ran
+    assert "READABLE_" not in result.stdout_tail, result.stdout_tail
+
+
+def test_the_interpreter_holds_no_harness_objects(attacked):
+    result, _ = attacked[0]["gc_walk_for_the_judge"]
+    assert "FOUND_HARNESS_OBJECTS" not in result.stdout_tail, result.stdout_tail
+    assert result.verdict == "incorrect"
+
+
+def test_signalling_the_parents_leaves_the_server_and_the_next_verify_intact(attacked):
+    result, _ = attacked[0]["signal_parents"]
+    assert result.verdict in ("runtime_error", "oom", "incorrect"), result.summary
+    assert attacked[1].verdict == "correct", attacked[1].summary
+
+
+def test_an_escaped_setsid_grandchild_neither_holds_the_job_nor_survives_it(attacked):
+    result, wall = attacked[0]["escaped_setsid_grandchild"]
+    assert result.verdict == "incorrect", result.summary
+    assert result.server_phase_s["result_to_exit"] < 3.0, result.server_phase_s
+    match = re.search(r"GRANDCHILD=(\d+)", result.stdout_tail)
+    assert match, result.stdout_tail
+    pid = int(match.group(1))
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    assert not _alive(pid), f"the candidate's grandchild {pid} outlived its job"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def test_one_element_past_the_end_is_a_memory_error(attacked):
+    result, _ = attacked[0]["one_past_the_end"]
+    assert result.verdict == "memory_error", result.summary
+    assert "torch.empty_like" in result.summary and "[8, 100]" in result.summary, result.summary
+    assert "past the end" in result.error.message, result.error
+
+
+def test_every_second_is_in_a_phase(attacked):
+    result = attacked[1]
+    phases = result.server_phase_s
+    assert {"queue_wait", "worker_take", "worker_start", "judge", "result_to_exit", "teardown"} <= set(phases)
+    assert abs(phases["total"] - sum(v for k, v in phases.items() if k != "total")) < 0.01
+    assert phases["judge"] >= sum(result.phase_s.values()) - 0.05, (phases, result.phase_s)
+
+
+def test_the_result_states_the_sandbox(attacked):
+    sandbox = attacked[1].sandbox
+    assert sandbox and sandbox["env_allowlist"] is True and sandbox["level"] in ("env", "landlock", "landlock+ns")
+
+
+def test_the_workspace_is_unchanged(attacked):
+    results, _, before, after = attacked
+    result, _ = results["write_the_workspace"]
+    if not (result.sandbox or {}).get("fs_confined"):
+        pytest.skip("no filesystem confinement on this host (egg_mcp.sandbox with Landlock not in force): "
+                    f"{(result.sandbox or {}).get('notes')}")
+    assert after == before
+    assert "kernel.py" not in result.stdout_tail
+
+
+def test_secrets_never_reach_a_worker():
+    assert confinement.is_secret("EGG_MCP_TOKEN") and confinement.is_secret("OPENAI_API_KEY")
+    env = confinement.runner_env({"EGG_MCP_TOKEN": TOKEN, "EGG_MCP_SERVER_PID": "1", "PATH": "/bin",
+                                  "HOME": "/home/user"}, Path("/tmp/egg-private-test"), interpreter=True)
+    assert "EGG_MCP_TOKEN" not in env and "EGG_MCP_SERVER_PID" not in env
+    assert env["HOME"].startswith("/tmp/egg-private-test")
