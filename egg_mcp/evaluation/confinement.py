@@ -106,6 +106,43 @@ def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: 
     }
 
 
+def drop_capabilities() -> bool:
+    """Empty this process's capability sets (bounding set first). A runner started by root keeps uid 0
+    but loses CAP_SYS_PTRACE / CAP_DAC_* and friends: non-dumpable processes' /proc files (the judge's,
+    the server's) become unreadable to it, and no later exec regains them (no_new_privs)."""
+    libc = _libc()
+    if libc is None or not sys.platform.startswith("linux"):
+        return False
+    if os.geteuid() != 0 and not _has_effective_caps():
+        return True
+    PR_CAPBSET_DROP = 24
+    for cap in range(64):
+        libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    header, data = Header(0x20080522, 0), (Data * 2)()
+    SYS_capset = {"x86_64": 126, "aarch64": 91}.get(os.uname().machine)
+    if SYS_capset is None:
+        return False
+    return libc.syscall(SYS_capset, ctypes.byref(header), ctypes.byref(data)) == 0 and not _has_effective_caps()
+
+
+def _has_effective_caps() -> bool:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16) != 0
+    except OSError:
+        pass
+    return False
+
+
 def become_subreaper() -> bool:
     """Orphaned descendants (a candidate's setsid children) are re-parented to this process."""
     if _sandbox is not None and hasattr(_sandbox, "become_subreaper"):

@@ -149,7 +149,9 @@ class CandidateSide:
 
     def confine(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Applied (and reported) before any candidate code exists in this process."""
-        return {"type": "confined", "sandbox": confinement.confine(self.private)}
+        report = confinement.confine(self.private)
+        report["capabilities_dropped"] = confinement.drop_capabilities()
+        return {"type": "confined", "sandbox": report}
 
     def _wrap_reference(self, cls) -> None:
         side = self
