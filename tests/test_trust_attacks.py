@@ -291,3 +291,29 @@ def test_secrets_never_reach_a_worker():
                                   "HOME": "/home/user"}, Path("/tmp/egg-private-test"), interpreter=True)
     assert "EGG_MCP_TOKEN" not in env and "EGG_MCP_SERVER_PID" not in env
     assert env["HOME"].startswith("/tmp/egg-private-test")
+
+
+MEMCHECK_REPORT = """========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at softmax_kernel+0x2d0 in /tmp/runner-1/src/candidate.py:20
+=========     by thread (100,0,0) in block (7,0,0)
+=========     Address 0x7f3a4c000c80 is out of bounds
+=========     and is 1 bytes after the nearest allocation at 0x7f3a4c000000 of size 3200 bytes
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========     Host Frame: [0x2f2d4f]
+=========
+========= ERROR SUMMARY: 1 error
+"""
+
+
+def test_a_memcheck_report_becomes_a_memory_error_naming_kernel_and_address():
+    from egg_mcp.evaluation.memcheck import result_from_report
+
+    result = result_from_report(MEMCHECK_REPORT, "compute-sanitizer", 1.0)
+    assert result.verdict == "memory_error" and result.error_count == 1
+    error = result.errors[0]
+    assert error.kernel == "softmax_kernel" and error.address == "0x7f3a4c000c80"
+    assert "write of size 4" in error.access and "1 bytes after the nearest allocation" in error.detail
+    assert "softmax_kernel" in result.summary and "0x7f3a4c000c80" in result.summary
+    assert result_from_report("========= ERROR SUMMARY: 0 errors\n", "cs", 1.0).verdict == "clean"
+    assert result_from_report("", "cs", 1.0).verdict == "unavailable"

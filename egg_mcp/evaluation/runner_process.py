@@ -38,15 +38,17 @@ class RunnerGone(Exception):
 class RunnerProcess:
     """One untrusted runner: own process group, allow-listed env, private dir, one socket."""
 
-    def __init__(self, mode: str, workdir: Path):
+    def __init__(self, mode: str, workdir: Path, *, wrapper: list[str] | None = None,
+                 extra_env: dict[str, str] | None = None):
         self.mode = mode
         self.private = Path(workdir) / f"runner-{secrets.token_hex(4)}"
         self.private.mkdir(mode=0o700)
         ours, theirs = socket.socketpair()
         env = confinement.runner_env(os.environ, self.private, interpreter=(mode == "interp"))
-        argv = [*confinement.spawn_prefix(), sys.executable, "-m", "egg_mcp.evaluation.runner",
+        env.update(extra_env or {})
+        argv = [*confinement.spawn_prefix(), *(wrapper or []), sys.executable, "-m", "egg_mcp.evaluation.runner",
                 "--fd", str(theirs.fileno()), "--private", str(self.private), "--mode", mode,
-                "--judge", str(os.getpid())]
+                "--judge", "0" if wrapper else str(os.getpid())]  # wrapped: the wrapper is its parent
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=self.private, env=env,
                                          close_fds=True, pass_fds=(theirs.fileno(),), start_new_session=True)
@@ -106,6 +108,18 @@ class RunnerProcess:
             return ErrorReport(kind="signal", message=f"the candidate's runner process ended by {name}")
         return ErrorReport(kind="exit", message=f"the candidate's runner process exited with code {code} before "
                            "reporting (os._exit / abort in candidate code?)")
+
+    def finish(self, timeout_s: float) -> int | None:
+        """Ask the runner to exit by itself (a wrapper such as compute-sanitizer writes its report then);
+        its exit code, or None when it had to be killed."""
+        with contextlib.suppress(OSError, wire.WireError):
+            wire.send(self.sock, {"type": "exit"})
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+        finally:
+            self.kill()
 
     def kill(self) -> int:
         """SIGKILL the runner's group and every descendant of the judge but its own helpers."""
