@@ -317,3 +317,17 @@ def test_a_memcheck_report_becomes_a_memory_error_naming_kernel_and_address():
     assert "softmax_kernel" in result.summary and "0x7f3a4c000c80" in result.summary
     assert result_from_report("========= ERROR SUMMARY: 0 errors\n", "cs", 1.0).verdict == "clean"
     assert result_from_report("", "cs", 1.0).verdict == "unavailable"
+
+
+def test_runner_timing_is_cross_checked_against_the_judges_clock():
+    from egg_mcp.evaluation.api import TimingStats
+    from egg_mcp.evaluation.judge import timing_cross_check
+
+    honest = TimingStats(median_ms=9.7, mean_ms=9.7, n_runs=31, host_wall_ms=320.0)
+    assert timing_cross_check(honest, wall_ms=1100.0) == []
+    more_than_happened = TimingStats(median_ms=9.7, mean_ms=9.7, n_runs=310, host_wall_ms=3100.0)
+    [finding] = timing_cross_check(more_than_happened, wall_ms=1100.0)
+    assert finding.check == "timing_forged" and finding.severity == "violation"
+    scaled_down = TimingStats(median_ms=0.05, mean_ms=0.05, n_runs=31, host_wall_ms=2.0)
+    [finding] = timing_cross_check(scaled_down, wall_ms=4000.0)
+    assert finding.check == "timing_forged" and finding.severity == "review"

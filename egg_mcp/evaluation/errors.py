@@ -15,7 +15,13 @@ from egg_mcp.evaluation.api import EnvInfo, ErrorReport
 # ------------------------------------------------------------------------------- environment
 
 def env_info(interpreter: bool) -> EnvInfo:
-    import triton
+    from importlib.metadata import PackageNotFoundError, version
+
+    class triton:  # the version without importing triton (the judge never runs Triton code)
+        try:
+            __version__ = version("triton")
+        except PackageNotFoundError:
+            __version__ = None
 
     info = EnvInfo(
         device="cpu (Triton interpreter)" if interpreter else torch.cuda.get_device_name(),

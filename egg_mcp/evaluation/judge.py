@@ -329,7 +329,12 @@ class Judge(Verdicts):
         if not (stats.median_ms > 0 and stats.n_runs > 0):
             raise Rejected(self._protocol(f"implausible timing: median {stats.median_ms} ms over {stats.n_runs} runs"))
         self.findings.extend(timing_cross_check(stats, wall_ms))
-        self.timing_wall_ms = wall_ms
+        isolated_s = message.get("isolated_s")
+        if isinstance(isolated_s, (int, float)) and 0 <= isolated_s <= wall_ms / 1e3:
+            self.clock("timing_isolated")  # the runner's share of this phase, moved to its own entry
+            self.phase_s["timing_isolated"] = round(float(isolated_s), 4)
+            self.phase_s["timing_candidate"] = round(self.phase_s["timing_candidate"] - float(isolated_s), 4)
+            self._phase_open = ("timing_candidate", _perf_counter())
         return stats
 
     def _recheck(self, timed: bool) -> dict[str, Any] | None:

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch._dynamo  # noqa: F401  (imported lazily by use_deterministic_algorithms; it rebinds torch functions)
 import torch.utils.deterministic  # noqa: F401  (its flag poisons fresh allocations)
 
 from egg_mcp.evaluation import confinement, wire
@@ -39,8 +38,14 @@ from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
 # Trusted references, taken before any candidate code is imported.
 _clone = torch.Tensor.clone
 _equal = torch.equal
-_use_deterministic = torch.use_deterministic_algorithms
+_set_deterministic = torch._C._set_deterministic_algorithms  # not torch.use_deterministic_algorithms: that
+# imports torch._inductor/_dynamo (3-4 s of CPU per runner) only to set an inductor flag we do not use
 _deterministic_enabled = torch.are_deterministic_algorithms_enabled
+
+
+def _use_deterministic(mode: bool, warn_only: bool = False) -> None:
+    _set_deterministic(mode, warn_only=warn_only)
+
 _det_module = sys.modules["torch.utils.deterministic"]
 _enumerate_threads = threading.enumerate
 _perf_counter = time.perf_counter
@@ -345,11 +350,14 @@ class CandidateSide:
                 if stats.host_wall_ms < 0.9 * event_total - 1.0:
                     self.finding("monkeypatch", f"CUDA events report {event_total:.2f} ms in total but only "
                                  f"{stats.host_wall_ms:.2f} ms passed on the host clock")
+            isolated_s = None
             if cmd.get("isolated"):
+                t0 = _perf_counter()
                 try:
                     stats.isolated = timer.measure_isolated(lambda xs: model(*xs), make_inputs)
                 except Exception as exc:  # noqa: BLE001 - an extra reading; its absence must not fail verify
                     stats.isolated_error = f"{type(exc).__name__}: {exc}"[:300]
+                isolated_s = _perf_counter() - t0
         except CandidateFailed:
             raise
         except BaseException as exc:  # noqa: BLE001
@@ -357,7 +365,8 @@ class CandidateSide:
         finally:
             self.recorder.__enter__()
         self.kept = make_inputs(0)
-        return {"type": "timing", "stats": stats.model_dump(), "findings": self.new_findings()}
+        return {"type": "timing", "stats": stats.model_dump(), "isolated_s": isolated_s,
+                "findings": self.new_findings()}
 
 
 def serve(sock: socket.socket, side: CandidateSide) -> None:

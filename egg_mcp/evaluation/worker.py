@@ -62,12 +62,15 @@ def channel() -> ResultChannel | None:
     return _channel
 
 
-def _preload(mode: str) -> None:
-    """Pay the import and CUDA-init cost before the job arrives (this is what a pool buys)."""
+def _preload(mode: str, judge: bool = False) -> None:
+    """Pay the import and CUDA-init cost before the job arrives (this is what a pool buys). A judge
+    (verify) needs no triton: only its runner runs Triton code."""
     if mode == "plain":
         return
     import torch  # noqa: F401
-    import triton  # noqa: F401
+
+    if not judge:
+        import triton  # noqa: F401
 
     import egg_mcp.evaluation.harness  # noqa: F401
 
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         except Exception:
             traceback.print_exc()
     try:
-        _preload(args.mode)
+        _preload(args.mode, judge=args.prestart_runner)
     except Exception:
         traceback.print_exc()
     _channel.send({"type": "ready"})
