@@ -331,3 +331,34 @@ def test_runner_timing_is_cross_checked_against_the_judges_clock():
     scaled_down = TimingStats(median_ms=0.05, mean_ms=0.05, n_runs=31, host_wall_ms=2.0)
     [finding] = timing_cross_check(scaled_down, wall_ms=4000.0)
     assert finding.check == "timing_forged" and finding.severity == "review"
+
+
+def test_a_forged_verdict_through_mcp_is_not_correct_and_cannot_be_committed(tmp_path, monkeypatch):
+    """The issue's first row, end to end: verify over MCP, stored in the workspace, commit refused."""
+    import anyio
+    from mcp import Client
+
+    from egg_mcp.config import ServerConfig
+    from egg_mcp.server import create_server
+    from tests.mcp_driver import call, call_error
+
+    monkeypatch.setenv("EGG_MCP_TOKEN", TOKEN)
+    source = ATTACKS["forge_via_worker_channel"].replace(
+        "return torch.zeros_like(x)", "print(os.environ.get('EGG_MCP_TOKEN')); return torch.zeros_like(x)", 1)
+
+    async def main():
+        async with Client(create_server(ServerConfig(workspace=tmp_path / "ws", force_interpreter=True))) as client:
+            tid = (await call(client, "start_task", reference="softmax", k_seeds=1))["task_id"]
+            await call(client, "generate_seeds", task_id=tid)
+            result = await client.call_tool("verify", {"task_id": tid, "source": source})
+            assert not result.is_error, result.content[0].text
+            verified = result.structured_content
+            status = await call(client, "task_status", task_id=tid)
+            error = await call_error(client, "commit_stage", task_id=tid, candidate_id=verified["candidate_id"],
+                                     decision={"summary": "x", "changes": ["x"], "rationale": "x", "evidence": []})
+            return verified, status, error, str(result.content)
+
+    verified, status, error, text = anyio.run(main)
+    assert verified["verdict"] != "correct", verified["summary"]
+    assert "forged" not in verified["summary"] and TOKEN not in text
+    assert "not correct" in error or verified["verdict"] in error
