@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from egg_mcp.evaluation import wire
-from egg_mcp.evaluation.api import ErrorReport, EvalOptions, IntegrityFinding, MismatchReport, TimingStats
+from egg_mcp.evaluation.api import ErrorReport, EvalOptions, IntegrityFinding, TimingStats
 from egg_mcp.evaluation.compare import compare_tensor, structure_mismatch
 from egg_mcp.evaluation.errors import _failure, classify, env_info
 from egg_mcp.evaluation.judge_verdicts import Verdicts

@@ -74,6 +74,9 @@ def _preload(mode: str, judge: bool = False) -> None:
 
     import egg_mcp.evaluation.harness  # noqa: F401
 
+    if judge:
+        import egg_mcp.evaluation.judge  # noqa: F401
+
     if mode == "gpu" and torch.cuda.is_available():
         torch.cuda.init()
         torch.empty(1, device="cuda")
@@ -113,6 +116,9 @@ def _watch_server(server_pid: int, interval_s: float = 1.0) -> None:
             os.kill(server_pid, 0)
         except ProcessLookupError:
             try:
+                from egg_mcp.evaluation import confinement
+
+                confinement.kill_descendants()  # the runner and its setsid children left our group
                 os.killpg(os.getpgrp(), signal.SIGKILL)
             finally:
                 os._exit(137)
