@@ -34,6 +34,18 @@ _INTERPRETER_PROBE = textwrap.dedent("""
 _NCU_PROBE = "import torch; x = torch.ones(1024, device='cuda'); (x * 2).sum().item()"
 
 
+def _sandbox_lines() -> None:
+    """What confines a runner (the process that imports candidate code) here, and how to get more."""
+    from egg_mcp.sandbox import probe
+
+    report = probe()
+    _line(OK if report.level == "landlock+ns" else WARN, "sandbox", report.summary())
+    for note in report.notes:
+        _line(OK if note.startswith("namespaces:") else WARN, "", note)
+    if report.level != "landlock+ns":
+        _line(WARN, "", "see docs/sandbox.md for the levels and what each one keeps out")
+
+
 def run_doctor(config: ServerConfig) -> int:
     failures = 0
     _line(OK, "python", sys.version.split()[0])
@@ -83,6 +95,7 @@ def run_doctor(config: ServerConfig) -> int:
         else:
             _line(FAIL, "interpreter", (probe.stderr.strip().splitlines() or ["failed"])[-1])
             failures += 1
+    _sandbox_lines()
     ncu = find_ncu()
     if ncu is None:
         _line(WARN, "ncu", "not found: profile_ncu uses the no-counter fallback (set EGG_MCP_NCU to its path)")

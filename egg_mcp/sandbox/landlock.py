@@ -1,0 +1,215 @@
+"""`confine`: called inside the runner, after torch/triton are imported and before the candidate is.
+
+It sets no_new_privs, drops capabilities (a root runner keeps none), then enforces a Landlock domain:
+- read+execute: the Python installation (sys.prefix, base/exec prefix, site-packages, the egg_mcp
+  package, the packages already imported such as torch, triton and nvidia's CUDA wheels), /usr,
+  /lib*, /bin, /sbin, /proc and /sys, and the few /etc entries in ETC_READ (ld.so.cache, hosts, ...);
+- read+write (+ioctl from ABI 5): /dev/nvidia*, /dev/null, /dev/zero, /dev/full, /dev/random, /dev/urandom;
+- everything: the private dir (HOME, TMPDIR, Triton's cache, where Triton compiles and loads its .so files),
+  /dev/shm when the launcher mounted a private one, and `extra_write`; read+execute: `extra_read`;
+- nothing else: /tmp, the workspace, the user's home, the exports, the server's files are unreachable;
+- TCP bind/connect denied (ABI 4, unless `network=True`); signals and abstract unix sockets scoped to
+  the runner's own domain (ABI 6): it cannot signal the judge, the server or a sibling runner.
+Landlock also denies ptrace (and so /proc/<pid>/mem, /proc/<pid>/environ) of any process outside the domain.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import site
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from egg_mcp.sandbox import _sys as S
+from egg_mcp.sandbox.env import ENV_MARKER, NS_MARKER, TOOL_PATH_VARS
+
+if TYPE_CHECKING:
+    from egg_mcp.sandbox.report import SandboxReport
+
+SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/proc", "/sys")
+# Only what the loader, libc, Python, gcc (Triton's launcher build) and the NVIDIA driver read from /etc:
+# a root runner could otherwise read host secrets there (/etc/shadow, TLS keys) by owner permission.
+ETC_READ = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ld.so.preload", "localtime", "timezone", "hosts",
+            "host.conf", "resolv.conf", "nsswitch.conf", "gai.conf", "passwd", "group", "os-release",
+            "lsb-release", "debian_version", "redhat-release", "system-release", "alternatives", "nvidia",
+            "OpenCL", "vulkan", "protocols", "services", "mime.types", "machine-id", "environment")
+DEVICE_RW = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+DEVICE_GLOBS = ("/dev/nvidia*", "/dev/nvidia-caps/*")
+
+READ = S.FS_READ_FILE | S.FS_READ_DIR
+READ_EXEC = READ | S.FS_EXECUTE
+
+
+def _handled_fs(abi: int) -> int:
+    rights = S.FS_ABI1
+    if abi >= 2:
+        rights |= S.FS_REFER
+    if abi >= 3:
+        rights |= S.FS_TRUNCATE
+    if abi >= 5:
+        rights |= S.FS_IOCTL_DEV
+    return rights
+
+
+def python_paths() -> list[str]:
+    """Where this interpreter's code lives: prefixes, site-packages, and the packages already imported."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    paths.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    for entry in sys.path:
+        if entry and ("site-packages" in entry or "dist-packages" in entry or entry.endswith(".zip")):
+            paths.add(entry)
+    for name, module in list(sys.modules.items()):
+        if "." in name or name == "__main__":
+            continue
+        spec_file = getattr(module, "__file__", None)
+        if not spec_file:
+            continue
+        file = Path(spec_file)
+        paths.add(str(file.parent if file.name == "__init__.py" else file))
+    import egg_mcp
+
+    paths.add(str(Path(egg_mcp.__file__).resolve().parent))
+    return sorted(p for p in paths if p and os.path.exists(p))
+
+
+def _tool_paths() -> list[str]:
+    return [os.environ[v] for v in TOOL_PATH_VARS if os.environ.get(v) and os.path.exists(os.environ[v])]
+
+
+def _markers() -> tuple[bool, set[str]]:
+    """(environment allow-listed, namespaces and private mounts in force): told by runner_env and by the
+    launcher, both trusted code that ran before the candidate; popped so the candidate never sees them."""
+    env_marker = os.environ.pop(ENV_MARKER, "")
+    ns_marker = os.environ.pop(NS_MARKER, "")
+    return env_marker == "allowlist", set(filter(None, ns_marker.split(",")))
+
+
+def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
+            network: bool = False) -> SandboxReport:
+    """Confine the calling process (see module docstring); returns what was actually applied.
+
+    Never raises for a missing kernel feature: the report says what is missing. Raises OSError only
+    when a step the kernel offers fails (then the runner must not go on to import the candidate).
+    """
+    from egg_mcp.sandbox.report import SandboxReport
+
+    return SandboxReport(**confine_dict(private_dir, extra_read=extra_read, extra_write=extra_write, network=network))
+
+
+def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
+                 network: bool = False) -> dict[str, Any]:
+    """`confine` without pydantic (a runner that starts in milliseconds need not import it): the same
+    fields as SandboxReport, as a JSON-ready dict; the judge validates it with SandboxReport(**d)."""
+    report = SimpleNamespace(level="none", env_allowlist=False, landlock_abi=None, fs_confined=False,
+                             signals_scoped=False, pid_namespace=False, no_new_privs=False, network_confined=False,
+                             capabilities_dropped=False, unconfined_threads=0, notes=[])
+    report.env_allowlist, namespaces = _markers()
+    report.pid_namespace = "pid" in namespaces
+    if sys.platform != "linux":
+        report.notes.append(f"{sys.platform}: no Landlock or namespaces; run the server in a Linux VM/container")
+        return _finish(report)
+    S.prctl(S.PR_SET_NO_NEW_PRIVS, 1)
+    report.no_new_privs = True
+    if S.effective_capabilities():
+        S.drop_all_capabilities()
+    report.capabilities_dropped = S.effective_capabilities() == 0
+    abi = S.landlock_abi()
+    report.landlock_abi = abi
+    if abi is None:
+        report.notes.append("kernel without Landlock (or blocked by seccomp): the runner can read and write "
+                            "whatever this user can; run the server in a container/VM, or boot a kernel >= 5.13 "
+                            "with CONFIG_SECURITY_LANDLOCK=y and lsm=...,landlock")
+        return _finish(report)
+    handled = _handled_fs(abi)
+    attr = S.RulesetAttr(handled_access_fs=handled)
+    size = 8
+    if abi >= 4:
+        attr.handled_access_net = 0 if network else (S.NET_BIND_TCP | S.NET_CONNECT_TCP)
+        size = 16
+    else:
+        report.notes.append(f"Landlock ABI {abi} < 4: TCP connect/bind not restricted (Linux >= 6.7)")
+    if abi >= 6:
+        attr.scoped = S.SCOPE_SIGNAL | S.SCOPE_ABSTRACT_UNIX_SOCKET
+        size = 24
+    else:
+        report.notes.append(f"Landlock ABI {abi} < 6: signals and abstract unix sockets not scoped "
+                            "(Linux >= 6.12); a PID namespace is the remaining guard")
+    private = Path(private_dir).resolve()
+    rules: list[tuple[str, int]] = []
+    etc = [os.path.join("/etc", name) for name in ETC_READ]
+    rules += [(p, READ_EXEC) for p in (*SYSTEM_READ, *etc, *python_paths(), *_tool_paths(), *map(str, extra_read))]
+    devices = [*DEVICE_RW, *[d for g in DEVICE_GLOBS for d in glob.glob(g)]]
+    dev_rights = READ | S.FS_WRITE_FILE | (S.FS_IOCTL_DEV if abi >= 5 else 0) | (S.FS_TRUNCATE if abi >= 3 else 0)
+    rules += [(d, dev_rights) for d in devices]
+    # /dev/shm only where the launcher mounted a private one (the host's is shared by every process)
+    shm = ["/dev/shm"] if "shm" in namespaces else []
+    rules += [(str(p), handled) for p in (private, *shm, *extra_write)]
+    ruleset = S.landlock_create_ruleset(attr, size)
+    try:
+        for path, rights in rules:
+            if not os.path.exists(path):
+                continue
+            rights &= handled
+            if not os.path.isdir(path):
+                rights &= S.FS_FILE_RIGHTS
+            try:
+                S.landlock_add_path(ruleset, path, rights)
+            except (PermissionError, FileNotFoundError):
+                continue  # open(O_PATH) refused: the runner's user cannot reach it anyway
+        threads = len(os.listdir("/proc/self/task"))
+        flags = S.LANDLOCK_RESTRICT_SELF_TSYNC if abi >= 8 else 0
+        S.landlock_restrict_self(ruleset, flags)
+    finally:
+        os.close(ruleset)
+    report.fs_confined = True
+    if abi < 2:
+        _allow_cross_directory_renames()
+        report.notes.append("Landlock ABI 1 denies every cross-directory rename (EXDEV); os.replace/os.rename "
+                            "fall back to copy + unlink inside the runner (Triton's cache needs it)")
+    report.signals_scoped = abi >= 6
+    report.network_confined = abi >= 4 and not network
+    if threads > 1 and not flags:
+        report.unconfined_threads = threads - 1
+        report.notes.append(f"{threads - 1} thread(s) started before confine (torch's) stay outside the Landlock "
+                            f"domain (ABI {abi} < 8 has no TSYNC); code that hijacks one escapes the file rules")
+    return _finish(report)
+
+
+def _allow_cross_directory_renames() -> None:
+    """ABI 1 has no REFER right: a rename to another directory always fails with EXDEV, even inside the
+    private dir, and Triton's cache renames a file out of its temporary directory. Fall back to a copy."""
+    import errno
+    import shutil
+
+    def fallback(original):
+        def rename(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+            try:
+                return original(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV or src_dir_fd is not None or dst_dir_fd is not None:
+                    raise
+                if os.path.isdir(src):
+                    shutil.copytree(src, dst, dirs_exist_ok=True)
+                    shutil.rmtree(src)
+                else:
+                    shutil.copy2(src, dst)
+                    os.unlink(src)
+        return rename
+
+    os.replace = fallback(os.replace)
+    os.rename = fallback(os.rename)
+
+
+def _finish(report: SimpleNamespace) -> dict[str, Any]:
+    if report.fs_confined:
+        report.level = "landlock+ns" if report.pid_namespace else "landlock"
+    elif report.env_allowlist:
+        report.level = "env"
+    if not report.pid_namespace:
+        report.notes.append("no PID namespace: the runner can see other processes in /proc (not their memory or "
+                            "environment under Landlock); start it with spawn_prefix()")
+    return dict(vars(report))

@@ -1,0 +1,176 @@
+"""Start a program as PID 2 of fresh user + PID (+ mount, IPC, network) namespaces.
+
+    python -I -S .../egg_mcp/sandbox/launch.py -- argv...     (what spawn_prefix() returns)
+
+Stdlib only and no package imports, so it starts in milliseconds. The outer process L calls unshare(2),
+maps its uid/gid, and forks C, which is PID 1 of the new PID namespace: C mounts a private /proc (so the
+program sees only its own namespace) and a private /dev/shm, forks G which execs argv, reaps orphans, forwards signals to G,
+and reports G's wait status to L through a pipe. When G ends, C exits at once and the kernel kills every
+process left in the namespace (whatever a child of the candidate did); L then exits with G's status
+(or dies of G's signal). If L is killed, C gets SIGKILL (PR_SET_PDEATHSIG), which again ends the
+namespace. Exit status 125 with a message on stderr: no namespace could be created.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import struct
+import sys
+
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x8000000, 0x10000000, \
+    0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP = 1, 24
+NS_MARKER = "EGG_MCP_SANDBOX_NS"  # same name as egg_mcp.sandbox.env.NS_MARKER
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _err(what: str) -> OSError:
+    e = ctypes.get_errno()
+    return OSError(e, f"{what}: {os.strerror(e)}")
+
+
+def _attempts(root: bool) -> list[tuple[int, list[str]]]:
+    full = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET
+    out = [(CLONE_NEWUSER | full, ["user", "pid", "mount", "ipc", "net"]),
+           (CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS, ["user", "pid", "mount"])]
+    if root:  # root may create the namespaces without a user namespace (e.g. userns disabled by sysctl)
+        out += [(full, ["pid", "mount", "ipc", "net"]), (CLONE_NEWPID | CLONE_NEWNS, ["pid", "mount"])]
+    return out
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def enter_namespaces() -> list[str]:
+    """unshare(2) the strongest set this host allows; returns the namespace names (raises OSError if none)."""
+    uid, gid = os.geteuid(), os.getegid()
+    last: OSError | None = None
+    for flags, names in _attempts(uid == 0):
+        if _libc.unshare(flags) != 0:
+            last = _err(f"unshare({'+'.join(names)})")
+            continue
+        if flags & CLONE_NEWUSER:  # identity map: same uid/gid inside, capabilities only over our namespaces
+            _write("/proc/self/setgroups", "deny")
+            _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
+            _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
+        return names
+    raise last or OSError("no namespace attempt")
+
+
+def _private_mounts() -> list[str]:
+    """In the new mount namespace: a /proc of the new PID namespace, and a private /dev/shm (the host's
+    is shared by every process; this one only by the program and its children)."""
+    if _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return []
+    done = []
+    if _libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0:
+        done.append("proc")
+    if os.path.isdir("/dev/shm") and _libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV,
+                                                  b"mode=1777,size=1g") == 0:
+        done.append("shm")
+    return done
+
+
+def _forward(pid: int) -> None:
+    def handler(sig: int, _frame: object) -> None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    for sig in FORWARDED:
+        signal.signal(sig, handler)
+
+
+def _exec(argv: list[str], marker: str) -> None:
+    """G: become the program (never returns)."""
+    try:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # The program may run as uid 0 of the namespace: with an empty bounding set exec grants it no
+        # capability (over the namespace's mounts or anything else), even before it calls confine().
+        for cap in range(64):
+            _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, *FORWARDED):
+            signal.signal(sig, signal.SIG_DFL)
+        env = dict(os.environ)
+        env[NS_MARKER] = marker
+        os.execvpe(argv[0], argv, env)
+    except BaseException as exc:  # noqa: BLE001 - report and die, never fall back into the launcher
+        os.write(2, f"egg_mcp.sandbox.launch: cannot exec {argv[0]!r}: {exc}\n".encode())
+    os._exit(127)
+
+
+def _init(argv: list[str], names: list[str], status_w: int, life_r: int) -> None:
+    """C: PID 1 of the new namespace (never returns)."""
+    try:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if select.select([life_r], [], [], 0)[0]:  # L died before PDEATHSIG was armed
+            os._exit(1)
+        if "mount" in names:
+            names = [*names, *_private_mounts()]
+        child = os.fork()
+        if child == 0:
+            os.close(status_w)
+            os.close(life_r)
+            _exec(argv, ",".join(names))
+        _forward(child)
+        os.close(life_r)
+        os.closerange(3, status_w)
+        os.closerange(status_w + 1, 1 << 16)
+        while True:
+            pid, status = os.waitpid(-1, 0)  # reaps orphans of the program too
+            if pid == child:
+                os.write(status_w, struct.pack("i", status))
+                os._exit(0)  # PID 1 exits: the kernel kills everything left in the namespace
+    except BaseException as exc:  # noqa: BLE001
+        os.write(2, f"egg_mcp.sandbox.launch (init): {exc}\n".encode())
+    os._exit(1)
+
+
+def main(args: list[str]) -> int:
+    if "--" in args:
+        args = args[args.index("--") + 1:]
+    if not args:
+        print("usage: launch.py -- program [args...]", file=sys.stderr)
+        return 2
+    try:
+        names = enter_namespaces()
+    except OSError as exc:
+        print(f"egg_mcp.sandbox.launch: no namespaces on this host: {exc}", file=sys.stderr)
+        return 125
+    status_r, status_w = os.pipe()
+    life_r, life_w = os.pipe()
+    init = os.fork()
+    if init == 0:
+        os.close(status_r)
+        os.close(life_w)
+        _init(args, names, status_w, life_r)
+    os.close(status_w)
+    os.close(life_r)
+    _forward(init)
+    keep = sorted((status_r, life_w))
+    os.closerange(3, keep[0])
+    os.closerange(keep[0] + 1, keep[1])
+    os.closerange(keep[1] + 1, 1 << 16)
+    _, init_status = os.waitpid(init, 0)
+    data = os.read(status_r, 4)
+    status = struct.unpack("i", data)[0] if len(data) == 4 else init_status
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,95 @@
+"""A confined runner still drives the GPU: Triton JIT (cc, ptxas, cache, libcuda), torch CUDA ops, in
+user+PID namespaces where the host allows them, while the workspace and /tmp stay out of reach.
+
+Run: python -m pytest tests/gpu/test_sandbox_gpu.py -q -m gpu -s
+(-s prints the SandboxReport and the launch/confine/first-kernel times on the H200)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+from egg_mcp.sandbox import SandboxReport, runner_env, spawn_prefix  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+_RUNNER = textwrap.dedent("""
+    import json, os, sys, time
+    from pathlib import Path
+    t0 = time.perf_counter()
+    from egg_mcp.sandbox import confine
+    priv, ws, early = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "early"
+    report = confine(priv) if early else None
+    t1 = time.perf_counter()
+    import torch, triton, triton.language as tl
+    if not early:
+        report = confine(priv)
+
+    @triton.jit
+    def add_one(x, y, n, B: tl.constexpr):
+        o = tl.program_id(0) * B + tl.arange(0, B)
+        tl.store(y + o, tl.load(x + o, mask=o < n) + 1, mask=o < n)
+
+    x = torch.randn(1 << 20, device="cuda")
+    y = torch.empty_like(x)
+    t2 = time.perf_counter()
+    add_one[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), B=1024)
+    torch.cuda.synchronize()
+    t3 = time.perf_counter()
+    a = torch.randn(1024, 1024, device="cuda")
+    ok = bool(torch.equal(y, x + 1)) and bool(torch.allclose(a @ a, (a.double() @ a.double()).float(), atol=1e-2))
+    denied = {}
+    for name, attempt in {"read_workspace": lambda: (ws / "tasks.json").read_text(),
+                          "list_tmp": lambda: os.listdir("/tmp"),
+                          "write_home": lambda: open(os.path.expanduser("~") + "/../../x", "w")}.items():
+        try:
+            attempt(); denied[name] = False
+        except OSError:
+            denied[name] = True
+    print(json.dumps({"ok": ok, "report": report.model_dump(), "denied": denied, "device": torch.cuda.get_device_name(),
+                      "confine_s": t1 - t0 if early else None, "first_kernel_s": t3 - t2,
+                      "threads": len(os.listdir("/proc/self/task"))}))
+""")
+
+
+@pytest.mark.parametrize("where", ["namespaces", "plain"])
+@pytest.mark.parametrize("when", ["early", "late"])
+def test_confined_runner_launches_triton_and_torch_on_cuda(tmp_path, where, when):
+    prefix = spawn_prefix() if where == "namespaces" else []
+    if where == "namespaces" and not prefix:
+        pytest.skip("this host refuses user/PID namespaces (spawn_prefix() == []): see `python -m egg_mcp doctor`")
+    priv, ws = tmp_path / "priv", tmp_path / "ws"
+    ws.mkdir()
+    (ws / "tasks.json").write_text("{}")
+    env = runner_env(os.environ, priv, interpreter=False)
+    start = time.perf_counter()
+    done = subprocess.run([*prefix, sys.executable, "-c", _RUNNER, str(priv), str(ws), when], env=env, cwd=priv,
+                          capture_output=True, text=True, timeout=170)
+    wall = time.perf_counter() - start
+    assert done.returncode == 0, f"confined runner failed ({where}, {when}):\n{done.stderr[-6000:]}"
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    report = SandboxReport.model_validate(out["report"])
+    print(f"\n[{where}/{when}] {out['device']}: {report.summary()}; wall {wall:.2f}s, confine "
+          f"{out['confine_s']}, first Triton kernel (JIT) {out['first_kernel_s']:.2f}s, threads {out['threads']}, "
+          f"notes {report.notes}")
+    assert out["ok"], "kernel or matmul wrong under confine"
+    if report.fs_confined:
+        assert all(out["denied"].values()), out["denied"]
+    assert report.pid_namespace == (where == "namespaces")
+    if when == "early":
+        assert report.unconfined_threads == 0
