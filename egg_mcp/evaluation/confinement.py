@@ -93,9 +93,8 @@ def spawn_prefix() -> list[str]:
 
 def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = ()) -> dict[str, Any]:
     """Inside the runner, before any candidate code: the strongest confinement on offer; what was applied."""
-    if _sandbox is not None and hasattr(_sandbox, "confine"):
-        report = _sandbox.confine(private_dir, extra_read=extra_read, extra_write=extra_write)
-        return report.model_dump() if hasattr(report, "model_dump") else dict(report)
+    if _sandbox is not None:
+        return dict(_sandbox.confine_dict(private_dir, extra_read=extra_read, extra_write=extra_write))
     nnp = _prctl(PR_SET_NO_NEW_PRIVS, 1)
     return {
         "level": "env", "env_allowlist": True, "landlock_abi": None, "fs_confined": False,

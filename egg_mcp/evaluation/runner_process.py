@@ -46,9 +46,12 @@ class RunnerProcess:
         ours, theirs = socket.socketpair()
         env = confinement.runner_env(os.environ, self.private, interpreter=(mode == "interp"))
         env.update(extra_env or {})
-        argv = [*confinement.spawn_prefix(), *(wrapper or []), sys.executable, "-m", "egg_mcp.evaluation.runner",
+        prefix = confinement.spawn_prefix()
+        self.namespaced = bool(prefix)
+        argv = [*prefix, *(wrapper or []), sys.executable, "-m", "egg_mcp.evaluation.runner",
                 "--fd", str(theirs.fileno()), "--private", str(self.private), "--mode", mode,
-                "--judge", "0" if wrapper else str(os.getpid())]  # wrapped: the wrapper is its parent
+                # under a launcher or a wrapper, that process is the runner's parent, not the judge
+                "--judge", "0" if (wrapper or prefix) else str(os.getpid())]
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=self.private, env=env,
                                          close_fds=True, pass_fds=(theirs.fileno(),), start_new_session=True)
