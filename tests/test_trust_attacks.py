@@ -139,7 +139,8 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def attacked(tmp_path_factory):
-    """(results, wall seconds per attack, workspace digest before, after)."""
+    """(results with wall seconds per attack, the honest verify after them, workspace digest before,
+    after, the scratch dir)."""
     ws = tmp_path_factory.mktemp("ws")
     (ws / "exports").mkdir()
     (ws / "exports" / "kernel.py").write_text("# exported\n")
@@ -198,12 +199,12 @@ except OSError as exc:
             os.environ.pop("EGG_MCP_TOKEN", None)
         else:
             os.environ["EGG_MCP_TOKEN"] = old
-    return results, honest, before, tree_digest(ws)
+    return results, honest, before, tree_digest(ws), ws / "scratch"
 
 
 @pytest.mark.parametrize("name", [*ATTACKS, "write_the_workspace"])
 def test_no_attack_is_correct_or_leaks_the_token(attacked, name):
-    results, _, _, _ = attacked
+    results = attacked[0]
     result, _ = results[name]
     assert result.verdict != "correct", (name, result.summary)
     assert TOKEN not in result.model_dump_json(), f"{name} leaked the server's token"
@@ -238,21 +239,31 @@ def test_an_escaped_setsid_grandchild_neither_holds_the_job_nor_survives_it(atta
     result, wall = attacked[0]["escaped_setsid_grandchild"]
     assert result.verdict == "incorrect", result.summary
     assert result.server_phase_s["result_to_exit"] < 3.0, result.server_phase_s
-    match = re.search(r"GRANDCHILD=(\d+)", result.stdout_tail)
-    assert match, result.stdout_tail
-    pid = int(match.group(1))
+    assert re.search(r"GRANDCHILD=(\d+)", result.stdout_tail), result.stdout_tail  # it ran
+    # Its pid may be a PID-namespace pid; its command line (a fork of the runner) names the job's private
+    # dir under the evaluator's scratch dir, so no process of any job may be left with that in its argv.
+    scratch = str(attacked[4])
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and _survivors(scratch):
         time.sleep(0.1)
-    assert not _alive(pid), f"the candidate's grandchild {pid} outlived its job"
+    assert not _survivors(scratch), f"processes of finished jobs are still alive: {_survivors(scratch)}"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"
-    except OSError:
-        return False
+def _survivors(marker: str) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read().decode(errors="replace")
+            with open(f"/proc/{name}/stat") as f:
+                zombie = f.read().split(") ")[1][0] == "Z"
+        except OSError:
+            continue
+        if marker in cmdline and not zombie:
+            out.append(int(name))
+    return out
 
 
 def test_one_element_past_the_end_is_a_memory_error(attacked):
@@ -276,13 +287,13 @@ def test_the_result_states_the_sandbox(attacked):
 
 
 def test_the_workspace_is_unchanged(attacked):
-    results, _, before, after = attacked
+    results, _, before, after, _ = attacked
     result, _ = results["write_the_workspace"]
     if not (result.sandbox or {}).get("fs_confined"):
         pytest.skip("no filesystem confinement on this host (egg_mcp.sandbox with Landlock not in force): "
                     f"{(result.sandbox or {}).get('notes')}")
     assert after == before
-    assert "kernel.py" not in result.stdout_tail
+    assert "WS_LISTING" not in result.stdout_tail and "db denied" in result.stdout_tail, result.stdout_tail
 
 
 def test_secrets_never_reach_a_worker():
