@@ -116,8 +116,10 @@ def test_endless_python_loop_is_killed_within_the_timeout(outcomes):
     result, wall = outcomes["endless_loop"]
     assert result.verdict == "timeout"
     assert result.error.kind == "timeout"
-    # run timeout plus start-up, load and a margin; the point is that it did not run for minutes
-    assert wall < RUN_TIMEOUT_S + 30
+    # run timeout plus start-up, load and a margin; the point is that it did not run for minutes. Time spent
+    # queued behind this module's 8 other jobs (2 CPU slots; each job now starts a judge and a runner) is
+    # not the job's: the engine reports it as server_phase_s["queue_wait"].
+    assert wall - result.server_phase_s.get("queue_wait", 0.0) < RUN_TIMEOUT_S + 30
 
 
 def test_next_evaluation_after_faults_is_correct(outcomes, tmp_path):

@@ -21,8 +21,14 @@ Verdict = Literal[
     "oom",
     "integrity_violation",
     "interrupted",
+    "memory_error",
 ]
-"""What happened to a candidate. Only `correct` may be committed."""
+"""What happened to a candidate. Only `correct` may be committed. `memory_error`: the kernel wrote
+outside its tensors (guarded allocations in the runner, or compute-sanitizer memcheck on the GPU)."""
+
+Fault = Literal["candidate", "harness", "reference"]
+"""Whose fault a failed verdict is: the candidate's code, egg-mcp's own harness/environment (not the
+kernel: never cached, fix the install), or the problem's reference module."""
 
 DType = Literal["float32", "float16", "bfloat16"]
 
@@ -155,7 +161,9 @@ class IsolatedTiming(BaseModel):
 class IntegrityFinding(BaseModel):
     check: str = Field(
         description="torch_compute | no_triton_kernel | reference_model | side_stream | output_cache | "
-        "monkeypatch | output_alias | tensor_subclass | input_mutation | beyond_floor | implausible_speedup"
+        "monkeypatch | output_alias | tensor_subclass | input_mutation | beyond_floor | implausible_speedup | "
+        "runner_protocol (the runner sent data the harness never writes) | timing_forged (the runner's timing "
+        "disagrees with the judge's clock)"
     )
     severity: Literal["violation", "review"]
     detail: str
@@ -207,8 +215,14 @@ class EvalResult(BaseModel):
     )
     speedup: float | None = Field(None, description="reference_timing.median_ms / timing.median_ms")
     phase_s: dict[str, float] = Field(
-        default_factory=dict, description="seconds per phase inside the worker (import, compile+trials, timing, ...)"
+        default_factory=dict, description="seconds per phase inside the judge (runner start, import, trials, ...)"
     )
+    server_phase_s: dict[str, float] = Field(
+        default_factory=dict, description="seconds per phase in the server: queue_wait, worker_take, job (the "
+        "judge's phase_s plus messaging), teardown; they add up to the call's wall time in the engine")
+    fault: Fault = Field("candidate", description="'harness': egg-mcp or its environment failed, not your kernel")
+    sandbox: dict[str, Any] | None = Field(
+        None, description="the sandbox in force for the candidate's runner (egg_mcp.sandbox's report)")
 
 
 class BaselineResult(BaseModel):

@@ -10,6 +10,14 @@ A warm pool of pre-started spare workers (torch/triton imported, CUDA initialise
 `burst_spares` extra spares start in parallel: one spare alone refills in ~7 s while a verify takes
 ~2 s, which capped a queue of 50 submissions at one job per ~8 s on the H200. GPU jobs take a FIFO lock per
 device so their timings never overlap; everything else keeps being answered meanwhile.
+
+Verify jobs run in workers started with `--prestart-runner`: the worker is the trusted judge and
+starts the untrusted runner (the only process that imports the candidate) during its preload.
+A job ends as soon as its result message is in: after a short grace the worker's whole tree (every
+descendant, found through /proc, then its process group) is killed, whatever a child still holds.
+Workers never receive secrets (EGG_MCP_TOKEN and other *TOKEN/*KEY/... variables are dropped), and
+the server makes itself non-dumpable so a same-user process cannot read its memory or environment
+through /proc.
 """
 
 from __future__ import annotations
@@ -38,6 +46,13 @@ from egg_mcp.evaluation.api import (
     JobOutcome,
     ProgressFn,
 )
+from egg_mcp.evaluation import confinement
+from egg_mcp.evaluation.engine_results import (  # noqa: F401  (LogCapture re-exported)
+    LogCapture,
+    _death_report,
+    _reset_capture,
+    evaluation_result,
+)
 from egg_mcp.evaluation.worker import TARGET_PATTERN
 
 log = logging.getLogger(__name__)
@@ -49,50 +64,11 @@ STARTUP_ALLOWANCE_S = 180.0
 """A fresh worker may take this long to import torch and initialise CUDA before its job timer starts."""
 
 KILL_MARGIN_S = 0.05
+RESULT_GRACE_S = 0.5
+"""After the result message, the worker has this long to exit by itself before its tree is killed."""
+RUNNER_POOL = "+runner"
 MAX_RESULT_LINE = 64 * 1024 * 1024
 
-SIGNAL_NAMES = {
-    signal.SIGSEGV: "segmentation fault (SIGSEGV)",
-    signal.SIGBUS: "bus error (SIGBUS)",
-    signal.SIGILL: "illegal instruction (SIGILL)",
-    signal.SIGFPE: "floating-point exception (SIGFPE)",
-    signal.SIGABRT: "abort (SIGABRT)",
-    signal.SIGKILL: "killed (SIGKILL)",
-    signal.SIGTERM: "terminated (SIGTERM)",
-}
-
-
-class LogCapture:
-    """Keeps the first and last `limit/2` bytes of a stream; the middle is counted and dropped."""
-
-    def __init__(self, limit: int):
-        self.half = max(1, limit // 2)
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.half - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            if len(self.tail) > self.half:
-                del self.tail[: len(self.tail) - self.half]
-
-    def text(self) -> str:
-        dropped = self.total - len(self.head) - len(self.tail)
-        middle = f"\n... [{dropped} bytes omitted] ...\n" if dropped > 0 else ""
-        return self.head.decode(errors="replace") + middle + self.tail.decode(errors="replace")
-
-    async def drain(self, stream: asyncio.StreamReader) -> None:
-        while True:
-            chunk = await stream.read(1 << 16)
-            if not chunk:
-                return
-            self.add(chunk)
 
 
 @dataclass(eq=False)
@@ -115,8 +91,20 @@ class _Worker:
         return self.proc.returncode is None
 
     def kill_group(self) -> None:
+        """Every descendant (the runner, its setsid children: new sessions leave the group, not the
+        tree), then the worker's process group."""
+        if self.proc.returncode is None:
+            confinement.kill_descendants(self.proc.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+
+    async def wait_exit(self, timeout_s: float) -> bool:
+        """Wait for the worker itself to exit. Not `proc.wait()`: that also waits for the stdout/stderr
+        pipes to close, which an escaped grandchild can hold open for as long as it lives."""
+        deadline = time.monotonic() + timeout_s
+        while self.proc.returncode is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return self.proc.returncode is not None
 
 
 @dataclass
@@ -126,6 +114,8 @@ class _JobState:
     forged: list[str] = field(default_factory=list)
     timed_out: bool = False
     timeout_phase: str | None = None
+    server_phase_s: dict[str, float] = field(default_factory=dict)
+    marks: dict[str, float] = field(default_factory=dict)
 
 
 class WorkerEvaluator:
@@ -140,6 +130,7 @@ class WorkerEvaluator:
         burst_spares: int = 3,
         log_limit_bytes: int = 64 * 1024,
         max_cpu_jobs: int | None = None,
+        protect_server_memory: bool = True,
     ):
         self.scratch_dir = Path(scratch_dir)
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
@@ -155,6 +146,8 @@ class WorkerEvaluator:
         self._live: set[_Worker] = set()
         self._has_gpu: bool | None = None
         self._closed = False
+        if protect_server_memory:
+            confinement.protect_memory()  # /proc/<server>/{environ,mem} closed to the candidate's user
 
     # ------------------------------------------------------------------ public API
 
@@ -182,7 +175,9 @@ class WorkerEvaluator:
         return "gpu" if self.has_gpu() else "interp"
 
     async def start_pool(self) -> None:
-        """Pre-start the spare workers now (otherwise they start with the first job)."""
+        """Pre-start the spare workers now (otherwise they start with the first job): for verify (a judge
+        with its runner) and for the other jobs."""
+        self._schedule_refill(self.evaluation_mode() + RUNNER_POOL)
         self._schedule_refill(self.evaluation_mode())
 
     async def wait_pool_ready(self, timeout_s: float = 180.0) -> int:
@@ -217,13 +212,32 @@ class WorkerEvaluator:
         outcome, state = await self._run(
             "egg_mcp.evaluation.harness:evaluate_job",
             payload,
-            mode=mode,
+            mode=mode + RUNNER_POOL,
             first_timeout_s=options.compile_timeout_s,
             run_timeout_s=options.run_timeout_s,
             uses_gpu=(mode == "gpu"),
             progress=progress,
         )
-        return self._evaluation_result(outcome, state, options)
+        return evaluation_result(outcome, state, options)
+
+    async def memcheck(self, reference_source: str, candidate_source: str, options: EvalOptions):
+        """One forward of the candidate under compute-sanitizer memcheck (GPU only): a MemcheckResult whose
+        verdict is 'memory_error' (kernel, access, address), 'clean' or 'unavailable'. Not part of verify:
+        the sanitizer slows kernels 10-100x; call it once before a candidate is committed."""
+        from egg_mcp.evaluation.memcheck import MemcheckResult
+
+        if self.evaluation_mode(options.device) != "gpu":
+            return MemcheckResult(verdict="unavailable", summary="memcheck needs a CUDA GPU; on the CPU the "
+                                  "interpreter's guarded allocations (part of every verify) cover out-of-bounds writes")
+        payload = {"reference_source": reference_source, "candidate_source": candidate_source,
+                   "options": options.model_dump(mode="json"), "init_seed": secrets.randbits(62),
+                   "seed": secrets.randbits(62)}
+        outcome = await self.run_job("egg_mcp.evaluation.memcheck:memcheck_job", payload,
+                                     timeout_s=options.compile_timeout_s + 600.0, uses_gpu=True)
+        if outcome.ok and outcome.result is not None:
+            return MemcheckResult.model_validate(outcome.result)
+        reason = outcome.error.message if outcome.error else "no result"
+        return MemcheckResult(verdict="unavailable", summary=f"the memcheck job failed: {reason[:500]}")
 
     async def baselines(
         self, reference_source: str, options: EvalOptions, progress: ProgressFn | None = None
@@ -299,7 +313,7 @@ class WorkerEvaluator:
     # ------------------------------------------------------------------ workers
 
     def _worker_env(self, mode: str, workdir: Path) -> dict[str, str]:
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if not confinement.is_secret(k)}
         for key in ("TRITON_INTERPRET", "PYTHONSTARTUP", "PYTHONINSPECT"):
             env.pop(key, None)
         existing = env.get("PYTHONPATH")
@@ -320,10 +334,11 @@ class WorkerEvaluator:
         (workdir / "tmp").mkdir()
         job_r, job_w = os.pipe()
         res_r, res_w = os.pipe()
+        base_mode, runner = mode.removesuffix(RUNNER_POOL), mode.endswith(RUNNER_POOL)
         argv = [
             sys.executable, "-m", "egg_mcp.evaluation.worker",
-            "--job-fd", str(job_r), "--result-fd", str(res_w), "--mode", mode,
-        ]
+            "--job-fd", str(job_r), "--result-fd", str(res_w), "--mode", base_mode,
+        ] + (["--prestart-runner"] if runner else [])
         if wrapper_argv:
             argv = [*wrapper_argv, *argv]
         try:
@@ -333,7 +348,7 @@ class WorkerEvaluator:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=workdir,
-                env=self._worker_env(mode, workdir),
+                env=self._worker_env(base_mode, workdir),
                 start_new_session=True,
                 pass_fds=(job_r, res_w),
             )
@@ -386,12 +401,11 @@ class WorkerEvaluator:
 
     async def _dispose(self, worker: _Worker) -> None:
         worker.kill_group()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(worker.proc.wait(), 5.0)
+        await worker.wait_exit(5.0)
         with contextlib.suppress(OSError):
             os.close(worker.job_fd)
         if worker.tasks:
-            await asyncio.wait(worker.tasks, timeout=1.0)
+            await asyncio.wait(worker.tasks, timeout=0.5)
             for task in worker.tasks:
                 task.cancel()
         if worker.transport is not None:
@@ -471,6 +485,15 @@ class WorkerEvaluator:
     ) -> tuple[JobOutcome, _JobState]:
         guard = self._gpu_lock if uses_gpu else self._cpu_slots
         pooled_job = not wrapper_argv  # wrapped jobs (ncu) always start a fresh process
+        server_phase: dict[str, float] = {}
+        mark = time.monotonic()
+
+        def lap(name: str) -> None:
+            nonlocal mark
+            now = time.monotonic()
+            server_phase[name] = round(server_phase.get(name, 0.0) + now - mark, 4)
+            mark = now
+
         if pooled_job:
             self._waiting[mode] = self._waiting.get(mode, 0) + 1
             self._schedule_refill(mode)  # spares warm up while this job waits its turn
@@ -479,16 +502,24 @@ class WorkerEvaluator:
         finally:
             if pooled_job:
                 self._waiting[mode] -= 1
+        lap("queue_wait")
         try:
             worker, pooled = await self._take_worker(mode, wrapper_argv)
+            lap("worker_take")
             try:
-                return await self._drive(
+                outcome, state = await self._drive(
                     worker, target, payload, first_timeout_s, run_timeout_s, progress
                 )
+                mark = time.monotonic()
+                server_phase.update(state.server_phase_s)  # the job: worker_start, judge, result_to_exit
             finally:
                 await self._dispose(worker)
+                lap("teardown")
         finally:
             guard.release()
+        state.server_phase_s = server_phase
+        server_phase["total"] = round(sum(server_phase.values()), 4)
+        return outcome, state
 
     async def _drive(
         self,
@@ -519,6 +550,7 @@ class WorkerEvaluator:
         state = _JobState()
         deadline = time.monotonic() + STARTUP_ALLOWANCE_S + first_timeout_s
         seen = 0
+        result_deadline: float | None = None
         wait_task = asyncio.ensure_future(worker.proc.wait())
         try:
             while True:
@@ -533,6 +565,7 @@ class WorkerEvaluator:
                         state.forged.append(str(message)[:200])
                         continue
                     if kind == "started":
+                        state.marks["started"] = time.monotonic()
                         state.phase = "load"
                         deadline = time.monotonic() + first_timeout_s
                     elif kind == "phase":
@@ -551,35 +584,46 @@ class WorkerEvaluator:
                             state.forged.append("a second result message")
                         else:
                             state.result_message = message
-                if wait_task.done():
+                            state.marks["result"] = time.monotonic()
+                if wait_task.done() or worker.proc.returncode is not None:
                     break
+                if state.result_message is not None and result_deadline is None:
+                    result_deadline = time.monotonic() + RESULT_GRACE_S
+                if result_deadline is not None and time.monotonic() >= result_deadline:
+                    break  # the result is in: whatever still runs is killed below
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if result_deadline is not None:
+                    remaining = min(remaining, result_deadline - time.monotonic())
+                elif remaining <= 0:
                     state.timed_out = True
                     state.timeout_phase = state.phase
                     worker.kill_group()
-                    await asyncio.wait_for(asyncio.shield(wait_task), 10.0)
+                    await worker.wait_exit(10.0)
                     break
                 worker.new_message.clear()
                 msg_wait = asyncio.ensure_future(worker.new_message.wait())
-                await asyncio.wait({wait_task, msg_wait}, timeout=remaining + KILL_MARGIN_S,
+                await asyncio.wait({wait_task, msg_wait}, timeout=max(0.0, min(remaining, 0.25)) + KILL_MARGIN_S,
                                    return_when=asyncio.FIRST_COMPLETED)
                 msg_wait.cancel()
         finally:
-            if not wait_task.done():
+            if worker.proc.returncode is None:
                 worker.kill_group()
-                with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(asyncio.shield(wait_task), 10.0)
+                await worker.wait_exit(10.0)
+            wait_task.cancel()
         # Stragglers (threads/processes the candidate left) die with the group; then drain pipes.
         worker.kill_group()
         if worker.tasks:
-            await asyncio.wait(worker.tasks, timeout=2.0)
+            await asyncio.wait(worker.tasks[2:], timeout=1.0)  # the result reader: every message in
+            await asyncio.wait(worker.tasks[:2], timeout=0.5)  # logs: an escaped process may hold them
         for message in worker.messages[seen:]:
             if message.get("type") == "result" and message.get("nonce") == nonce and state.result_message is None:
                 state.result_message = message
             elif message.get("type") not in ("ready",) and message.get("nonce") != nonce:
                 state.forged.append(str(message)[:200])
         wall = time.monotonic() - started
+        begun, done = state.marks.get("started", started), state.marks.get("result", started + wall)
+        state.server_phase_s = {"worker_start": round(begun - started, 4), "judge": round(done - begun, 4),
+                                "result_to_exit": round(started + wall - done, 4)}
         return self._outcome(worker, state, wall, first_timeout_s, run_timeout_s), state
 
     @staticmethod
@@ -621,81 +665,3 @@ class WorkerEvaluator:
                 **common,
             )
         return JobOutcome(ok=False, error=_death_report(code, state.phase), **common)
-
-    # ------------------------------------------------------------------ evaluation results
-
-    def _evaluation_result(self, outcome: JobOutcome, state: _JobState, options: EvalOptions) -> EvalResult:
-        logs = dict(stdout_tail=outcome.stdout_tail, stderr_tail=outcome.stderr_tail, wall_s=outcome.wall_s)
-        if state.forged:
-            from egg_mcp.evaluation.api import IntegrityFinding
-
-            return EvalResult(
-                verdict="integrity_violation",
-                summary="The worker's result channel received messages the harness did not write: candidate "
-                "code tampered with the evaluation; remove whatever writes to inherited file descriptors.",
-                integrity=[IntegrityFinding(check="monkeypatch", severity="violation",
-                                            detail="forged result-channel messages: " + "; ".join(state.forged[:3]))],
-                options=options,
-                **logs,
-            )
-        if outcome.ok and outcome.result is not None:
-            result = EvalResult.model_validate({**outcome.result, **logs, "options": options})
-            return result
-        if outcome.timed_out:
-            phase = state.timeout_phase or "load"
-            partial = outcome.result or {}
-            where = "importing/compiling the candidate" if phase in ("starting", "load") else f"phase '{phase}'"
-            return EvalResult(
-                verdict="timeout",
-                summary=f"The candidate did not finish {where} within the time limit; the worker was killed. "
-                "Look for an endless loop (a Python loop or a kernel loop whose bound never reaches its end), "
-                "then verify again.",
-                error=outcome.error,
-                correctness_trials=int(partial.get("correctness_trials", 0)),
-                options=options,
-                **logs,
-            )
-        error = outcome.error or ErrorReport(kind="unknown", message="no result")
-        if error.kind == "oom":
-            verdict = "oom"
-            summary = f"The worker ran out of memory ({error.message}). Use less memory (smaller tiles, no huge temporaries)."
-        elif error.kind in ("exit", "signal"):
-            verdict = "runtime_error"
-            summary = (
-                f"The worker died without a result during phase '{state.phase}': {error.message}. "
-                "Fix the crash (out-of-bounds pointer, exit call, bad ctypes use) and verify again."
-            )
-        else:
-            verdict = "runtime_error"
-            summary = (
-                f"The evaluation harness itself failed in phase '{state.phase}' ({error.kind}: "
-                f"{error.message[:300]}); candidate code may have broken harness internals. Simplify the "
-                "candidate and verify again; report it if a plain candidate shows this."
-            )
-        return EvalResult(verdict=verdict, summary=summary, error=error, options=options, **logs)
-
-
-def _reset_capture(capture: LogCapture | None, limit: int) -> LogCapture:
-    """Clear the buffers in place (the drain task keeps writing to the same object)."""
-    if capture is None:
-        return LogCapture(limit)
-    capture.head.clear()
-    capture.tail.clear()
-    capture.total = 0
-    return capture
-
-
-def _death_report(code: int | None, phase: str) -> ErrorReport:
-    """Why a worker ended without a result, from its exit status."""
-    if code is not None and code < 0:
-        sig = -code
-        name = SIGNAL_NAMES.get(sig, f"signal {sig}")
-        if sig == signal.SIGKILL:
-            return ErrorReport(kind="oom", message=f"worker {name} without a timeout: most likely the host's "
-                                                     "out-of-memory killer")
-        return ErrorReport(kind="signal", message=f"worker ended by {name} in phase '{phase}'")
-    return ErrorReport(
-        kind="exit",
-        message=f"worker exited with code {code} in phase '{phase}' before the harness reported "
-        "(os._exit / sys.exit / abort in candidate code?)",
-    )

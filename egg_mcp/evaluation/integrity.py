@@ -1,4 +1,4 @@
-"""Integrity instruments (run in the worker, installed BEFORE candidate code is imported).
+"""Integrity instruments (run in the runner, installed BEFORE candidate code is imported).
 
 * `OpRecorder` — a TorchDispatchMode that records the aten ops candidate code runs; anything not on
   the allow-list (allocation, views, copies, initialisation) is compute done by torch, not Triton.
@@ -8,8 +8,8 @@
 * `AttributeSnapshot` — identities of the callables of torch, triton, time, threading and the
   harness modules, taken before the candidate runs; any that changed afterwards is monkeypatching.
 
-All of this lives in the same process as the candidate: it raises the bar (and catches the known
-public exploits), it is not a sandbox. See tests/adversarial/ for the exploit each check catches.
+All of this lives in the same process as the candidate (the runner): it raises the bar (and catches
+the known public exploits), it is evidence for the judge, never a verdict, and it is not a sandbox. See tests/adversarial/ for the exploit each check catches.
 """
 
 from __future__ import annotations
@@ -223,7 +223,8 @@ def _watched_namespaces() -> list[tuple[str, Any]]:
     ]
     for name in ("triton.testing", "triton.runtime.jit", "triton.runtime.interpreter", "triton.knobs",
                  "torch.cuda.graphs", "egg_mcp.evaluation.harness", "egg_mcp.evaluation.compare",
-                 "egg_mcp.evaluation.integrity", "egg_mcp.evaluation.timing", "egg_mcp.evaluation.worker"):
+                 "egg_mcp.evaluation.integrity", "egg_mcp.evaluation.timing", "egg_mcp.evaluation.worker",
+                 "egg_mcp.evaluation.candidate_side", "egg_mcp.evaluation.wire", "egg_mcp.evaluation.guard"):
         module = sys.modules.get(name)
         if module is not None:
             spaces.append((name, module))

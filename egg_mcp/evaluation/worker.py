@@ -13,6 +13,12 @@ Protocol (all JSON lines on the result fd, never stdout, which the candidate own
 The job itself arrives as one line on the job fd: the path of a JSON file that is read and
 deleted before the target is imported. The worker is used for one job only, then `os._exit`s
 (skipping atexit handlers and CUDA teardown that candidate code could have poisoned).
+
+For verify the worker is the trusted *judge* (judge.py): candidate code runs in a child *runner*
+process (runner.py) that holds no copy of this result fd. The worker makes itself non-dumpable
+(its memory, environment and fds are closed to same-user processes through /proc) and a child
+subreaper (a candidate's setsid grandchildren stay its descendants), and kills every descendant
+before it exits. `--prestart-runner` starts the runner during the preload.
 """
 
 from __future__ import annotations
@@ -56,14 +62,20 @@ def channel() -> ResultChannel | None:
     return _channel
 
 
-def _preload(mode: str) -> None:
-    """Pay the import and CUDA-init cost before the job arrives (this is what a pool buys)."""
+def _preload(mode: str, judge: bool = False) -> None:
+    """Pay the import and CUDA-init cost before the job arrives (this is what a pool buys). A judge
+    (verify) needs no triton: only its runner runs Triton code."""
     if mode == "plain":
         return
     import torch  # noqa: F401
-    import triton  # noqa: F401
+
+    if not judge:
+        import triton  # noqa: F401
 
     import egg_mcp.evaluation.harness  # noqa: F401
+
+    if judge:
+        import egg_mcp.evaluation.judge  # noqa: F401
 
     if mode == "gpu" and torch.cuda.is_available():
         torch.cuda.init()
@@ -104,6 +116,9 @@ def _watch_server(server_pid: int, interval_s: float = 1.0) -> None:
             os.kill(server_pid, 0)
         except ProcessLookupError:
             try:
+                from egg_mcp.evaluation import confinement
+
+                confinement.kill_descendants()  # the runner and its setsid children left our group
                 os.killpg(os.getpgrp(), signal.SIGKILL)
             finally:
                 os._exit(137)
@@ -125,10 +140,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--job-fd", type=int, required=True)
     parser.add_argument("--result-fd", type=int, required=True)
     parser.add_argument("--mode", choices=["gpu", "interp", "plain"], default="plain")
+    parser.add_argument("--prestart-runner", action="store_true")
     args = parser.parse_args(argv)
+    from egg_mcp.evaluation import confinement
+
+    confinement.protect_memory()
+    confinement.become_subreaper()
     _channel = ResultChannel(args.result_fd)
+    if args.prestart_runner:
+        try:
+            from egg_mcp.evaluation import runner_process
+
+            runner_process.prestart(args.mode)  # imports torch in parallel with our own preload
+        except Exception:
+            traceback.print_exc()
     try:
-        _preload(args.mode)
+        _preload(args.mode, judge=args.prestart_runner)
     except Exception:
         traceback.print_exc()
     _channel.send({"type": "ready"})
@@ -160,6 +187,12 @@ def main(argv: list[str] | None = None) -> None:
         except Exception:
             pass
     finally:
+        try:
+            from egg_mcp.evaluation import confinement
+
+            confinement.kill_descendants()
+        except Exception:
+            pass
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

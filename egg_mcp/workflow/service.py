@@ -380,7 +380,9 @@ class EggService:
             raise
         # A quick check's time is at other sizes: kept in its result, never in the row guards compare.
         time_ms = result.timing.median_ms if result.timing and result.verdict == "correct" and sizes is None else None
-        self.repo.finish_candidate(cand_id, result.verdict, time_ms, self.ws.put_text(result.model_dump_json()))
+        # A harness fault (our side or the environment, not the candidate) is stored but never served from the cache.
+        self.repo.finish_candidate(cand_id, result.verdict, time_ms, self.ws.put_text(result.model_dump_json()),
+                                   status="harness_fault" if result.fault == "harness" else "done")
         return cand_id, False
 
     def _verify_result(self, row: TaskRow, cand: CandidateRow, *, cached: bool) -> VerifyResult:

@@ -190,10 +190,12 @@ class Repository:
             row = db.execute("SELECT * FROM candidates WHERE id=?", (cand_id,)).fetchone()
         return Claim("new", _row(CandidateRow, row))  # type: ignore[arg-type]
 
-    def finish_candidate(self, candidate_id: str, verdict: str, time_ms: float | None, result_sha: str) -> None:
+    def finish_candidate(self, candidate_id: str, verdict: str, time_ms: float | None, result_sha: str,
+                         status: str = "done") -> None:
+        """status 'harness_fault': the result is kept for the record, but claim_candidate never serves it."""
         with self.ws.transaction() as db:
-            db.execute("UPDATE candidates SET status='done', verdict=?, time_ms=?, result_sha=? WHERE id=?",
-                       (verdict, time_ms, result_sha, candidate_id))
+            db.execute("UPDATE candidates SET status=?, verdict=?, time_ms=?, result_sha=? WHERE id=?",
+                       (status, verdict, time_ms, result_sha, candidate_id))
         self._changed()
 
     def interrupt_candidate(self, candidate_id: str) -> None:

@@ -1,0 +1,398 @@
+"""The untrusted runner's work (imported by runner.py after it confined itself): CandidateSide and serve.
+
+The only process that imports candidate code. The judge (judge.py) starts it with an allow-listed
+environment (no token, no EGG_MCP_*), a private working directory, no file descriptor but its own
+channel (stdout/stderr are the worker's log pipes), in its own process group, and kills it and
+every descendant as soon as it has what it needs. Before the candidate is imported the runner
+confines itself (egg_mcp.sandbox via confinement.py) and installs the in-process integrity
+instruments; it then answers the judge's commands (load, trial, report, time, calls, guard, exit)
+with DATA: output tensors as raw bytes, timing samples, findings. It never sees a reference output
+and decides nothing: everything it sends may have been written by the candidate (which shares its
+process), and the judge treats it that way.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch._dynamo  # noqa: F401  (torch imports it lazily on first use and rebinds torch functions: load it
+# before the snapshot, and in the prestarted runner rather than inside the first timed-out trial)
+import torch.utils.deterministic  # noqa: F401  (its flag poisons fresh allocations)
+
+from egg_mcp.evaluation import wire
+from egg_mcp.evaluation.api import EvalOptions, IntegrityFinding, KernelInfo
+from egg_mcp.evaluation.failures import _failure, classify
+from egg_mcp.evaluation.guard import GuardedAllocations, guard_inputs
+from egg_mcp.evaluation.integrity import AttributeSnapshot, LaunchCounter, OpRecorder, new_live_threads
+from egg_mcp.evaluation.modules import import_source
+from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+
+# Trusted references, taken before any candidate code is imported.
+_clone = torch.Tensor.clone
+_equal = torch.equal
+_set_deterministic = torch._C._set_deterministic_algorithms  # not torch.use_deterministic_algorithms: that
+# imports torch._inductor/_dynamo (3-4 s of CPU per runner) only to set an inductor flag we do not use
+_deterministic_enabled = torch.are_deterministic_algorithms_enabled
+
+
+def _use_deterministic(mode: bool, warn_only: bool = False) -> None:
+    _set_deterministic(mode, warn_only=warn_only)
+
+_det_module = sys.modules["torch.utils.deterministic"]
+_enumerate_threads = threading.enumerate
+_perf_counter = time.perf_counter
+_cuda_synchronize = torch.cuda.synchronize
+
+
+class CandidateFailed(Exception):
+    def __init__(self, message: dict[str, Any]):
+        super().__init__(message.get("summary", ""))
+        self.message = message
+
+
+def _as_list(out) -> list:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    storage = t.untyped_storage()
+    return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a0, a1 = _storage_span(a)
+    b0, b1 = _storage_span(b)
+    return a0 < b1 and b0 < a1 and a1 > a0 and b1 > b0
+
+
+def _plain(t):
+    if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor:
+        return t.as_subclass(torch.Tensor)
+    return t
+
+
+class CandidateSide:
+    """Runs the candidate under the integrity instruments; every answer is data for the judge."""
+
+    def __init__(self, private: Path, interpreter: bool):
+        self.private = private
+        self.interpreter = interpreter
+        self.device = "cpu" if interpreter else "cuda"
+        self.findings: list[IntegrityFinding] = []
+        self.sent_findings = 0
+        self.ref_calls = {"init": 0, "forward": 0}
+        self.candidate_active = False
+        self.previous_outputs: list[torch.Tensor] = []
+        self.kept: list | None = None
+        self.candidate_path: str | None = None
+        self.timer = None
+        self.sandbox: dict[str, Any] | None = None
+
+    def finding(self, check: str, detail: str, severity: str = "violation") -> None:
+        self.findings.append(IntegrityFinding(check=check, severity=severity, detail=detail))
+
+    def new_findings(self) -> list[dict]:
+        out = [f.model_dump() for f in self.findings[self.sent_findings:]]
+        self.sent_findings = len(self.findings)
+        return out
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            _cuda_synchronize()
+
+    # -- load ------------------------------------------------------------------------------------
+    def load(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        self.opts = EvalOptions.model_validate(cmd["options"])
+        src = self.private / "src"
+        src.mkdir(exist_ok=True)
+        torch.set_grad_enabled(False)
+        self.recorder = OpRecorder()
+        self.recorder.__enter__()
+        self.counter = LaunchCounter(self.recorder)
+        self.counter.install()
+        if self.device == "cuda" and self.opts.timing:
+            from egg_mcp.evaluation.timing import GpuTimer
+
+            self.timer = GpuTimer(torch.cuda.current_device())
+        self.snapshot = AttributeSnapshot()
+        try:
+            reference = import_source(cmd["reference_source"], src / "reference.py",
+                                      f"egg_reference_{secrets.token_hex(4)}")
+        except BaseException as exc:  # noqa: BLE001
+            raise CandidateFailed({**_failure("runtime_error", exc, None, "The reference failed to load in the "
+                                              "runner"), "fault": "reference"}) from None
+        self._wrap_reference(reference.Model)
+        self.candidate_path = str(src / "candidate.py")
+        try:
+            candidate = import_source(cmd["candidate_source"], self.candidate_path,
+                                      f"egg_candidate_{secrets.token_hex(4)}")
+        except BaseException as exc:  # noqa: BLE001
+            verdict = "oom" if classify(exc) == "oom" else "compile_error"
+            raise CandidateFailed(_failure(verdict, exc, self.candidate_path, "Importing the candidate failed"))
+        if not isinstance(getattr(candidate, "ModelNew", None), type):
+            raise CandidateFailed({"verdict": "compile_error", "summary": "The candidate defines no class ModelNew; "
+                                   "define ModelNew(nn.Module) with the same constructor and forward signature "
+                                   "as Model.", "error": {"kind": "missing_ModelNew", "message": "no ModelNew"}})
+        apply_size_overrides(reference, candidate, self.opts.size_overrides)  # validated by the judge already
+        self.problem = Problem(reference, self.device, DTYPES[self.opts.dtype])
+        init_seed = int(cmd["init_seed"])
+        try:
+            with self.candidate_call(poison=False):
+                self.model = self.problem.build(candidate.ModelNew, self.problem.init_inputs(init_seed), init_seed)
+        except BaseException as exc:  # noqa: BLE001
+            raise CandidateFailed(_failure(classify(exc), exc, self.candidate_path, "Constructing ModelNew failed"))
+        self.recorder.ops.clear()
+        self.counter.reset()
+        return {"type": "loaded"}
+
+    def confine(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """What runner.py applied at start-up, before torch and long before any candidate code."""
+        return {"type": "confined", "sandbox": self.sandbox}
+
+    def _wrap_reference(self, cls) -> None:
+        side = self
+        original_init, original_forward = cls.__init__, cls.forward
+
+        def __init__(model_self, *args, **kwargs):
+            if side.candidate_active:
+                side.ref_calls["init"] += 1
+            original_init(model_self, *args, **kwargs)
+
+        def forward(model_self, *args, **kwargs):
+            if side.candidate_active:
+                side.ref_calls["forward"] += 1
+            return original_forward(model_self, *args, **kwargs)
+
+        cls.__init__, cls.forward = __init__, forward
+
+    @contextmanager
+    def candidate_call(self, record_ops: bool = True, poison: bool = True):
+        """Candidate code runs only inside this: ops recorded, launches counted, allocations poisoned."""
+        threads_before = {t.ident for t in _enumerate_threads()}
+        self.candidate_active = True
+        self.recorder.recording = record_ops
+        self.counter.counting = True
+        if self.device == "cuda":
+            self.counter.expected_stream = torch.cuda.current_stream().cuda_stream
+        if poison:
+            _use_deterministic(True, warn_only=True)
+            _det_module.fill_uninitialized_memory = True
+        try:
+            yield
+            self.sync()
+        finally:
+            self.candidate_active = False
+            self.recorder.recording = False
+            self.counter.counting = False
+            still_poisoning = _deterministic_enabled() and _det_module.fill_uninitialized_memory
+            if poison:
+                _use_deterministic(False)
+            if poison and not still_poisoning:
+                self.finding("monkeypatch", "candidate code switched off the harness's deterministic "
+                             "allocation poisoning during forward")
+            if not self.recorder.still_installed():
+                self.finding("monkeypatch", "candidate code removed the harness's torch dispatch mode")
+                self.recorder.__enter__()
+            escaped = new_live_threads(threads_before)
+            if escaped:
+                self.finding("side_stream", f"thread(s) {escaped} started by the candidate were still running "
+                             "after forward returned: work escaping the synchronisation/timer")
+
+    def _failed(self, exc: BaseException, what: str) -> CandidateFailed:
+        return CandidateFailed(_failure(classify(exc), exc, self.candidate_path, what))
+
+    # -- trials ----------------------------------------------------------------------------------
+    def _inputs(self, cmd: dict[str, Any]) -> list:
+        if cmd.get("use_kept") and self.kept is not None:
+            inputs = self.kept
+        else:
+            inputs = self.problem.inputs(int(cmd["seed"]))
+        if cmd.get("refill_seed") is not None:
+            for old, new in zip(inputs, self.problem.inputs(int(cmd["refill_seed"]))):
+                if isinstance(old, torch.Tensor) and old.shape == new.shape:
+                    old.copy_(new)
+        return inputs
+
+    def trial(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+        inputs = self._inputs(cmd)
+        pristine = [_clone(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+        try:
+            with self.candidate_call():
+                out = self.model(*inputs)
+        except BaseException as exc:  # noqa: BLE001
+            raise self._failed(exc, f"ModelNew.forward failed ({cmd.get('stage', 'correctness')} trial "
+                               f"{int(cmd.get('trial', 0)) + 1})") from None
+        outs = _as_list(out)
+        # Earlier outputs are kept alive, so a fresh allocation can never reuse their address: an output
+        # at the same address as an earlier one is a buffer the candidate kept between calls.
+        reused = any(isinstance(o, torch.Tensor) and o.numel() and any(
+            _overlaps(o, p) for p in self.previous_outputs) for o in outs)
+        self.previous_outputs.extend(o for o in outs if isinstance(o, torch.Tensor))
+        for i, o in enumerate(outs):
+            if isinstance(o, torch.Tensor) and type(o) not in (torch.Tensor, torch.nn.Parameter):
+                self.finding("tensor_subclass", f"output {i} is a {type(o).__module__}.{type(o).__name__}, not a "
+                             "plain torch.Tensor (subclasses can fake comparisons)")
+            if isinstance(o, torch.Tensor):
+                for j, x in enumerate(inputs):
+                    if isinstance(x, torch.Tensor) and _overlaps(o, x):
+                        self.finding("output_alias", f"output {i} shares memory with input {j}: write a new "
+                                     "output tensor instead of returning (a view of) an input")
+        for j, (x, p) in enumerate(zip(inputs, pristine)):
+            if isinstance(x, torch.Tensor) and not (x.shape == p.shape and _equal(_plain(x), p)):
+                self.finding("input_mutation", f"input {j} was modified by ModelNew.forward; the reference "
+                             "semantics leave inputs untouched: write to a new tensor")
+        specs, blobs = wire.encode_values([_plain(o) for o in outs])
+        return {"type": "outputs", "values": specs, "reused": bool(reused), "findings": self.new_findings()}, blobs
+
+    def calls(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Repeated calls on one kept input set (the re-check's warm-up when there is no GPU timing)."""
+        self.kept = self.problem.inputs(int(cmd["seed"]))
+        try:
+            for _ in range(int(cmd.get("n", 3))):
+                with self.candidate_call(record_ops=False, poison=False):
+                    self.model(*self.kept)
+        except BaseException as exc:  # noqa: BLE001
+            raise self._failed(exc, "ModelNew.forward failed on a repeated call") from None
+        return {"type": "done", "findings": self.new_findings()}
+
+    # -- integrity -------------------------------------------------------------------------------
+    def report(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        forwards = max(1, int(cmd.get("forwards", 1)))
+        torch_ops = self.recorder.compute_ops()
+        if cmd.get("check"):
+            self._check_static_integrity(torch_ops, self.counter.total() / forwards)
+        kernels = []
+        for name, count in self.counter.launches.items():
+            info = dict(self.counter.info.get(name, {"name": name}))
+            info["launches_per_forward"] = count / forwards
+            kernels.append(KernelInfo.model_validate(info).model_dump())
+        return {"type": "report", "kernels": kernels, "torch_ops": sorted(torch_ops),
+                "findings": self.new_findings()}
+
+    def _check_static_integrity(self, torch_ops: dict[str, int], launches_per_forward: float) -> None:
+        if torch_ops:
+            listed = ", ".join(f"{k} x{v}" for k, v in list(torch_ops.items())[:12])
+            self.finding("torch_compute", f"ModelNew.forward ran torch compute ops ({listed}); all compute must "
+                         "happen in Triton kernels (torch may only allocate, view and copy)")
+        if launches_per_forward == 0:
+            self.finding("no_triton_kernel", "ModelNew.forward launched no Triton kernel")
+        if self.ref_calls["init"] or self.ref_calls["forward"]:
+            self.finding("reference_model", f"candidate code constructed ({self.ref_calls['init']}x) or called "
+                         f"({self.ref_calls['forward']}x) the reference Model")
+        if self.counter.foreign_stream_launches:
+            self.finding("side_stream", f"Triton kernel(s) {sorted(set(self.counter.foreign_stream_launches))} were "
+                         "launched on a stream other than the current one (escapes the timer)")
+        changed = self.snapshot.changed()
+        if not self.counter.wrappers_installed() or not self.counter.hook_installed():
+            changed.append("triton launch instrumentation")
+        if changed:
+            self.finding("monkeypatch", f"candidate code replaced {', '.join(changed[:10])}")
+
+    def guard(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """One forward with guarded inputs and allocations; any changed guard byte is reported."""
+        mode = GuardedAllocations()
+        inputs = guard_inputs(self.problem.inputs(int(cmd["seed"])), mode.registry)
+        try:
+            with self.candidate_call(record_ops=False, poison=True):
+                with mode:
+                    self.model(*inputs)
+                self.sync()
+        except BaseException as exc:  # noqa: BLE001
+            raise self._failed(exc, "ModelNew.forward failed in the guarded-memory check") from None
+        return {"type": "guard", "violations": mode.violations(), "guarded": len(mode.registry),
+                "findings": self.new_findings()}
+
+    # -- timing (GPU) ------------------------------------------------------------------------------
+    def time(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        from egg_mcp.evaluation.timing import GpuTimer
+
+        timer = self.timer or GpuTimer(torch.cuda.current_device())
+        seeds = [int(s) for s in cmd["seeds"]]
+        cache: dict[int, list] = {}
+        model = self.model
+
+        def make_inputs(k: int) -> list:
+            if k not in cache:
+                cache[k] = self.problem.inputs(seeds[k] if k < len(seeds) else secrets.randbits(62))
+            return cache[k]
+
+        self.counter.reset()
+        self.counter.counting = True
+        self.counter.expected_stream = None  # the timer itself launches on a capture stream for graphs
+        self.recorder.__exit__(None, None, None)  # no per-op Python overhead inside the timed region
+        try:
+            try:
+                stats, _ = timer.measure(lambda xs: model(*xs), make_inputs, n_runs=cmd.get("n_runs"))
+            finally:
+                self.counter.counting = False
+            if self.counter.total() == 0:
+                self.finding("no_triton_kernel", "no Triton kernel was launched while the candidate was timed "
+                             "(it behaves differently when observed)")
+            host_ms = timer.host_synced_ms(lambda xs: model(*xs), make_inputs(0))
+            per_call = stats.median_ms
+            if host_ms > 3 * per_call + 1.0:
+                self.finding("side_stream", f"a synchronised call takes {host_ms:.3f} ms on the host clock but the "
+                             f"timer saw {per_call:.3f} ms: work escapes the timed stream (side stream or thread)")
+            elif host_ms > 1.5 * per_call + 0.2:
+                self.finding("side_stream", f"host clock {host_ms:.3f} ms vs timed {per_call:.3f} ms per call "
+                             "(launch overhead, or work escaping the timer)", severity="review")
+            if stats.method == "cuda_events" and stats.host_wall_ms is not None:
+                event_total = stats.mean_ms * stats.n_runs
+                if stats.host_wall_ms < 0.9 * event_total - 1.0:
+                    self.finding("monkeypatch", f"CUDA events report {event_total:.2f} ms in total but only "
+                                 f"{stats.host_wall_ms:.2f} ms passed on the host clock")
+            isolated_s = None
+            if cmd.get("isolated"):
+                t0 = _perf_counter()
+                try:
+                    stats.isolated = timer.measure_isolated(lambda xs: model(*xs), make_inputs)
+                except Exception as exc:  # noqa: BLE001 - an extra reading; its absence must not fail verify
+                    stats.isolated_error = f"{type(exc).__name__}: {exc}"[:300]
+                isolated_s = _perf_counter() - t0
+        except CandidateFailed:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            raise self._failed(exc, "The candidate failed while being timed") from None
+        finally:
+            self.recorder.__enter__()
+        self.kept = make_inputs(0)
+        return {"type": "timing", "stats": stats.model_dump(), "isolated_s": isolated_s,
+                "findings": self.new_findings()}
+
+
+def serve(sock: socket.socket, side: CandidateSide) -> None:
+    """Answer the judge's commands until `exit` (or until the judge goes away)."""
+    handlers = {"confine": side.confine, "load": side.load, "calls": side.calls, "report": side.report, "guard": side.guard,
+                "time": side.time}
+    while True:
+        try:
+            cmd, _ = wire.recv(sock, max_blob_bytes=0)
+        except wire.WireError:
+            return
+        kind = cmd.get("type")
+        if kind == "exit":
+            return
+        try:
+            if kind == "trial":
+                header, blobs = side.trial(cmd)
+                wire.send(sock, header, blobs)
+                continue
+            handler = handlers.get(str(kind))
+            if handler is None:
+                raise ValueError(f"unknown runner command {kind!r}")
+            wire.send(sock, handler(cmd))
+        except CandidateFailed as failed:
+            wire.send(sock, {"type": "failed", **failed.message, "findings": side.new_findings()})
+        except BaseException as exc:  # noqa: BLE001 - a runner-side bug: reported as such, not as the candidate's
+            import traceback
+
+            wire.send(sock, {"type": "runner_error", "kind": type(exc).__name__, "message": str(exc)[:2000],
+                             "traceback": traceback.format_exc()[-6000:]})

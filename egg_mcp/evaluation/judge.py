@@ -1,0 +1,394 @@
+"""The trusted judge (runs in the worker process; never imports candidate code).
+
+It owns the seeds, the reference module, the reference model and its outputs, and the result pipe
+to the server. The candidate runs in a separate runner process (runner.py) that receives seeds only
+after it imported the candidate, regenerates the inputs from them, and sends its outputs back as
+raw bytes. The judge computes the reference on the same inputs (while the runner works), compares,
+and decides. Whatever the runner says (findings, kernels, timing) is evidence: it can only ever
+make a verdict worse, except the timing numbers, which are cross-checked against the judge's own
+clock (see `timing_cross_check`).
+
+Order of one correctness trial: fresh seed -> runner (candidate call with NaN-poisoned allocations,
+aliasing, subclass and input-mutation checks) -> outputs as bytes -> compared with the judge's
+reference on inputs from the same seed. Then: integrity report, guarded-memory forward, timing
+(GPU), re-check on fresh inputs and on an input set whose contents changed in place, runner killed
+with every descendant, reference timing (GPU, in the judge, with no candidate process alive).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from egg_mcp.evaluation import wire
+from egg_mcp.evaluation.api import ErrorReport, EvalOptions, IntegrityFinding, TimingStats
+from egg_mcp.evaluation.compare import compare_tensor, structure_mismatch
+from egg_mcp.evaluation.failures import _failure, classify, env_info
+from egg_mcp.evaluation.review import review_findings
+from egg_mcp.evaluation.judge_verdicts import Verdicts
+from egg_mcp.evaluation.modules import import_source
+from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+from egg_mcp.evaluation.runner_process import RunnerGone, RunnerProcess, take
+
+RECHECK_CALLS = 3
+"""Extra candidate calls on one input set before the post-timing re-check when there is no GPU timing."""
+TIMING_SEEDS = 64
+_perf_counter = time.perf_counter
+
+
+class Rejected(Exception):
+    """Ends the evaluation early with a finished result dict."""
+
+    def __init__(self, result: dict[str, Any]):
+        super().__init__(result.get("summary", ""))
+        self.result = result
+
+
+def _phase(name: str, **extra) -> None:
+    from egg_mcp.evaluation import worker
+
+    ch = worker.channel()
+    if ch is not None:
+        ch.phase(name, **extra)
+
+
+def timing_cross_check(stats: TimingStats, wall_ms: float) -> list[IntegrityFinding]:
+    """The runner's timing against the judge's wall clock around the whole timing command.
+
+    Sound bound: the timed runs happened inside that wall time, so mean x runs (and the runner's
+    own host clock) cannot exceed it. Plausibility: the timer aims at ~300 ms of measured time and
+    its overhead (flushes, warm-up, estimate) is a few times that, so measured time below 2 % of the
+    wall is flagged for review (a runner scaling its numbers down)."""
+    out = []
+    measured = (stats.mean_ms or stats.median_ms) * max(1, stats.n_runs)
+    if measured > 1.05 * wall_ms + 1.0 or (stats.host_wall_ms or 0) > 1.05 * wall_ms + 1.0:
+        out.append(IntegrityFinding(check="timing_forged", severity="violation", detail=(
+            f"the runner reported {measured:.1f} ms of timed runs ({stats.n_runs} x {stats.mean_ms} ms) but the "
+            f"judge's clock saw only {wall_ms:.1f} ms for the whole timing phase")))
+    elif wall_ms > 2000 and measured < 0.02 * wall_ms:
+        out.append(IntegrityFinding(check="timing_forged", severity="review", detail=(
+            f"the timed runs account for {measured:.1f} ms of the {wall_ms:.0f} ms the timing phase took on the "
+            "judge's clock (under 2 %): the reported times may be understated")))
+    return out
+
+
+class Judge(Verdicts):
+    def __init__(self, payload: dict[str, Any]):
+        self.opts = EvalOptions.model_validate(payload["options"])
+        self.payload = payload
+        self.interpreter = os.environ.get("TRITON_INTERPRET") == "1"
+        self.device = "cpu" if self.interpreter else "cuda"
+        self.dtype = DTYPES[self.opts.dtype]
+        self.seeds = list(payload["seeds"])
+        self.init_seed = int(payload["init_seed"])
+        self.findings: list[IntegrityFinding] = []
+        self.trials_passed = 0
+        self.trials_run = 0
+        self.phase_s: dict[str, float] = {}
+        self._phase_open: tuple[str, float] | None = None
+        self.runner: RunnerProcess | None = None
+        self.sandbox: dict[str, Any] | None = None
+        self.kernels: list[dict] = []
+        self.torch_ops: list[str] = []
+
+    def clock(self, name: str | None, report: str | None = None, **extra) -> None:
+        """Close the running phase and open `name` (None: just close); `report` also tells the engine."""
+        if report is not None:
+            _phase(report, **extra)
+        now = _perf_counter()
+        if self._phase_open is not None:
+            prev, start = self._phase_open
+            self.phase_s[prev] = round(self.phase_s.get(prev, 0.0) + now - start, 4)
+        self._phase_open = (name, now) if name else None
+
+    def seed(self) -> int:
+        return self.seeds.pop() if self.seeds else secrets.randbits(62)
+
+    # -- main ----------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        result: dict[str, Any] = {"env": env_info(self.interpreter).model_dump(), "fault": "candidate"}
+        try:
+            result.update(self._run())
+        except Rejected as rejected:
+            result.update(rejected.result)
+        finally:
+            if self.runner is not None:
+                self.clock("runner_teardown")
+                self.runner.kill()
+        if result.get("verdict") == "correct":
+            self.clock("timing_reference")
+            self._reference_timing(result)
+        self.clock(None)
+        result["phase_s"] = dict(self.phase_s)
+        result["sandbox"] = self.sandbox
+        result.setdefault("correctness_trials", self.trials_run)
+        result.setdefault("correctness_trials_passed", self.trials_passed)
+        return result
+
+    def _run(self) -> dict[str, Any]:
+        mode = "interp" if self.interpreter else "gpu"
+        self.clock("runner_start", "load", message="starting the sandboxed runner")
+        self.runner = take(mode)
+        self.clock("load_reference", message="loading the reference")
+        reference = self._load_reference()
+        self.clock("runner_start")
+        self._ask_ready()
+        self.clock("import_candidate", message="importing the candidate")
+        self._ask({"type": "confine"}, "confined")
+        self._ask({"type": "load", "candidate_source": self.payload["candidate_source"],
+                   "reference_source": self.payload["reference_source"],
+                   "options": self.opts.model_dump(mode="json"), "init_seed": self.init_seed}, "loaded")
+        del reference
+        self.clock("correctness_trials", "run", message="correctness trials", done=0,
+                   total=self.opts.correctness_trials)
+        n = self.opts.correctness_trials
+        for trial in range(n):
+            mismatch = self._trial({"seed": self.seed()}, trial, "correctness")
+            _phase("trial", done=trial + 1, total=n, message=f"correctness trial {trial + 1}/{n}")
+            if mismatch is not None:
+                return self._incorrect(mismatch, f"on correctness trial {trial + 1}/{n}", n)
+        self._report(forwards=n, check=True)
+        base = {"kernels": self.kernels, "torch_ops": self.torch_ops,
+                "correctness_trials": n, "correctness_trials_passed": self.trials_passed}
+        if self._violations():
+            return {**base, **self._violation_result()}
+        self.clock("memory_guard", message="guarded-memory forward")
+        guard = self._ask({"type": "guard", "seed": self.seed()}, "guard")
+        if guard.get("violations"):
+            return {**base, **self._memory_error(guard["violations"])}
+
+        timing, reason, timed = None, None, False
+        if self.device == "cuda" and self.opts.timing:
+            self.clock("timing_candidate", "timing", message="timing the candidate")
+            timing = self._time()
+            timed = True
+        elif self.device == "cpu":
+            reason = ("no GPU: correctness was checked in the Triton interpreter on the CPU, where timings are "
+                      "meaningless, so none is reported")
+        else:
+            reason = "timing was not requested (options.timing = false)"
+
+        self.clock("recheck", "recheck", message="re-checking correctness after repeated calls")
+        recheck = self._recheck(timed)
+        if recheck is not None:
+            return {**base, **recheck}
+        self._report(forwards=1, check=True)
+        if self._violations():
+            return {**base, **self._violation_result()}
+        out = {**base, "verdict": "correct", "timing_unavailable_reason": reason}
+        if timing is not None:
+            out["timing"] = timing.model_dump()
+        return out
+
+    # -- the runner conversation -------------------------------------------------------------------
+    def _ask_ready(self) -> None:
+        try:
+            self.runner.wait_ready()
+        except RunnerGone as gone:
+            raise Rejected(self._harness_fault(f"the sandboxed runner did not start ({gone.report.message})"))
+        except wire.WireError as exc:
+            raise Rejected(self._protocol(str(exc)))
+
+    def _ask(self, header: dict[str, Any], expect: str, max_blob_bytes: int = 0):
+        """One command and its reply; the reply's findings are collected; failures end the evaluation."""
+        try:
+            message, blobs = self.runner.request(header, max_blob_bytes)
+        except RunnerGone as gone:
+            raise Rejected(self._runner_died(gone.report)) from None
+        except wire.WireError as exc:
+            raise Rejected(self._protocol(str(exc))) from None
+        self._collect(message.get("findings", []))
+        kind = message.get("type")
+        if kind == "failed":
+            raise Rejected(self._candidate_failed(message))
+        if kind == "runner_error":
+            raise Rejected(self._harness_fault(f"the runner's harness code raised {message.get('kind')}: "
+                                               f"{str(message.get('message'))[:300]}", str(message.get("traceback"))))
+        if kind != expect:
+            raise Rejected(self._protocol(f"expected a '{expect}' message, got {str(kind)[:40]!r}"))
+        if kind == "confined":
+            self.sandbox = message.get("sandbox") if isinstance(message.get("sandbox"), dict) else None
+        return (message, blobs) if max_blob_bytes else message
+
+    def _collect(self, findings: Any) -> None:
+        if not isinstance(findings, list) or len(findings) > 500:
+            raise Rejected(self._protocol("findings are not a list of at most 500 entries"))
+        for item in findings:
+            try:
+                finding = IntegrityFinding.model_validate(item)
+            except Exception:  # noqa: BLE001
+                raise Rejected(self._protocol("a finding is not a valid IntegrityFinding")) from None
+            finding.detail = finding.detail[:1000]
+            self.findings.append(finding)
+
+    def _report(self, forwards: int, check: bool) -> None:
+        message = self._ask({"type": "report", "forwards": forwards, "check": check}, "report")
+        kernels, ops = message.get("kernels"), message.get("torch_ops")
+        if not isinstance(kernels, list) or not isinstance(ops, list):
+            raise Rejected(self._protocol("the integrity report has no kernel list or torch-op list"))
+        from egg_mcp.evaluation.api import KernelInfo
+
+        try:
+            self.kernels = [KernelInfo.model_validate(k).model_dump() for k in kernels[:64]]
+        except Exception:  # noqa: BLE001
+            raise Rejected(self._protocol("the integrity report's kernel list is malformed")) from None
+        self.torch_ops = [str(op)[:100] for op in ops[:200]]
+
+    # -- reference side ----------------------------------------------------------------------------
+    def _load_reference(self):
+        workdir = Path(os.getcwd()) / f"judge-{secrets.token_hex(4)}"
+        workdir.mkdir()
+        try:
+            reference = import_source(self.payload["reference_source"], workdir / "reference.py",
+                                      f"egg_reference_{secrets.token_hex(4)}")
+            for name in ("Model", "get_inputs", "get_init_inputs"):
+                if not hasattr(reference, name):
+                    raise AttributeError(f"the reference defines no {name}")
+        except BaseException as exc:  # noqa: BLE001
+            raise Rejected({**_failure("runtime_error", exc, None, "The reference failed to load"),
+                            "fault": "reference"}) from None
+        try:
+            apply_size_overrides(reference, None, self.opts.size_overrides)
+        except ValueError as exc:
+            raise Rejected({"verdict": "runtime_error", "summary": str(exc), "fault": "reference",
+                            "error": ErrorReport(kind="bad_options", message=str(exc)).model_dump()}) from None
+        self.problem = Problem(reference, self.device, self.dtype)
+        try:
+            self.ref_model = self.problem.build(reference.Model, self.problem.init_inputs(self.init_seed),
+                                                self.init_seed)
+        except BaseException as exc:  # noqa: BLE001
+            raise Rejected({**_failure(classify(exc), exc, None, "Building the reference model failed"),
+                            "fault": "reference"}) from None
+        return reference
+
+    def _expected(self, seed: int) -> list:
+        try:
+            out = self.ref_model(*self.problem.inputs(seed))
+        except BaseException as exc:  # noqa: BLE001
+            raise Rejected({**_failure(classify(exc), exc, None, "The reference model failed"),
+                            "fault": "reference"}) from None
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    def _trial(self, cmd: dict[str, Any], trial: int, stage: str, expected_seed: int | None = None):
+        """The runner's outputs for `cmd` against the reference on inputs from the same seed."""
+        self.runner.send({"type": "trial", "trial": trial, "stage": stage, **cmd})
+        expected = self._expected(expected_seed if expected_seed is not None else cmd["seed"])  # meanwhile
+        limit = 2 * sum(e.numel() * e.element_size() for e in expected if isinstance(e, torch.Tensor)) + (1 << 20)
+        try:
+            message, blobs = self.runner.recv(limit)
+        except RunnerGone as gone:
+            raise Rejected(self._runner_died(gone.report, counted=True)) from None
+        except wire.WireError as exc:
+            raise Rejected(self._protocol(str(exc))) from None
+        self._collect(message.get("findings", []))
+        if message.get("type") == "failed":
+            raise Rejected(self._candidate_failed(message, counted=True))
+        if message.get("type") != "outputs":
+            raise Rejected(self._protocol(f"expected outputs, got {str(message.get('type'))[:40]!r}"))
+        try:
+            got = wire.decode_values(message.get("values"), blobs)
+        except wire.WireError as exc:
+            raise Rejected(self._protocol(str(exc))) from None
+        self.trials_run += 1
+        if self._violations():
+            raise Rejected(self._violation_result())
+        got = [g.to(e.device) if isinstance(g, torch.Tensor) and isinstance(e, torch.Tensor) else g
+               for g, e in zip(got, expected)] + got[len(expected):]
+        mismatch = structure_mismatch(got, expected)
+        if mismatch is None:
+            for i, (g, e) in enumerate(zip(got, expected)):
+                if isinstance(e, torch.Tensor):
+                    mismatch = compare_tensor(g, e, self.opts.tolerance.atol, self.opts.tolerance.rtol, i)
+                    if mismatch is not None:
+                        break
+        if mismatch is not None:
+            mismatch.trial = trial + 1
+            if message.get("reused") is True:
+                self.finding("output_cache", "the output is the same buffer as an earlier call's and its contents "
+                             "are stale for the new inputs: outputs are cached between calls")
+            return mismatch
+        self.trials_passed += 1
+        return None
+
+    # -- timing and re-check -----------------------------------------------------------------------
+    def _time(self) -> TimingStats:
+        self.timing_seeds = [self.seed() for _ in range(TIMING_SEEDS)]
+        started = _perf_counter()
+        message = self._ask({"type": "time", "seeds": self.timing_seeds, "n_runs": self.opts.timing_trials,
+                             "isolated": self.opts.isolated_timing}, "timing")
+        wall_ms = (_perf_counter() - started) * 1e3
+        try:
+            stats = TimingStats.model_validate(message.get("stats"))
+        except Exception:  # noqa: BLE001
+            raise Rejected(self._protocol("the timing message carries no valid TimingStats")) from None
+        if not (stats.median_ms > 0 and stats.n_runs > 0):
+            raise Rejected(self._protocol(f"implausible timing: median {stats.median_ms} ms over {stats.n_runs} runs"))
+        self.findings.extend(timing_cross_check(stats, wall_ms))
+        isolated_s = message.get("isolated_s")
+        if isinstance(isolated_s, (int, float)) and 0 <= isolated_s <= wall_ms / 1e3:
+            self.clock("timing_isolated")  # the runner's share of this phase, moved to its own entry
+            self.phase_s["timing_isolated"] = round(float(isolated_s), 4)
+            self.phase_s["timing_candidate"] = round(self.phase_s["timing_candidate"] - float(isolated_s), 4)
+            self._phase_open = ("timing_candidate", _perf_counter())
+        return stats
+
+    def _recheck(self, timed: bool) -> dict[str, Any] | None:
+        """A kernel that goes wrong after N calls, or returns outputs cached by input pointer, fails here."""
+        if not timed:
+            self._ask({"type": "calls", "seed": self.seed(), "n": RECHECK_CALLS}, "done")
+        mismatch = self._trial({"seed": self.seed()}, self.trials_run, "re-check")
+        if mismatch is not None:
+            return self._incorrect(mismatch, "when re-checked on fresh inputs after repeated calls (the kernel "
+                                   "goes wrong after several calls: state kept between calls?)", 1)
+        refill = self.seed()
+        mismatch = self._trial({"seed": refill, "use_kept": True, "refill_seed": refill}, self.trials_run,
+                               "re-check")
+        if mismatch is not None:
+            self.finding("output_cache", "the output for an input tensor whose contents changed in place was stale: "
+                         "outputs are cached between calls (by pointer or object)")
+            result = self._violation_result()
+            result["mismatch"] = mismatch.model_dump()
+            return result
+        return None
+
+    def _reference_timing(self, result: dict[str, Any]) -> None:
+        """The reference timed here, after the runner and its descendants are dead (GPU only)."""
+        if "timing" not in result:
+            result["integrity"] = [f.model_dump() for f in self._unique()]
+            result["summary"] = self._correct_summary(result, result["correctness_trials"], None, None)
+            return
+        stats = TimingStats.model_validate(result["timing"])
+        reference_timing = None
+        baseline_ms = self.opts.baseline_ms
+        if baseline_ms is None:
+            from egg_mcp.evaluation.timing import GpuTimer
+
+            cache: dict[int, list] = {}
+
+            def make_inputs(k: int) -> list:
+                if k not in cache:
+                    cache[k] = self.problem.inputs(self.timing_seeds[k] if k < len(self.timing_seeds)
+                                                   else secrets.randbits(62))
+                return cache[k]
+
+            timer = GpuTimer(torch.cuda.current_device())
+            reference_timing, _ = timer.measure(lambda xs: self.ref_model(*xs), make_inputs,
+                                                n_runs=self.opts.timing_trials)
+            baseline_ms = reference_timing.median_ms
+            result["reference_timing"] = reference_timing.model_dump()
+            result["speedup"] = baseline_ms / stats.median_ms if stats.median_ms > 0 else None
+        self.findings.extend(review_findings(stats.median_ms, reference_ms=baseline_ms,
+                                             floor_ms=self.opts.roofline_floor_ms))
+        result["integrity"] = [f.model_dump() for f in self._unique()]
+        result["summary"] = self._correct_summary(result, result["correctness_trials"], stats, reference_timing)
+
+
+def evaluate(payload: dict[str, Any]) -> dict[str, Any]:
+    """Worker target behind WorkerEvaluator.evaluate (harness.evaluate_job)."""
+    torch.set_grad_enabled(False)
+    return Judge(payload).run()

@@ -1,0 +1,145 @@
+"""How the judge turns what it saw into a result dict (verdict, summary, fault). A mixin of Judge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from egg_mcp.evaluation.api import ErrorReport, IntegrityFinding, MismatchReport
+
+CANDIDATE_FAILURE_VERDICTS = ("compile_error", "runtime_error", "oom")
+
+
+class Verdicts:
+    findings: list[IntegrityFinding]
+    trials_run: int
+    trials_passed: int
+    kernels: list[dict]
+    torch_ops: list[str]
+
+    def finding(self, check: str, detail: str, severity: str = "violation") -> None:
+        self.findings.append(IntegrityFinding(check=check, severity=severity, detail=detail))
+
+    def _unique(self) -> list[IntegrityFinding]:
+        return list({(f.check, f.detail): f for f in self.findings}.values())
+
+    def _violations(self) -> list[IntegrityFinding]:
+        return [f for f in self._unique() if f.severity == "violation"]
+
+    def _counts(self) -> dict[str, int]:
+        return {"correctness_trials": self.trials_run, "correctness_trials_passed": self.trials_passed}
+
+    def _violation_result(self) -> dict[str, Any]:
+        violations = self._violations()
+        checks = sorted({f.check for f in violations})
+        return {
+            "verdict": "integrity_violation",
+            "summary": f"Integrity violation ({', '.join(checks)}): {violations[0].detail}. Rewrite so the work "
+                       "is done by your Triton kernels on the current stream, then verify again.",
+            "integrity": [f.model_dump() for f in self._unique()],
+            **self._counts(),
+        }
+
+    def _incorrect(self, mismatch: MismatchReport, when: str, forwards: int) -> dict[str, Any]:
+        parts = []
+        if mismatch.max_abs_error is not None:
+            parts.append(f"max abs error {mismatch.max_abs_error:.3g}")
+        if mismatch.fraction_mismatched is not None:
+            parts.append(f"{mismatch.fraction_mismatched:.2%} of elements off")
+        detail = f" ({', '.join(parts)})" if parts else ""
+        try:
+            self._report(forwards=max(1, forwards), check=False)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - the verdict stands without the kernel list
+            pass
+        result = {
+            "verdict": "incorrect",
+            "summary": f"Wrong output {when}{detail}: {mismatch.hint}. Fix it (see mismatch) and verify again.",
+            "mismatch": mismatch.model_dump(),
+            "kernels": self.kernels,
+            "torch_ops": self.torch_ops,
+            **self._counts(),
+        }
+        if self._violations():
+            result.update(self._violation_result())
+        return result
+
+    def _memory_error(self, violations: list) -> dict[str, Any]:
+        """Out-of-bounds writes found by the runner's guarded allocations (evidence it could only hide)."""
+        first = violations[0] if isinstance(violations[0], dict) else {}
+        what = (f"{str(first.get('tensor'))[:60]} (shape {first.get('shape')}, {first.get('dtype')}): "
+                f"{str(first.get('detail'))[:200]}")
+        detail = "; ".join(
+            f"{str(v.get('tensor'))[:60]} {v.get('shape')} {v.get('dtype')}: {str(v.get('detail'))[:200]}"
+            for v in violations[:5] if isinstance(v, dict))
+        return {
+            "verdict": "memory_error",
+            "summary": f"Out-of-bounds write: ModelNew.forward wrote outside {what}. The outputs may still compare "
+                       "equal, but the kernel corrupts neighbouring memory; fix the store masks (e.g. `<` vs `<=`, "
+                       "the last partial tile) and verify again.",
+            "error": ErrorReport(kind="memory_error", message=detail[:2000]).model_dump(),
+            "integrity": [f.model_dump() for f in self._unique()],
+            **self._counts(),
+        }
+
+    def _candidate_failed(self, message: dict[str, Any], counted: bool = False) -> dict[str, Any]:
+        """A failure the runner reported: its verdict is accepted only among the failure verdicts."""
+        verdict = message.get("verdict")
+        if verdict not in CANDIDATE_FAILURE_VERDICTS:
+            verdict = "runtime_error"
+        try:
+            error = ErrorReport.model_validate(message.get("error") or {"kind": "error", "message": ""})
+        except Exception:  # noqa: BLE001
+            error = ErrorReport(kind="error", message="(the runner's error report was malformed)")
+        error.message, error.traceback = error.message[:2000], error.traceback[-6000:]
+        fault = "reference" if message.get("fault") == "reference" else "candidate"
+        trials = self.trials_run + (1 if counted else 0)
+        return {"verdict": verdict, "summary": str(message.get("summary") or error.message)[:1000],
+                "error": error.model_dump(), "fault": fault, "correctness_trials": trials,
+                "correctness_trials_passed": self.trials_passed}
+
+    def _runner_died(self, report: ErrorReport, counted: bool = False) -> dict[str, Any]:
+        verdict = "oom" if report.kind == "oom" else "runtime_error"
+        advice = ("Use less memory (smaller tiles, no huge temporaries)." if verdict == "oom" else
+                  "Fix the crash (out-of-bounds pointer, exit call, bad ctypes use) and verify again.")
+        return {"verdict": verdict, "summary": f"{report.message}. {advice}", "error": report.model_dump(),
+                "correctness_trials": self.trials_run + (1 if counted else 0),
+                "correctness_trials_passed": self.trials_passed}
+
+    def _protocol(self, detail: str) -> dict[str, Any]:
+        """The runner broke the protocol: only candidate code in it can have done that."""
+        self.finding("runner_protocol", f"the runner sent malformed or unexpected data: {detail[:300]}")
+        return {**self._violation_result(),
+                "summary": "Integrity violation (runner_protocol): the candidate's process sent the judge data the "
+                           f"harness never writes ({detail[:200]}); remove whatever writes to file descriptors or "
+                           "touches the harness's modules, then verify again."}
+
+    def _harness_fault(self, detail: str, traceback: str = "") -> dict[str, Any]:
+        return {"verdict": "runtime_error", "fault": "harness",
+                "summary": f"Not your kernel: egg-mcp's evaluation harness failed ({detail[:300]}). Fix: run "
+                           "`python -m egg_mcp doctor` and check the install (torch, triton, numpy), then verify "
+                           "again; report it if it persists.",
+                "error": ErrorReport(kind="harness", message=detail[:2000], traceback=traceback[-6000:]).model_dump(),
+                **self._counts()}
+
+    def _correct_summary(self, out, n, timing, reference_timing) -> str:
+        reviews = [f for f in self.findings if f.severity == "review"]
+        if timing is None:
+            text = f"Correct on {n}/{n} trials (+ re-check) in the Triton interpreter; no timing without a GPU."
+        else:
+            text = (f"Correct on {n}/{n} trials; {timing.median_ms:.4f} ms median (CV {100 * (timing.cv or 0):.2f}%, "
+                    f"{timing.method}).")
+            if reference_timing is not None and out.get("speedup"):
+                text += f" {out['speedup']:.2f}x vs the reference in eager PyTorch."
+            if timing.isolated is not None:
+                text += f" {timing.isolated.median_ms:.4f} ms per call from a clean L2 (what ncu reports)"
+                excess = timing.median_ms / timing.isolated.median_ms - 1 if timing.isolated.median_ms > 0 else 0
+                if excess > 0.05 and timing.median_ms >= 0.02:
+                    text += (f"; back to back each call costs {100 * excess:.0f}% more, most likely writing back the "
+                             "previous call's output from L2")
+                text += "."
+            if timing.throttled:
+                text += f" GPU throttled during timing ({', '.join(timing.throttle_reasons)}): re-verify."
+        if reviews:
+            text += " Flagged for review: " + "; ".join(f.detail for f in reviews[:2]) + "."
+        else:
+            text += " Next: profile it or commit it."
+        return text

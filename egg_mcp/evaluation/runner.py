@@ -1,0 +1,71 @@
+"""The untrusted runner: `python -m egg_mcp.evaluation.runner --fd N --private DIR --mode MODE --judge PID`.
+
+The only process that imports candidate code. The judge (judge.py) starts it with an allow-listed
+environment (no token, no EGG_MCP_*), a private working directory, no file descriptor but its own
+channel (stdout/stderr are the worker's log pipes), in its own process group (and in its own
+user+PID namespaces where the host allows: egg_mcp.sandbox.spawn_prefix), and kills it and every
+descendant as soon as it has what it needs.
+
+This entry module stays light: it ties its life to the judge and confines itself (no_new_privs,
+capabilities dropped, Landlock) BEFORE importing torch, whose threads would otherwise stay outside
+the Landlock domain on kernels without TSYNC; only then does it import the heavy part
+(candidate_side.py) and answer the judge's commands with DATA (output bytes, findings, timings).
+Everything it sends may have been written by the candidate, and the judge treats it that way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from pathlib import Path
+
+from egg_mcp.evaluation import confinement, wire
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--private", required=True)
+    parser.add_argument("--mode", choices=["gpu", "interp"], required=True)
+    parser.add_argument("--judge", type=int, required=True)
+    args = parser.parse_args(argv)
+    confinement.die_with_parent()
+    if args.judge and os.getppid() != args.judge:  # the judge died before we could tie our life to it
+        os._exit(3)
+    try:
+        sandbox = confinement.confine(Path(args.private))
+        sandbox["capabilities_dropped"] = confinement.drop_capabilities() and sandbox.get(
+            "capabilities_dropped", True)
+    except OSError as exc:  # a step the kernel offers failed: never go on to import the candidate
+        print(f"egg-mcp runner: confinement failed: {exc}", file=sys.stderr, flush=True)
+        os._exit(4)
+    import torch
+    import triton  # noqa: F401  (before the candidate)
+
+    from egg_mcp.evaluation.candidate_side import CandidateSide, serve
+
+    if args.mode == "gpu":
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+    sock = socket.socket(fileno=args.fd)
+    side = CandidateSide(Path(args.private), interpreter=args.mode == "interp")
+    side.sandbox = sandbox
+    code = 0
+    try:
+        wire.send(sock, {"type": "ready", "pid": os.getpid()})
+        serve(sock, side)
+    except BaseException:  # noqa: BLE001
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

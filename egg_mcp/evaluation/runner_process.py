@@ -1,0 +1,168 @@
+"""The judge's handle on one runner process: start it (sandboxed), talk to it, kill it and every
+descendant. Runs in the judge (the worker process); never imports candidate code."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from egg_mcp.evaluation import confinement, wire
+from egg_mcp.evaluation.api import ErrorReport
+
+SIGNAL_NAMES = {
+    signal.SIGSEGV: "segmentation fault (SIGSEGV)", signal.SIGBUS: "bus error (SIGBUS)",
+    signal.SIGILL: "illegal instruction (SIGILL)", signal.SIGFPE: "floating-point exception (SIGFPE)",
+    signal.SIGABRT: "abort (SIGABRT)", signal.SIGKILL: "killed (SIGKILL)", signal.SIGTERM: "terminated (SIGTERM)",
+}
+MESSAGE_TIMEOUT_S = 60.0
+"""Once a message has started, the rest of it must arrive within this (a half-sent message is garbage)."""
+
+
+class RunnerGone(Exception):
+    """The runner died or closed its channel; `report` says how."""
+
+    def __init__(self, report: ErrorReport):
+        super().__init__(report.message)
+        self.report = report
+
+
+class RunnerProcess:
+    """One untrusted runner: own process group, allow-listed env, private dir, one socket."""
+
+    def __init__(self, mode: str, workdir: Path, *, wrapper: list[str] | None = None,
+                 extra_env: dict[str, str] | None = None):
+        self.mode = mode
+        self.private = Path(workdir) / f"runner-{secrets.token_hex(4)}"
+        self.private.mkdir(mode=0o700)
+        ours, theirs = socket.socketpair()
+        env = confinement.runner_env(os.environ, self.private, interpreter=(mode == "interp"))
+        env.update(extra_env or {})
+        prefix = confinement.spawn_prefix()
+        self.namespaced = bool(prefix)
+        argv = [*prefix, *(wrapper or []), sys.executable, "-m", "egg_mcp.evaluation.runner",
+                "--fd", str(theirs.fileno()), "--private", str(self.private), "--mode", mode,
+                # under a launcher or a wrapper, that process is the runner's parent, not the judge
+                "--judge", "0" if (wrapper or prefix) else str(os.getpid())]
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=self.private, env=env,
+                                         close_fds=True, pass_fds=(theirs.fileno(),), start_new_session=True)
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.ready = False
+        self.started_at = time.monotonic()
+
+    # -- talking ---------------------------------------------------------------------------------
+    def send(self, header: dict[str, Any]) -> None:
+        try:
+            wire.send(self.sock, header)
+        except OSError:
+            raise RunnerGone(self._death()) from None
+
+    def recv(self, max_blob_bytes: int = 0) -> tuple[dict, list[bytes]]:
+        """The next message. RunnerGone when the runner died; wire.WireError when it sent garbage."""
+        while True:
+            readable = select.select([self.sock], [], [], 0.25)[0]
+            if readable:
+                try:
+                    return wire.recv(self.sock, max_blob_bytes=max_blob_bytes, timeout_s=MESSAGE_TIMEOUT_S)
+                except wire.PeerGone:
+                    raise RunnerGone(self._death()) from None
+                except TimeoutError:
+                    raise wire.WireError("the runner started a message and did not finish it") from None
+            if self.proc.poll() is not None:
+                # A descendant may still hold the socket open: the runner's own exit is what counts.
+                if not select.select([self.sock], [], [], 0.2)[0]:
+                    raise RunnerGone(self._death())
+
+    def request(self, header: dict[str, Any], max_blob_bytes: int = 0) -> tuple[dict, list[bytes]]:
+        self.send(header)
+        return self.recv(max_blob_bytes)
+
+    def wait_ready(self) -> None:
+        if not self.ready:
+            message, _ = self.recv()
+            if message.get("type") != "ready":
+                raise wire.WireError(f"the runner's first message was {message.get('type')!r}, not 'ready'")
+            self.ready = True
+
+    # -- ending ----------------------------------------------------------------------------------
+    def _death(self) -> ErrorReport:
+        try:
+            code = self.proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return ErrorReport(kind="exit", message="the runner closed its channel to the judge and kept running; "
+                               "it was killed (candidate code closed or replaced file descriptors?)")
+        if code < 0:
+            name = SIGNAL_NAMES.get(-code, f"signal {-code}")
+            if -code == signal.SIGKILL:
+                return ErrorReport(kind="oom", message=f"the candidate's runner process was {name} from outside: "
+                                   "most likely the host's out-of-memory killer")
+            return ErrorReport(kind="signal", message=f"the candidate's runner process ended by {name}")
+        return ErrorReport(kind="exit", message=f"the candidate's runner process exited with code {code} before "
+                           "reporting (os._exit / abort in candidate code?)")
+
+    def finish(self, timeout_s: float) -> int | None:
+        """Ask the runner to exit by itself (a wrapper such as compute-sanitizer writes its report then);
+        its exit code, or None when it had to be killed."""
+        with contextlib.suppress(OSError, wire.WireError):
+            wire.send(self.sock, {"type": "exit"})
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+        finally:
+            self.kill()
+
+    def kill(self) -> int:
+        """SIGKILL the runner's group and every descendant of the judge but its own helpers."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        killed = confinement.kill_descendants(os.getpid())
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=5.0)
+        reap_orphans()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        return killed
+
+
+def reap_orphans() -> None:
+    """Collect the exit status of re-parented descendants (this process is their subreaper)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+_prestarted: RunnerProcess | None = None
+
+
+def prestart(mode: str) -> None:
+    """Start a runner while the worker waits for its job (hides the runner's torch import)."""
+    global _prestarted
+    if mode in ("gpu", "interp") and _prestarted is None:
+        _prestarted = RunnerProcess(mode, Path(os.getcwd()))
+
+
+def take(mode: str) -> RunnerProcess:
+    """The prestarted runner when it matches and is alive, else a fresh one."""
+    global _prestarted
+    runner, _prestarted = _prestarted, None
+    if runner is not None and (runner.mode != mode or runner.proc.poll() is not None):
+        runner.kill()
+        runner = None
+    return runner or RunnerProcess(mode, Path(os.getcwd()))
