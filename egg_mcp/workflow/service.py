@@ -253,7 +253,7 @@ class EggService:
             return None, str(exc)
         return analysis.model_dump(mode="json"), None
 
-    def _gpu_for_roofline(self) -> GpuSpec:
+    def _gpu_for_roofline(self) -> GpuSpec | None:
         return self.gpu or spec_for(None)
 
     # -- generate_seeds -------------------------------------------------------------------------
@@ -813,9 +813,10 @@ async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_tr
     from egg_mcp.tiling.plan import tie_note
 
     if measure and not service.timing_available() and not proposal.measured:
+        target = service._gpu_for_roofline()
         proposal.note = ("unmeasured: measure=true, but there is no GPU here (the CPU interpreter cannot time "
-                         "kernels); the ranking is the cost model's prediction for "
-                         f"{service._gpu_for_roofline().name} only")
+                         "kernels); the ranking is the cost model's prediction only, for "
+                         f"{target.name if target else 'a stand-in GPU (see warnings)'}")
     tie = tie_note([r.predicted_ms for r in proposal.ranked if r.measured_ms is None])
     if tie and not proposal.measured:
         proposal.warnings.append(tie)
