@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -52,7 +53,9 @@ def provenance() -> dict[str, Any]:
             return None
 
     record: dict[str, Any] = {
-        "git_commit": _git("rev-parse", "HEAD"), "git_dirty": bool(_git("status", "--porcelain")),
+        # A copied tree without .git (the GPU machine's) names its commit in EGG_MCP_GIT_COMMIT.
+        "git_commit": _git("rev-parse", "HEAD") or os.environ.get("EGG_MCP_GIT_COMMIT"),
+        "git_dirty": bool(_git("status", "--porcelain")),
         "python": platform.python_version(), "torch": ver("torch"), "triton": ver("triton"),
         "egg_mcp": ver("egg-mcp"), "host": platform.node(),
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "gpus": [],

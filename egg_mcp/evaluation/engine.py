@@ -340,7 +340,7 @@ class WorkerEvaluator:
             "--job-fd", str(job_r), "--result-fd", str(res_w), "--mode", base_mode,
         ] + (["--prestart-runner"] if runner else [])
         if wrapper_argv:
-            argv = [*wrapper_argv, *argv]
+            argv = [*wrapper_argv, *argv, "--wrapped"]
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,

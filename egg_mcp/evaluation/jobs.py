@@ -74,3 +74,24 @@ def timing_probe(payload: dict[str, Any]) -> dict[str, Any]:
         del cache
         torch.cuda.empty_cache()
     return {"rows": rows, "device": torch.cuda.get_device_name()}
+
+
+def reach(payload: dict[str, Any]) -> dict[str, Any]:
+    """Try to read, list and write the given paths from inside a job: what any job's code (a profiling
+    target, a tiling trial, the compare job) could reach. Each attempt reports 'ok' or the error."""
+    out: dict[str, str] = {}
+    for path in payload.get("read", []):
+        try:
+            with open(path, "rb") as f:
+                f.read(16)
+            out[f"read {path}"] = "ok"
+        except OSError as exc:
+            out[f"read {path}"] = type(exc).__name__
+    for path in payload.get("write", []):
+        try:
+            with open(path, "wb") as f:
+                f.write(b"reached")
+            out[f"write {path}"] = "ok"
+        except OSError as exc:
+            out[f"write {path}"] = type(exc).__name__
+    return out

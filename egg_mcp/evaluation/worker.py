@@ -126,6 +126,26 @@ def _watch_server(server_pid: int, interval_s: float = 1.0) -> None:
             pass
 
 
+JUDGE_TARGETS = frozenset({"egg_mcp.evaluation.harness:evaluate_job", "egg_mcp.evaluation.harness:baselines_job"})
+"""Jobs whose process is the trusted judge: it starts its own confined runner (namespaces need mounts,
+which a Landlock-confined process may not do), so the judge itself stays unconfined."""
+
+
+def _confine_job(target: str, *, wrapped: bool) -> dict | None:
+    """Every other job that may run user or candidate code in this process (profiling target, tiling
+    trials, the compare job, reference analysis, calibration) confines this process to its private
+    dir first, so no job can read or write the workspace, the exports or the user's files. Jobs
+    wrapped by ncu / compute-sanitizer are not confined (their injection libraries talk to the tool over
+    IPC outside our dir): they only ever run a candidate that verify already judged, and decide no verdict."""
+    if target in JUDGE_TARGETS or wrapped:
+        return None
+    from pathlib import Path
+
+    from egg_mcp.evaluation import confinement
+
+    return confinement.confine(Path.cwd())
+
+
 def main(argv: list[str] | None = None) -> None:
     global _channel
     server_pid = os.environ.get("EGG_MCP_SERVER_PID", "")
@@ -141,6 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--result-fd", type=int, required=True)
     parser.add_argument("--mode", choices=["gpu", "interp", "plain"], default="plain")
     parser.add_argument("--prestart-runner", action="store_true")
+    parser.add_argument("--wrapped", action="store_true",
+                        help="started under a tool (ncu, compute-sanitizer) whose injection needs IPC outside our dir")
     args = parser.parse_args(argv)
     from egg_mcp.evaluation import confinement
 
@@ -168,6 +190,7 @@ def main(argv: list[str] | None = None) -> None:
         _channel.nonce = job["nonce"]
         _channel.send({"type": "started", "pid": os.getpid()})
         func = resolve_target(job["target"])
+        _confine_job(job["target"], wrapped=args.wrapped)
         result = func(job["payload"])
         _channel.send({"type": "result", "ok": True, "result": result})
     except BaseException as exc:  # noqa: BLE001 - report everything, SystemExit included
