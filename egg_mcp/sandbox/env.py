@@ -19,6 +19,7 @@ marker `confine` pops to report that the allow-list was in force.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -71,6 +72,32 @@ def private_paths(private_dir: Path) -> dict[str, Path]:
     }
 
 
+DEPENDENCIES = ("torch", "triton", "numpy", "pydantic", "pydantic_core", "typing_extensions", "annotated_types")
+
+
+def dependency_roots() -> list[str]:
+    """The sys.path entries our runtime dependencies are found in, outside the interpreter's own site dirs
+    (those the runner finds anyway): e.g. a `pip install --target` dir on the server's PYTHONPATH."""
+    import importlib.util
+    import site
+    import sys
+
+    standard = {os.path.realpath(p) for p in (*site.getsitepackages(), sys.prefix, sys.base_prefix)}
+    roots: list[str] = []
+    for name in DEPENDENCIES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.origin or spec.origin in ("built-in", "frozen"):
+            continue
+        origin = Path(spec.origin)
+        root = os.path.realpath(origin.parent.parent if origin.name == "__init__.py" else origin.parent)
+        if root not in standard and root != os.path.realpath(PACKAGE_PARENT):
+            roots.append(root)
+    return list(dict.fromkeys(roots))
+
+
 def runner_env(base_env: Mapping[str, str], private_dir: Path, *, interpreter: bool,
                extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The whole environment of a runner: allow-listed names from `base_env`, private dirs, `extra`.
@@ -86,7 +113,9 @@ def runner_env(base_env: Mapping[str, str], private_dir: Path, *, interpreter: b
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         env[name] = str(path)
     env["TMP"] = env["TEMP"] = env["TMPDIR"]
-    env["PYTHONPATH"] = PACKAGE_PARENT
+    # The egg_mcp package parent, then wherever our own dependencies are installed (a --target dir on
+    # PYTHONPATH, say): never the server's PYTHONPATH as such, which may name anything.
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([PACKAGE_PARENT, *dependency_roots()]))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONNOUSERSITE"] = "1"

@@ -60,8 +60,9 @@ def python_paths() -> list[str]:
     """Where this interpreter's code lives: prefixes, site-packages, and the packages already imported."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     paths.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
-    for entry in sys.path:
-        if entry and ("site-packages" in entry or "dist-packages" in entry or entry.endswith(".zip")):
+    cwd = os.getcwd()
+    for entry in sys.path:  # site dirs and PYTHONPATH entries (a --target install), never the cwd
+        if entry and os.path.isabs(entry) and os.path.realpath(entry) != os.path.realpath(cwd):
             paths.add(entry)
     for name, module in list(sys.modules.items()):
         if "." in name or name == "__main__":
@@ -83,6 +84,20 @@ def python_paths() -> list[str]:
 
 def _tool_paths() -> list[str]:
     return [os.environ[v] for v in TOOL_PATH_VARS if os.environ.get(v) and os.path.exists(os.environ[v])]
+
+
+def _toolchain_paths() -> list[str]:
+    """Install prefixes of the C toolchain Triton runs to build its launcher (e.g. /opt/gcc on the H200
+    image, where exec of /opt/gcc/bin/gcc was denied): the dir above each tool's bin/."""
+    import shutil
+
+    out = set()
+    for tool in (os.environ.get("CC"), "cc", "gcc", "clang", "as", "ld"):
+        found = shutil.which(tool) if tool else None
+        if found:
+            real = Path(os.path.realpath(found))
+            out.add(str(real.parent.parent if real.parent.name == "bin" else real.parent))
+    return sorted(p for p in out if p not in ("/", "/usr"))
 
 
 def _markers() -> tuple[bool, set[str]]:
@@ -146,7 +161,8 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
     private = Path(private_dir).resolve()
     rules: list[tuple[str, int]] = []
     etc = [os.path.join("/etc", name) for name in ETC_READ]
-    rules += [(p, READ_EXEC) for p in (*SYSTEM_READ, *etc, *python_paths(), *_tool_paths(), *map(str, extra_read))]
+    rules += [(p, READ_EXEC) for p in (*SYSTEM_READ, *etc, *python_paths(), *_tool_paths(), *_toolchain_paths(),
+                                              *map(str, extra_read))]
     devices = [*DEVICE_RW, *[d for g in DEVICE_GLOBS for d in glob.glob(g)]]
     dev_rights = READ | S.FS_WRITE_FILE | (S.FS_IOCTL_DEV if abi >= 5 else 0) | (S.FS_TRUNCATE if abi >= 3 else 0)
     rules += [(d, dev_rights) for d in devices]
