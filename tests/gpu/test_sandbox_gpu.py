@@ -78,7 +78,9 @@ def test_confined_runner_launches_triton_and_torch_on_cuda(tmp_path, where, when
     (ws / "tasks.json").write_text("{}")
     env = runner_env(os.environ, priv, interpreter=False)
     start = time.perf_counter()
-    done = subprocess.run([*prefix, sys.executable, "-c", _RUNNER, str(priv), str(ws), when], env=env, cwd=priv,
+    script = priv / "runner_under_test.py"  # @triton.jit needs its source in a file, not `python -c`
+    script.write_text(_RUNNER)
+    done = subprocess.run([*prefix, sys.executable, str(script), str(priv), str(ws), when], env=env, cwd=priv,
                           capture_output=True, text=True, timeout=170)
     wall = time.perf_counter() - start
     assert done.returncode == 0, f"confined runner failed ({where}, {when}):\n{done.stderr[-6000:]}"
