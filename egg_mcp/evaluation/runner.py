@@ -34,6 +34,14 @@ def main(argv: list[str] | None = None) -> None:
     confinement.die_with_parent()
     if args.judge and os.getppid() != args.judge:  # the judge died before we could tie our life to it
         os._exit(3)
+    if args.mode == "gpu":
+        # CUDA must initialise before Landlock: on the H200 host (Linux 6.18, driver 580) a runner confined
+        # first fails cudaGetDeviceCount with error 304, while one confined after CUDA init runs Triton
+        # kernels (benchmarks/results/h200_2026-12-01/gpu_tests.log). No candidate code has run yet.
+        import torch
+
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
     try:
         sandbox = confinement.confine(Path(args.private))
         sandbox["capabilities_dropped"] = confinement.drop_capabilities() and sandbox.get(
@@ -46,9 +54,6 @@ def main(argv: list[str] | None = None) -> None:
 
     from egg_mcp.evaluation.candidate_side import CandidateSide, serve
 
-    if args.mode == "gpu":
-        torch.cuda.init()
-        torch.empty(1, device="cuda")
     sock = socket.socket(fileno=args.fd)
     side = CandidateSide(Path(args.private), interpreter=args.mode == "interp")
     side.sandbox = sandbox

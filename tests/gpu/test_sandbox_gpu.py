@@ -34,9 +34,11 @@ _RUNNER = textwrap.dedent("""
     t0 = time.perf_counter()
     from egg_mcp.sandbox import confine
     priv, ws, early = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "early"
+    import torch
+    torch.cuda.init(); torch.empty(1, device="cuda")  # CUDA before Landlock (error 304 otherwise, H200 host)
     report = confine(priv) if early else None
     t1 = time.perf_counter()
-    import torch, triton, triton.language as tl
+    import triton, triton.language as tl
     if not early:
         report = confine(priv)
 
