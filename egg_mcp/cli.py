@@ -26,7 +26,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="directory whose files start_task may read and export_kernel may write (repeatable)")
     p.add_argument("--interpreter", action="store_true",
                    help="evaluate with the Triton CPU interpreter even when a GPU is present")
-    p.add_argument("--log-level", default=os.environ.get("EGG_MCP_LOG_LEVEL", "INFO"))
+    p.add_argument("--log-level", default=os.environ.get("EGG_MCP_LOG_LEVEL", "INFO"),
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], type=str.upper,
+                   help="server log level, logs go to stderr (default INFO or $EGG_MCP_LOG_LEVEL)")
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -52,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(serve)
     serve.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default loopback)")
-    serve.add_argument("--port", type=int, default=8765)
+    serve.add_argument("--port", type=int, default=8765, help="HTTP port with --http (default 8765)")
     serve.add_argument("--token", default=os.environ.get("EGG_MCP_TOKEN"),
                        help="bearer token required on every HTTP request (required beyond loopback; or $EGG_MCP_TOKEN)")
     serve.add_argument("--allowed-host", action="append", default=[],
@@ -63,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="drive the whole workflow on a built-in problem with shipped kernels")
     _add_common(demo)
-    demo.add_argument("--problem", default="softmax")
+    demo.add_argument("--problem", default="softmax",
+                      help="built-in problem with shipped demo kernels (egg_mcp/e2e/demo_kernels/; default softmax)")
     demo.add_argument("--json", type=Path, help="also write the stage table as JSON here")
 
     calibrate = sub.add_parser("calibrate", help="measure this GPU's ceilings (bandwidths, FLOP rates) and store them")
@@ -148,6 +151,12 @@ def build_http_app(mcp, *, host: str, port: int, token: str | None, extra_hosts:
     return BearerTokenMiddleware(app, token) if token else app
 
 
+UNAUTHORIZED_BODY = (
+    b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32001, "message": "HTTP 401: missing or wrong bearer '
+    b"token: send 'Authorization: Bearer <token>' with the server's --token / EGG_MCP_TOKEN\"}}\n"
+)
+
+
 class BearerTokenMiddleware:
     """Rejects every HTTP request whose `Authorization: Bearer <token>` does not match (constant-time)."""
 
@@ -159,10 +168,11 @@ class BearerTokenMiddleware:
         if scope["type"] == "http":
             supplied = dict(scope.get("headers") or []).get(b"authorization", b"")
             if not hmac.compare_digest(supplied, self.expected):
+                # A JSON-RPC error body: MCP clients (the SDK's among them) show its message instead of
+                # a bare "Server returned an error response".
                 await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
-                await send({"type": "http.response.body",
-                            "body": b"missing or wrong bearer token: send 'Authorization: Bearer <token>'\n"})
+                            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": UNAUTHORIZED_BODY})
                 return
         await self.app(scope, receive, send)
 

@@ -1,6 +1,10 @@
 """The MCP server: thin tool wrappers over `EggService`, plus resources and per-stage prompts.
 
-Every tool takes and returns pydantic models (so every tool publishes an output schema). A failure
+Every tool takes and returns pydantic models (so every tool publishes an output schema). Each tool
+hands the SDK a `CallToolResult` built by `surface.summaries.tool_result`: structuredContent is the
+whole model (the SDK still validates it against the output model), the text block a short summary
+instead of the SDK's default JSON dump of the model. `surface.schemas.harden_tools` then makes the
+argument models refuse unknown names and publishes compact schemas. A failure
 the client can fix (wrong stage, unknown id, bad argument) is raised as `ToolError` with a message
 saying what to do next; a kernel that fails to compile or is wrong is a successful call whose
 verdict says so.
@@ -25,7 +29,10 @@ from egg_mcp.evaluation.api import Evaluator
 from egg_mcp.hardware import GpuSpec, detect_gpu
 from egg_mcp.profiling.models import ProfileReport
 from egg_mcp.tiling.models import TilingProposal
+from egg_mcp.surface.schemas import harden_tools
+from egg_mcp.surface.summaries import tool_result
 from egg_mcp.workflow import service as svc
+from egg_mcp.workflow.compare import CompareResult
 from egg_mcp.workflow.models import (
     CandidateDetail,
     CommitResult,
@@ -46,13 +53,10 @@ log = logging.getLogger(__name__)
 
 INSTRUCTIONS = """\
 egg-mcp makes you a staged Triton kernel engineer (EGG: expert-guided kernel generation).
-Workflow per task: start_task(reference) -> generate_seeds -> write k structurally different ModelNew
-seeds, verify each -> commit_stage(best) -> ALGORITHM (fusion, dataflow) -> PARALLEL_MAPPING ->
-TILING (propose_tiling) -> MEMORY -> DONE -> export_kernel. In every stage: verify candidates,
-profile_ncu the promising ones, commit_stage one decision with evidence. Only committed decisions
-carry to the next stage (get_context). All code you submit runs in isolated worker processes;
-correctness is checked on fresh random inputs and cheating (torch compute ops, cached outputs,
-side streams) is detected and rejected.
+start_task -> generate_seeds -> verify k distinct seeds -> commit_stage(fastest) -> ALGORITHM ->
+PARALLEL_MAPPING -> TILING (propose_tiling) -> MEMORY -> DONE -> export_kernel. Each stage: verify
+rewrites, profile_ncu, compare close calls, commit_stage with evidence. Results: short text plus full
+structuredContent. Details: resource egg://docs/tools. Code runs isolated; cheating is rejected.
 """
 
 
@@ -62,6 +66,11 @@ class ProfileResult(BaseModel):
     report_id: str
     report: ProfileReport
     brief: str = Field(description="Profile-role brief: how to turn this report into one structured fix")
+
+
+def _out(tool: str, result: BaseModel):
+    """structuredContent: the whole result; text: a short summary (see egg_mcp.surface.summaries)."""
+    return tool_result(tool, result)
 
 
 class TilingResult(BaseModel):
@@ -153,56 +162,64 @@ def create_server(
     @mcp.tool()
     @_tool_errors
     async def start_task(
-        reference: str = Field(description="PyTorch reference in KernelBench format: source text, a file path "
-                               "inside an allowed folder, a KernelBench id like 'level1/23', or a built-in "
-                               "name ('softmax', 'gemm_bias_relu')"),
-        name: str | None = Field(None, description="short name for the task (default: from the file/problem)"),
-        k_seeds: int = Field(3, ge=1, le=8, description="number of structurally different seeds to write"),
-        dtype: Literal["float32", "float16", "bfloat16"] = Field("float32", description="dtype of inputs and weights"),
+        reference: str = Field(description="KernelBench-format PyTorch module: source text, a file in an allowed "
+                               "folder, a KernelBench id ('level1/23') or a built-in ('softmax', 'gemm_bias_relu')"),
+        name: str | None = Field(None, description="short task name"),
+        k_seeds: int = Field(3, ge=1, le=8, description="seeds to write in SEEDS"),
+        dtype: Literal["float32", "float16", "bfloat16"] = "float32",
         tolerance_preset: Literal["kernelbench-v0.1", "kernelbench-v0"] = Field(
-            "kernelbench-v0.1", description="'kernelbench-v0.1': fp32 1e-4, fp16/bf16 1e-2; 'kernelbench-v0': 1e-2"),
-        atol: float | None = Field(None, description="override the preset's absolute tolerance"),
-        rtol: float | None = Field(None, description="override the preset's relative tolerance"),
+            "kernelbench-v0.1", description="v0.1: fp32 1e-4, fp16/bf16 1e-2; v0: 1e-2"),
+        atol: float | None = Field(None, description="overrides the preset"),
+        rtol: float | None = Field(None, description="overrides the preset"),
         size_overrides: dict[str, int] | None = Field(
-            None, description="override module-level size constants for evaluation (e.g. a quick CPU check)"),
+            None, description="module-level int constants of the reference to override for every evaluation "
+            "of this task (CPU default: its QUICK_SIZES)"),
         ctx: Context = None,  # type: ignore[assignment]
     ) -> StartTaskResult:
-        """Start an optimisation task for a PyTorch module: validates the KernelBench contract, analyses the
-        reference (ops, FLOPs, bytes, roofline floor) and returns the task id and the SEEDS stage brief."""
-        return await service.start_task(reference, name=name, k_seeds=k_seeds, dtype=dtype,
-                                        tolerance_preset=tolerance_preset, atol=atol, rtol=rtol,
-                                        size_overrides=size_overrides)
+        """Start a task: checks the KernelBench contract, analyses the reference (ops, FLOPs, bytes, roofline
+        floor); returns the task id and the SEEDS brief."""
+        return _out("start_task", await service.start_task(
+            reference, name=name, k_seeds=k_seeds, dtype=dtype, tolerance_preset=tolerance_preset, atol=atol,
+            rtol=rtol, size_overrides=size_overrides))
 
     @mcp.tool()
     @_tool_errors
     async def generate_seeds(task_id: str, ctx: Context = None) -> SeedsResult:  # type: ignore[assignment]
-        """SEEDS stage: the algorithmic-structure brief — what the reference computes, k structurally distinct
-        paradigms for its op classes, fusion opportunities, precision rules, the ModelNew contract, and the
-        eager / torch.compile baseline times (measured once, on a GPU)."""
-        return await service.generate_seeds(task_id, _progress(ctx))
+        """SEEDS: k structurally distinct paradigms for this problem, fusion, precision rules, the ModelNew
+        contract and the eager / torch.compile baselines (measured once on a GPU)."""
+        return _out("generate_seeds", await service.generate_seeds(task_id, _progress(ctx)))
 
     @mcp.tool()
     @_tool_errors
     async def verify(
         task_id: str,
-        source: str = Field(description="a complete Python module defining class ModelNew and its @triton.jit kernels"),
-        note: str | None = Field(None, description="what this candidate tries (kept with it)"),
+        source: str = Field(description="complete Python module defining ModelNew and its @triton.jit kernels"),
+        note: str | None = Field(None, description="what this candidate tries"),
+        size_overrides: dict[str, int] | None = Field(
+            None, description="quick check at these sizes (reference's int constants, e.g. {'dim': 100}); "
+            "stored apart from full-size results, not committable, time not comparable"),
         ctx: Context = None,  # type: ignore[assignment]
     ) -> VerifyResult:
-        """Submit a candidate to the current stage: it runs isolated, is checked on fresh random inputs against the
-        reference (and for cheating), then timed against eager / torch.compile. Identical re-submissions return
-        the stored result."""
-        return await service.verify(task_id, source, note, _progress(ctx))
+        """Check a candidate in an isolated worker: correctness on fresh random inputs, cheating checks, then
+        timing (GPU). An identical source at the same sizes returns the stored result."""
+        return _out("verify", await service.verify(task_id, source, note, _progress(ctx),
+                                                   size_overrides=size_overrides))
 
     @mcp.tool()
     @_tool_errors
-    async def profile_ncu(task_id: str, candidate_id: str, ctx: Context = None) -> ProfileResult:  # type: ignore[assignment]
-        """Profile a verified-correct candidate with Nsight Compute: per-kernel metrics for this stage, a
-        bottleneck classification on the roofline, evidence and next moves. Falls back to metrics that need no
-        counters (event timing, compiler metadata, occupancy) when ncu cannot read them."""
-        report_id, report, brief = await svc.profile(service, task_id, candidate_id, _progress(ctx))
-        return ProfileResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id, report=report,
-                             brief=brief)
+    async def profile_ncu(
+        task_id: str,
+        candidate_id: str,
+        size_overrides: dict[str, int] | None = Field(
+            None, description="profile at these sizes instead of the task's (e.g. the problem's QUICK_SIZES on a CPU)"),
+        ctx: Context = None,  # type: ignore[assignment]
+    ) -> ProfileResult:
+        """Profile a correct candidate with Nsight Compute: per-kernel metrics for this stage, roofline
+        bottleneck, evidence, next moves. Without ncu or a GPU it says what it could and could not measure."""
+        report_id, report, brief = await svc.profile(service, task_id, candidate_id, _progress(ctx),
+                                                     size_overrides=size_overrides)
+        return _out("profile_ncu", ProfileResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id,
+                                                 report=report, brief=brief))
 
     @mcp.tool()
     @_tool_errors
@@ -211,21 +228,38 @@ def create_server(
         candidate_id: str,
         max_trials: int = Field(8, ge=1, le=64, description="configs to measure on the GPU"),
         time_budget_s: float = Field(120.0, gt=0, le=1800, description="wall-time budget for measuring"),
-        dims: dict[str, int] | None = Field(None, description="problem dims (e.g. M,N,K); default from the analysis"),
+        dims: dict[str, int] | None = Field(None, description="problem dims (M,N,K or n_rows,n_cols); default: analysis"),
         kind: Literal["gemm", "reduction", "elementwise", "softmax", "norm"] | None = Field(
-            None, description="cost model to use; default from the reference analysis"),
-        measure: bool = Field(True, description="measure the top configs on the GPU (analytic ranking only if false)"),
+            None, description="cost model; default: analysis"),
+        measure: bool = Field(True, description="measure the top configs (needs a GPU); false: model ranking only"),
         ctx: Context = None,  # type: ignore[assignment]
     ) -> TilingResult:
-        """TILING/MEMORY stages: enumerate the candidate's tunables (module-level UPPERCASE constants and an
-        optional TUNING_SPACE dict), prune infeasible configs with stated reasons (shared memory, registers,
-        occupancy, waves), rank by a cost model, measure the best few, and return the winner applied to the
-        source, ready to verify."""
+        """TILING/MEMORY: find the tunables (UPPERCASE module constants or constexprs passed at the launch,
+        TUNING_SPACE), prune infeasible configs with reasons, rank by a cost model, measure the best few; the
+        winner comes back applied to the source."""
         report_id, proposal = await svc.tiling(service, task_id, candidate_id, max_trials=max_trials,
                                                time_budget_s=time_budget_s, dims=dims, kind=kind, measure=measure,
                                                progress=_progress(ctx))
-        return TilingResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id, proposal=proposal,
-                            next_step="verify proposal.recommended_source, then commit_stage if it is faster")
+        nxt = ("verify proposal.recommended_source, then commit_stage if it is faster" if proposal.recommended_source
+               else "no rewritten source: change the tunables by hand, verify, then commit_stage")
+        return _out("propose_tiling", TilingResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id,
+                                                   proposal=proposal, next_step=nxt))
+
+    @mcp.tool()
+    @_tool_errors
+    async def compare(
+        task_id: str,
+        candidate_a: str = Field(description="baseline candidate id (e.g. the committed kernel)"),
+        candidate_b: str = Field(description="candidate id to judge against A"),
+        rounds: int = Field(30, ge=5, le=200, description="A/B rounds timed interleaved (GPU)"),
+        ctx: Context = None,  # type: ignore[assignment]
+    ) -> CompareResult:
+        """Is B faster than A? Times both correct candidates interleaved (A B A B ...) on one GPU and returns
+        faster/slower/inconclusive with its confidence, plus a unified source diff."""
+        from egg_mcp.workflow.compare import compare_candidates
+
+        return _out("compare", await compare_candidates(service, task_id, candidate_a, candidate_b, rounds=rounds,
+                                                        progress=_progress(ctx)))
 
     @mcp.tool()
     @_tool_errors
@@ -236,45 +270,44 @@ def create_server(
         force: bool = Field(False, description="override the regression guard (needs force_reason; recorded)"),
         force_reason: str | None = None,
     ) -> CommitResult:
-        """Finalise the current stage with a verified-correct candidate and a structured decision (what changed,
-        why, evidence). After SEEDS, a commit may not be slower than the last committed kernel beyond noise.
-        Returns the next stage's brief and the handoff context (only committed decisions carry on)."""
-        return await service.commit_stage(task_id, candidate_id, decision, force, force_reason)
+        """Finish the stage with a correct candidate and a structured decision. Refused if slower than the last
+        committed kernel beyond noise (SEEDS: not the fastest seed). Returns the next stage's brief."""
+        return _out("commit_stage", await service.commit_stage(task_id, candidate_id, decision, force, force_reason))
 
     @mcp.tool()
     @_tool_errors
     async def task_status(task_id: str) -> TaskStatus:
-        """Where a task stands: stage, next step, allowed tools, per-stage history (time and speedup after each
-        committed stage), candidates of the current stage, running jobs, reports."""
-        return service.status(task_id)
+        """Stage, next step, allowed tools, per-stage history, this stage's candidates, jobs, reports."""
+        return _out("task_status", service.status(task_id))
 
     @mcp.tool()
     @_tool_errors
     async def list_tasks() -> TaskList:
-        """All tasks in this workspace, newest first."""
-        return service.list_tasks()
+        """Tasks in this workspace, newest first."""
+        return _out("list_tasks", service.list_tasks())
 
     @mcp.tool()
     @_tool_errors
     async def get_context(task_id: str) -> HandoffContext:
-        """The selective-handoff context the current stage starts from: reference summary, committed kernel and
-        committed decisions — never exploratory candidates."""
-        return service.context(task_id)
+        """The handoff the stage starts from: reference summary, committed kernel and decisions only."""
+        return _out("get_context", service.context(task_id))
 
     @mcp.tool()
     @_tool_errors
     async def get_candidate(task_id: str, candidate_id: str) -> CandidateDetail:
         """One candidate's source and full verification result."""
-        return service.candidate(task_id, candidate_id)
+        return _out("get_candidate", service.candidate(task_id, candidate_id))
 
     @mcp.tool()
     @_tool_errors
     async def export_kernel(
         task_id: str,
-        path: str | None = Field(None, description="file to write (inside an allowed folder); default: workspace/exports"),
+        path: str | None = Field(None, description="file in an allowed folder; default: workspace/exports"),
     ) -> ExportResult:
-        """Write the last committed ModelNew of a task to a file and return its source."""
-        return service.export_kernel(task_id, path)
+        """Write the last committed ModelNew to a file; returns its source."""
+        return _out("export_kernel", service.export_kernel(task_id, path))
+
+    full_schemas = harden_tools(mcp)
 
     # -- resources -------------------------------------------------------------------------------
     def _resource(fn):
@@ -305,6 +338,31 @@ def create_server(
         """Verification result of one candidate."""
         detail = service.candidate(task_id, candidate_id)
         return detail.result.model_dump_json(indent=2) if detail.result else "null"
+
+    @mcp.resource("egg://tasks/{task_id}/brief/{role}", mime_type="text/markdown")
+    @_resource
+    def task_brief(task_id: str, role: str) -> str:
+        """The current stage's brief for a role (code, profile or debug), filled with the task's facts."""
+        if role not in ("code", "profile", "debug"):
+            raise ResourceError(f"unknown role {role!r}; use code, profile or debug")
+        row = service._task_row(task_id)
+        return service.brief_for(Stage(row["stage"]), role, task_id)  # type: ignore[arg-type]
+
+    @mcp.resource("egg://schemas/{tool}", mime_type="application/json")
+    def tool_schema(tool: str) -> str:
+        """The full output schema of a tool (tools/list publishes one level of it)."""
+        import json
+
+        if tool not in full_schemas:
+            raise ResourceError(f"no tool {tool!r}; tools: {', '.join(sorted(full_schemas))}")
+        return json.dumps(full_schemas[tool], indent=1)
+
+    @mcp.resource("egg://docs/tools", mime_type="text/markdown")
+    def tools_guide() -> str:
+        """Every tool's arguments, what it returns, and when to use it (the long form of tools/list)."""
+        from egg_mcp.expertise.briefs import prompts_dir
+
+        return (prompts_dir() / "_tools_guide.md").read_text(encoding="utf-8")
 
     @mcp.resource("egg://tasks/{task_id}/reports/{report_id}", mime_type="application/json")
     @_resource

@@ -109,6 +109,8 @@ def test_http_transport_with_a_token(tmp_path):
         assert refused.returncode == 1 and "not allowed in stage SEEDS" in refused.stderr
         wrong = _run("--url", url, "--token", "wrong", "call", "list_tasks", timeout=120)
         assert wrong.returncode == 2 and "could not talk to the server" in wrong.stderr
+        # the 401's reason reaches the user, not just "Server returned an error response"
+        assert "HTTP 401: missing or wrong bearer token" in wrong.stderr and "Authorization: Bearer" in wrong.stderr
     finally:
         proc.terminate()
         proc.wait(timeout=30)

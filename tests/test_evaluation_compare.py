@@ -89,3 +89,13 @@ def test_shape_dtype_and_layout_mismatches(expected):
 def test_structure_mismatch_counts_outputs(expected):
     assert "2 output" in structure_mismatch((expected, expected), expected).hint
     assert structure_mismatch(expected, expected) is None
+
+
+def test_nan_and_inf_counts_stand_beside_a_tiny_max_error(expected):
+    """Issue 15: 'max abs error 4.77e-07' beside 16 NaN elements read as a rounding problem."""
+    got = expected + 4.77e-5  # small errors everywhere, within nothing the hint calls NaN
+    got[0, :16] = float("nan")
+    got[1, 0] = float("inf")
+    report = compare_tensor(got, expected, ATOL, RTOL)
+    assert report.hint.startswith("16 NaN and 1 Inf of 800 output elements (max abs error counts finite elements only)")
+    assert report.nonfinite_count == 17

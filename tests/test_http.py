@@ -48,6 +48,17 @@ def test_bearer_token_is_enforced(tmp_path):
             urllib.request.urlopen(req, timeout=10)
         assert info.value.code == 401
 
+        async def unauthorized():
+            """The SDK client shows the server's 401 text (a JSON-RPC error body), not a bare error response."""
+            try:
+                async with Client(url) as client:
+                    await client.list_tools()
+            except BaseException as exc:  # noqa: BLE001 - anyio wraps the MCPError in exception groups
+                return repr(exc)
+            return "no error"
+
+        assert "HTTP 401: missing or wrong bearer token" in anyio.run(unauthorized)
+
         async def main():
             async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=60) as http:
                 async with Client(streamable_http_client(url, http_client=http)) as client:

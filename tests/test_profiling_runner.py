@@ -176,7 +176,10 @@ def test_cpu_without_size_overrides_explains_and_keeps_the_roofline():
     report = profile(ev)
     assert ev.calls == [] and report.source == "fallback" and report.fallback_reason == "no GPU"
     assert report.kernels == [] and report.roofline is not None
-    assert any("QUICK_SIZES" in w for w in report.warnings)
+    # the hint names an argument profile_ncu really has (issue 15: it pointed at one that did not exist)
+    assert any("nothing was run or measured" in w and "profile_ncu again with size_overrides" in w
+               for w in report.warnings)
+    assert "the candidate was not run" in report.summary
     assert "no kernel information" in report.summary
 
 

@@ -100,14 +100,24 @@ def build_target(args: argparse.Namespace):
             raise UsageError("--stdio needs a command, e.g. --stdio 'egg-mcp serve'")
         return StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ), cwd=os.getcwd()), None
     token = args.token or os.environ.get("EGG_MCP_TOKEN")
-    if not token:
-        return args.url, None
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"},
-                              timeout=httpx2.Timeout(args.timeout, read=args.timeout))
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(args.timeout, read=args.timeout),
+                              event_hooks={"response": [_keep_http_error]})
     return streamable_http_client(args.url, http_client=http), http
+
+
+HTTP_ERRORS: list[str] = []
+"""'HTTP <status>: <body>' of every error response: the SDK reports only 'Server returned an error
+response' for them, so main() prints these (a 401 says which token header is missing)."""
+
+
+async def _keep_http_error(response) -> None:
+    if response.status_code >= 400:
+        body = (await response.aread()).decode(errors="replace").strip()
+        HTTP_ERRORS.append(f"HTTP {response.status_code}: {body[:500] or response.reason_phrase}")
 
 
 async def run(args: argparse.Namespace) -> tuple[int, Any]:
@@ -189,9 +199,14 @@ def main(argv: list[str] | None = None) -> int:
             leaves = _leaves(exc)
             msg = "; ".join(f"{type(e).__name__}: {e}" for e in leaves) or msg
         print(f"egg_client: could not talk to the server: {msg}", file=sys.stderr)
+        for line in dict.fromkeys(HTTP_ERRORS):
+            if line.split(":")[0] not in msg:  # the server's own error text already reached msg
+                print(f"egg_client: {line}", file=sys.stderr)
         return 2
     if code != 0:
         print(payload, file=sys.stderr)
+        for line in dict.fromkeys(HTTP_ERRORS):
+            print(f"egg_client: {line}", file=sys.stderr)
         return code
     print(json.dumps(payload, indent=None if args.compact else 2, default=str))
     return 0

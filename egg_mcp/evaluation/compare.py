@@ -79,8 +79,23 @@ def compare_tensor(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol:
         nonfinite_count=nonfinite,
         first_bad_indices=bad_idx,
     )
-    report.hint = mismatch_hint(g, e, bad, nonfinite, atol, rtol)
+    report.hint = _nonfinite_prefix(g, e, same_nonfinite) + mismatch_hint(g, e, bad, nonfinite, atol, rtol)
     return report
+
+
+def _nonfinite_prefix(g: torch.Tensor, e: torch.Tensor, same_nonfinite: torch.Tensor) -> str:
+    """NaN/Inf counts first: the max error is taken over finite elements only, so '4.8e-07' beside 16 NaN
+    outputs would read as a rounding problem."""
+    wrong = ~same_nonfinite
+    nan = int((torch.isnan(g) & wrong).sum())
+    inf = int((torch.isinf(g) & wrong).sum())
+    ref = int((~torch.isfinite(e) & torch.isfinite(g)).sum())
+    parts = [f"{n} {what}" for n, what in ((nan, "NaN"), (inf, "Inf")) if n]
+    if ref:
+        parts.append(f"{ref} finite where the reference is NaN/Inf")
+    if not parts or nan == g.numel():
+        return ""
+    return f"{' and '.join(parts)} of {g.numel()} output elements (max abs error counts finite elements only); "
 
 
 def _finite_or_none(value: torch.Tensor) -> float | None:

@@ -57,6 +57,7 @@ class BriefFacts(BaseModel):
     unfused_bytes: int | None = None
     fusion_opportunities: list[str] = Field(default_factory=list)
     k: int | None = Field(None, description="number of seeds asked for (SEEDS stage)")
+    commits: int = Field(0, description="stages committed so far (a commit without timing still counts)")
 
     @classmethod
     def from_analysis(cls, analysis: ReferenceAnalysis, **facts) -> "BriefFacts":
@@ -163,7 +164,8 @@ def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
         if facts.eager_ms:
             best_vs_floor += f", {facts.eager_ms / facts.best_ms:.2f}x vs eager"
     elif facts.best_ms is None:
-        best_vs_floor = "nothing committed yet"
+        best_vs_floor = ("nothing committed yet" if not facts.commits and not facts.committed_decisions
+                         else f"{max(facts.commits, len(facts.committed_decisions))} stage(s) committed, untimed")
     values = {
         "stage": stage.value,
         "role_title": ROLE_TITLES[role],

@@ -315,7 +315,8 @@ def build_fallback_report(
     if target_result and target_result.get("interpreter") and (target_result.get("size_overrides") or {}):
         warnings.append("grids come from the reduced sizes of size_overrides, not the real problem")
     if not entries:
-        explain = ("no kernel information: the candidate could not be run here"
+        explain = ("no kernel information: the candidate was not run (no GPU, and the interpreter at full size "
+                   "is too slow; profile_ncu with size_overrides runs it small)"
                    if target_result is None else "no Triton kernel launch was seen")
         summary = f"Fallback without counters ({reason}); {explain}."
         if roof is not None:
@@ -461,8 +462,9 @@ async def _fallback(evaluator: Evaluator, reference_source: str, candidate_sourc
     warnings: list[str] = []
     result: dict[str, Any] | None = None
     if not has_gpu and not options.size_overrides:
-        warnings.append("no GPU and no size_overrides: the candidate was not run on the CPU interpreter at full "
-                        "size (too slow); pass the problem's QUICK_SIZES as size_overrides to see its kernels")
+        warnings.append("no GPU and no size_overrides: nothing was run or measured (the CPU interpreter at full "
+                        "size is too slow), so no kernels are listed; call profile_ncu again with size_overrides "
+                        "(small values for the reference's int constants) to see its kernels, grids and launches")
     else:
         payload = build_payload(reference_source, candidate_source, options,
                                 device="cuda" if has_gpu else "interpreter", profile=False,

@@ -7,6 +7,8 @@ names so the space reader and the cost model agree on them.
 
 from __future__ import annotations
 
+import re
+
 from egg_mcp.tiling.models import KERNEL_KINDS
 
 _ALIASES = {
@@ -59,11 +61,17 @@ def normalize_dims(kind: str, dims: dict[str, int]) -> dict[str, int]:
     return out
 
 
+_SHORT_BLOCK = re.compile(r"B_?([MNKDRCXY])")
+
+
 def _block_suffix(name: str) -> str | None:
     """'BLOCK_SIZE_M' -> 'M', 'BLOCK_N' -> 'N', 'BLOCK' -> '', 'XBLOCK' -> 'X', 'ROWS_PER_PROGRAM' -> 'ROWS'."""
     upper = name.upper()
     if upper in ("BLOCK", "BLOCK_SIZE", "TILE", "TILE_SIZE"):
         return ""
+    short = _SHORT_BLOCK.fullmatch(upper)
+    if short:  # BM, BN, BK, B_M: the common spelling in GEMM kernels
+        return short.group(1)
     for prefix in ("BLOCK_SIZE_", "BLOCK_", "TILE_SIZE_", "TILE_"):
         if upper.startswith(prefix):
             return upper[len(prefix):]

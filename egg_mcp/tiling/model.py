@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from egg_mcp.hardware import GpuSpec
 from egg_mcp.tiling.dims import next_pow2
 from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate, TilingConfig, TunableParam
+from egg_mcp.tiling.space import persistent_programs
 
 KB = 1024
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -172,6 +173,7 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
     tiles = tm * tn * k.split
     est.grid = [tiles]
     est.waves = tiles / (gpu.sm_count * max(c, 1))
+    _persistent(est, space, gpu, values, tiles, c)
     est.tail_waste = 1 - (M * N) / (tm * bm * tn * bn)
     est.intensity = 2 * bm * bn / ((bm + bn) * nbytes)
     if fired:
@@ -263,6 +265,7 @@ def _stream(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSp
     programs = math.prod(grid)
     est.grid = grid
     est.waves = programs / (gpu.sm_count * max(c, 1))
+    launched = _persistent(est, space, gpu, values, programs, c)
     covered = grid[0] * br * (grid[1] * bc if kind == "elementwise" else iters * bc)
     est.tail_waste = max(0.0, 1 - n_rows * n_cols / covered)
     est.intensity = 0.0
@@ -307,9 +310,23 @@ def _stream(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSp
     if t_latency > t_bandwidth:
         est.notes.append(f"latency-bound: {math.ceil(per_sm_programs)} programs per SM, {c} resident, "
                          f"{iters * passes} dependent loads each")
-    if programs < gpu.sm_count:
-        est.notes.append(f"only {programs} programs for {gpu.sm_count} SMs")
+    if launched < gpu.sm_count:
+        est.notes.append(f"only {launched} programs for {gpu.sm_count} SMs")
     return fired
+
+
+def _persistent(est: ConfigEstimate, space: CandidateSpace, gpu: GpuSpec, values: dict[str, int], tiles: int,
+                c: int) -> int:
+    """A persistent grid launches its own program count and loops over the tiles: the grid and the
+    waves are those programs (the work, and so the time terms, stay per tile). Returns the programs launched."""
+    cap = persistent_programs(space, gpu.sm_count, values)
+    if cap is None or cap >= tiles:
+        return tiles
+    est.grid = [cap]
+    est.waves = cap / (gpu.sm_count * max(c, 1))
+    est.notes.append(f"persistent grid: {cap} programs loop over {tiles} tiles "
+                     f"({math.ceil(tiles / cap)} per program at most)")
+    return cap
 
 
 def estimate(values: dict[str, int], space: CandidateSpace, *, gpu: GpuSpec, dims: dict[str, int], kind: str,

@@ -92,6 +92,23 @@ def next_configs(ranked: list[tuple[Config, float]], choices: dict[str, Sequence
     return picks
 
 
+TIE_BAND = 0.01
+"""Predictions closer than this (1 %) are below what the cost model can resolve."""
+
+
+def tie_note(predicted_ms: list[float | None], top: int = 5) -> str | None:
+    """A warning when the model's best predictions tie: it cannot pick between them, only a measurement can."""
+    values = sorted(p for p in predicted_ms if p is not None and p > 0)[:top]
+    if len(values) < 2:
+        return None
+    spread = values[-1] / values[0] - 1
+    if spread > TIE_BAND:
+        return None
+    return (f"the model's top {len(values)} predictions lie within {spread:.2%} of each other ({values[0]:.4g}-"
+            f"{values[-1]:.4g} ms): it cannot tell them apart; the order among them is arbitrary until measured on "
+            "a GPU")
+
+
 def _rounded(predicted_ms: float) -> float:
     return float(f"{predicted_ms:.5g}")
 

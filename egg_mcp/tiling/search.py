@@ -98,8 +98,10 @@ async def propose_tiling(
     tunable = [p for p in space.params if p.applicable and len(p.choices) > 1]
     if not tunable:
         raise ValueError(
-            "no tunable parameters found in the candidate: declare module-level constants used at the launch "
-            "(BLOCK_M = 128, NUM_WARPS = 4, NUM_STAGES = 3, ...) or a TUNING_SPACE = {'BLOCK_M': [64, 128], ...} dict"
+            "no tunable parameters found in the candidate: pass the block sizes at the launch as int literals or "
+            "module constants (kernel[grid](..., BM=128, BLOCK_N=BLOCK_N, num_warps=4)) or declare "
+            "TUNING_SPACE = {'BLOCK_M': [64, 128], ...}; sizes computed at the launch (e.g. "
+            "triton.next_power_of_2(n)) are derived, not tunable"
         )
     stand_in = None
     if gpu is None:  # a ranking needs a target: use a named stand-in, and say so in the proposal

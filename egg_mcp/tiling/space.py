@@ -15,6 +15,7 @@ other byte of the source as it was, so the result is a ready-to-verify candidate
 from __future__ import annotations
 
 import ast
+import re
 import itertools
 import math
 import random
@@ -39,7 +40,34 @@ def role_of(name: str) -> ParamRole:
         return "split"
     if "BLOCK" in upper or "TILE" in upper or upper.startswith("ROWS_PER") or upper.endswith("_PER_PROGRAM"):
         return "block"
+    if re.fullmatch(r"B_?[MNKDRCXY]", upper):  # BM, BN, BK: the usual GEMM spelling
+        return "block"
     return "other"
+
+
+PERSISTENT_NAMES = re.compile(r"(PROGRAMS|CTAS|BLOCKS)_PER_SM|NUM_SMS|NUM_PROGRAMS|N_PROGRAMS|GRID_SIZE")
+"""Module constants that size a persistent grid (per SM, or in total)."""
+
+
+def persistent_programs(space: CandidateSpace, sm_count: int, values: dict[str, int] | None = None) -> int | None:
+    """Programs a persistent grid launches (its kernels loop over tiles with tl.num_programs), or None.
+
+    Read from the module constant the source sizes the grid with: `*_PER_SM` times the SM count, a
+    total (`NUM_PROGRAMS`, `GRID_SIZE`) as is, `NUM_SMS` as one program per SM; `values` (a config
+    being estimated) wins over the source's value."""
+    spec = space.derived.get("persistent_grid")
+    if not spec:
+        return None
+    name, _, value = spec.partition("=")
+    try:
+        n = int((values or {}).get(name, value))
+    except ValueError:
+        return None
+    if name.endswith("_PER_SM"):
+        return max(1, n) * sm_count
+    if name == "NUM_SMS":
+        return sm_count
+    return max(1, n)
 
 
 # --------------------------------------------------------------------------------------------- AST
@@ -203,6 +231,13 @@ def _index(source: str) -> _SourceIndex:
                 index.launch_names.setdefault(kw.arg, set()).add(kw.value.id)
             else:
                 index.derived[kw.arg] = ast.unparse(kw.value)
+    if any("num_programs" in k.tl_calls and k.has_loop for k in index.kernels):
+        sized = [n for n in index.constants if PERSISTENT_NAMES.fullmatch(n) or PERSISTENT_NAMES.search(n)]
+        if sized:
+            name = sized[0]
+            index.derived["persistent_grid"] = f"{name}={_int_literal(index.constants[name][-1])}"
+        else:
+            index.derived["persistent_grid"] = "NUM_SMS=1"
     return index
 
 
@@ -294,6 +329,13 @@ def extract_space(source: str, *, kind: str | None = None, dims: dict[str, int] 
                     param.kernels.append(kernel.name)
                 if "constexpr" not in param.sources:
                     param.sources.append("constexpr")
+
+    for param in params.values():
+        at_launch = param.kernels or "launch_keyword" in param.sources
+        if (param.role == "other" and param.name.isupper() and at_launch and param.current
+                and param.current >= 2 and param.current & (param.current - 1) == 0):
+            param.role = "block"
+            param.note = "a power-of-two UPPERCASE constexpr passed at the launch: tuned as a block size"
 
     autotune_values: dict[str, set[int]] = {}
     for site in index.autotune:

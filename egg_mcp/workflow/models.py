@@ -108,6 +108,8 @@ class VerifyResult(BaseModel):
     result: EvalResult
     debug_brief: str | None = Field(None, description="Debug-role brief when the candidate failed")
     next_step: str
+    size_overrides: dict[str, int] | None = Field(
+        None, description="the quick-check sizes this result was taken at (None: the task's sizes)")
 
 
 class CommitResult(BaseModel):

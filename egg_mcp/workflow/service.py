@@ -279,19 +279,23 @@ class EggService:
 
     # -- verify ---------------------------------------------------------------------------------
     async def verify(self, task_id: str, source: str, note: str | None = None,
-                     progress: ProgressFn | None = None) -> VerifyResult:
+                     progress: ProgressFn | None = None, size_overrides: dict[str, int] | None = None) -> VerifyResult:
         row = self._task_row(task_id)
         stage = self._require("verify", row)
+        sizes = self.check_sizes(row, size_overrides)
         try:
             check = check_candidate_contract(source, self.config.max_source_bytes)
         except ProblemError as exc:
             raise WorkflowError(str(exc)) from None
         source_sha = self.ws.put_text(source)
-        previous = self.ws.query(
-            "SELECT * FROM candidates WHERE task_id=? AND source_sha=? AND status='done' "
-            "ORDER BY created_at DESC LIMIT 1", (task_id, source_sha))
-        if previous:
-            return self._verify_result(row, previous[0], cached=True)
+        # The cache key is (source, sizes): a quick check at other sizes is never the full-size result.
+        for prev in self.ws.query(
+                "SELECT * FROM candidates WHERE task_id=? AND source_sha=? AND status='done' "
+                "ORDER BY created_at DESC", (task_id, source_sha)):
+            if self._sizes_of(prev, row) == (sizes if sizes is not None else self._options(row).size_overrides):
+                return self._verify_result(row, prev, cached=True)
+        if sizes is not None:
+            note = f"[quick check at {sizes}] " + (note or "")
         cand_id = new_id("c")
         with self.ws.transaction() as db:
             db.execute(
@@ -311,6 +315,8 @@ class EggService:
             else:
                 await self._ensure_baselines(row, progress)
                 opts = self._options(row)
+                if sizes is not None:
+                    opts = opts.model_copy(update={"size_overrides": sizes})
                 eval_opts = self._eval_options(opts, roofline_floor_ms=self._floor_ms(self._analysis(row)),
                                                timing=self.timing_available(),
                                                isolated_timing=self.config.isolated_timing)
@@ -319,7 +325,8 @@ class EggService:
             with self.ws.transaction() as db:
                 db.execute("UPDATE candidates SET status='interrupted', verdict='interrupted' WHERE id=?", (cand_id,))
             raise
-        time_ms = result.timing.median_ms if result.timing and result.verdict == "correct" else None
+        # A quick check's time is at other sizes: kept in its result, never in the row guards compare.
+        time_ms = result.timing.median_ms if result.timing and result.verdict == "correct" and sizes is None else None
         with self.ws.transaction() as db:
             db.execute("UPDATE candidates SET status='done', verdict=?, time_ms=?, result_sha=? WHERE id=?",
                        (result.verdict, time_ms, self.ws.put_text(result.model_dump_json()), cand_id))
@@ -336,13 +343,17 @@ class EggService:
             "SELECT MIN(time_ms) AS t FROM candidates WHERE task_id=? AND stage=? AND verdict='correct'",
             (row["id"], cand["stage"]))[0]["t"]
         failed = result.verdict != "correct"
+        quick = self._quick_sizes_of(cand, row)
         if failed:
             nxt = (f"the candidate is {result.verdict}: read the summary and the mismatch/error report, fix it and "
                    "verify again (the debug_brief has the checklist)")
+        elif quick is not None:
+            nxt = (f"correct at the quick-check sizes {quick}; verify it without size_overrides (the task's sizes) "
+                   "before commit_stage")
         elif time_ms is None:
-            nxt = "correct (no timing without a GPU); " + NEXT_STEP[stage]
+            nxt = "correct (no timing without a GPU); " + self.next_step(row)
         else:
-            nxt = NEXT_STEP[stage]
+            nxt = self.next_step(row)
         return VerifyResult(
             task_id=row["id"], candidate_id=cand["id"], stage=cand["stage"], cached=cached,
             verdict=result.verdict, summary=result.summary, time_ms=time_ms,
@@ -351,7 +362,51 @@ class EggService:
             speedup_vs_committed=_ratio(last.time_ms if last else None, time_ms),
             best_in_stage=time_ms is not None and best is not None and time_ms <= best,
             result=result, debug_brief=self._brief(row, stage, "debug") if failed else None, next_step=nxt,
+            size_overrides=quick,
         )
+
+    # -- quick checks at other sizes (verify / profile_ncu size_overrides) ------------------------
+    def check_sizes(self, row, size_overrides: dict[str, int] | None) -> dict[str, int] | None:
+        """None when the task's own sizes apply; else the validated overrides (merged over the task's)."""
+        from egg_mcp.problems.loader import module_int_constants
+
+        if not size_overrides:
+            return None
+        known = module_int_constants(self._reference(row))
+        unknown = sorted(set(size_overrides) - set(known))
+        if unknown:
+            raise WorkflowError(f"size_overrides names {unknown} that are not module-level int constants of the "
+                                f"reference; it has {sorted(known) or 'none'} (e.g. {{'{next(iter(known), 'N')}': 8}})")
+        bad = sorted(k for k, v in size_overrides.items() if not isinstance(v, int) or v < 1)
+        if bad:
+            raise WorkflowError(f"size_overrides {bad} must be positive integers")
+        sizes = {**self._options(row).size_overrides, **size_overrides}
+        return None if sizes == self._options(row).size_overrides else sizes
+
+    def _sizes_of(self, cand, row) -> dict[str, int]:
+        result = self._result(cand)
+        if result is not None and result.options is not None:
+            return dict(result.options.size_overrides)
+        return dict(self._options(row).size_overrides)
+
+    def _quick_sizes_of(self, cand, row) -> dict[str, int] | None:
+        sizes = self._sizes_of(cand, row)
+        return None if sizes == self._options(row).size_overrides else sizes
+
+    def next_step(self, row) -> str:
+        """NEXT_STEP of the stage, told apart in SEEDS by how many correct seeds exist already."""
+        stage = self._stage(row)
+        if stage is not Stage.SEEDS:
+            return NEXT_STEP[stage]
+        k = self._options(row).k_seeds
+        n = self.ws.query("SELECT COUNT(*) AS n FROM candidates WHERE task_id=? AND stage=? AND verdict='correct'"
+                          " AND COALESCE(note, '') NOT LIKE '[quick check%'", (row["id"], stage.value))[0]["n"]
+        if n == 0:
+            return NEXT_STEP[stage]
+        if n < k:
+            return (f"{n} of {k} seeds verified correct: write and verify the other {k - n} structurally different "
+                    "seed(s), then commit_stage with the fastest correct one")
+        return f"{n} correct seeds (k={k}): commit_stage with the fastest correct one"
 
     def _last_commit(self, task_id: str) -> CommittedStage | None:
         commits = self._commits(task_id)
@@ -367,6 +422,10 @@ class EggService:
             raise WorkflowError(
                 f"candidate {candidate_id} is {cand['verdict'] or cand['status']}, not correct: only a verified-correct "
                 "candidate can be committed. Fix it (verify again) or commit another candidate.")
+        quick = self._quick_sizes_of(cand, row)
+        if quick is not None:
+            raise WorkflowError(f"candidate {candidate_id} was only checked at the quick-check sizes {quick}; verify "
+                                "the same source without size_overrides, then commit that candidate")
         if force and not (force_reason and force_reason.strip()):
             raise WorkflowError("force=true needs a force_reason: say why the guard should be overridden (it is recorded)")
         warnings: list[str] = []
@@ -467,7 +526,7 @@ class EggService:
         reports = [dict(r) for r in self.ws.query(
             "SELECT id, candidate_id, kind, stage, created_at FROM reports WHERE task_id=? ORDER BY created_at", (task_id,))]
         return TaskStatus(
-            task_id=task_id, problem=row["name"], origin=row["origin"], stage=stage.value, next_step=NEXT_STEP[stage],
+            task_id=task_id, problem=row["name"], origin=row["origin"], stage=stage.value, next_step=self.next_step(row),
             allowed_tools=tools_allowed(stage), options=self._options(row),
             eager_ms=_eager_ms(base),
             compile_ms=_compile_ms(base),
@@ -562,6 +621,7 @@ class EggService:
             compile_ms=_compile_ms(base),
             best_ms=min((c.time_ms for c in commits if c.time_ms is not None), default=None),
             committed_decisions=[f"{c.stage}: {c.decision.summary}" for c in commits], stage=Stage(row["stage"]),
+            commits=len(commits),
             has_gpu=self.timing_available(), k=opts.k_seeds,
         )
         if analysis:
@@ -602,20 +662,28 @@ def _safe(name: str) -> str:
 
 # -- profile_ncu and propose_tiling: they measure through the same evaluator as verify ------------
 
-async def profile(service: EggService, task_id: str, candidate_id: str, progress: ProgressFn | None = None):
+async def profile(service: EggService, task_id: str, candidate_id: str, progress: ProgressFn | None = None,
+                  size_overrides: dict[str, int] | None = None):
     from egg_mcp.profiling.runner import ProfileError, profile_candidate
 
     row, stage, _cand, source = service.correct_candidate("profile_ncu", task_id, candidate_id)
     analysis = service._analysis(row) or {}
+    opts = service._options(row)
+    sizes = service.check_sizes(row, size_overrides)
+    notes: list[str] = []
+    if sizes is not None:
+        opts = opts.model_copy(update={"size_overrides": sizes})
+        notes.append(f"profiled at the size_overrides {sizes}, not the task's sizes")
     try:
         report = await profile_candidate(
             service.evaluator, reference_source=service._reference(row), candidate_source=source,
-            options=service._eval_options(service._options(row)), stage=stage,
+            options=service._eval_options(opts), stage=stage,
             gpu=service.gpu if service.timing_available() else None,
             flops=analysis.get("flops"), min_bytes=analysis.get("min_bytes"), progress=progress,
         )
     except (ProfileError, ValueError) as exc:
         raise WorkflowError(f"profiling failed: {exc}") from None
+    report.warnings = notes + report.warnings
     report_id = service.save_report(task_id, candidate_id, "profile", report.model_dump(mode="json"))
     return report_id, report, service._brief(row, stage, "profile")
 
@@ -636,6 +704,15 @@ async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_tr
         )
     except ValueError as exc:  # no tunables, unknown dims: the client can fix the candidate or pass dims
         raise WorkflowError(str(exc)) from None
+    from egg_mcp.tiling.plan import tie_note
+
+    if measure and not service.timing_available() and not proposal.measured:
+        proposal.note = ("unmeasured: measure=true, but there is no GPU here (the CPU interpreter cannot time "
+                         "kernels); the ranking is the cost model's prediction for "
+                         f"{service._gpu_for_roofline().name} only")
+    tie = tie_note([r.predicted_ms for r in proposal.ranked if r.measured_ms is None])
+    if tie and not proposal.measured:
+        proposal.warnings.append(tie)
     report_id = service.save_report(task_id, candidate_id, "tiling", proposal.model_dump(mode="json"))
     return report_id, proposal
 

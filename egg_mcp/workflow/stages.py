@@ -50,6 +50,7 @@ TOOL_STAGES: dict[str, frozenset[Stage]] = {
     "export_kernel": ANY_STAGE,
     "get_candidate": ANY_STAGE,
     "verify": ANY_STAGE,
+    "compare": ANY_STAGE,
     "generate_seeds": frozenset({Stage.SEEDS}),
     "profile_ncu": WORKING_STAGES,
     "propose_tiling": frozenset({Stage.TILING, Stage.MEMORY}),
