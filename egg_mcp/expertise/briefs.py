@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from egg_mcp.analysis.models import ReferenceAnalysis
+from egg_mcp.analysis.verdict import roofline_verdict
 from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_tol
 from egg_mcp.evaluation.api import TolerancePolicy
 from egg_mcp.hardware import ceiling, lookup
@@ -169,7 +170,7 @@ def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
     gpu = lookup(facts.gpu_name) if facts.gpu_name else None
     best_vs_floor = UNKNOWN
     if facts.best_ms is not None and facts.floor_ms:
-        best_vs_floor = f"{facts.best_ms / facts.floor_ms:.2f}x the floor"
+        best_vs_floor = roofline_verdict(facts.best_ms, facts.floor_ms, facts.compute_path).text
         if facts.eager_ms:
             best_vs_floor += f", {facts.eager_ms / facts.best_ms:.2f}x vs eager"
     elif facts.best_ms is None:

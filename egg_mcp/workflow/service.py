@@ -680,6 +680,7 @@ async def profile(service: EggService, task_id: str, candidate_id: str, progress
             options=service._eval_options(opts), stage=stage,
             gpu=service.gpu if service.timing_available() else None,
             flops=analysis.get("flops"), min_bytes=analysis.get("min_bytes"), progress=progress,
+            floor=analysis.get("floor"), tensor_core_flops=analysis.get("tensor_core_flops"),
         )
     except (ProfileError, ValueError) as exc:
         raise WorkflowError(f"profiling failed: {exc}") from None
