@@ -177,6 +177,13 @@ def load_reference_module(source: str, size_overrides: dict[str, int] | None = N
                 f"overridable constants: {', '.join(known) or 'none'}"
             )
         setattr(module, key, int(value))
+    if size_overrides:
+        from egg_mcp.evaluation.derived import StaleDerivedConstant, refresh_derived
+
+        try:
+            refresh_derived(module, {k: int(v) for k, v in size_overrides.items()})
+        except StaleDerivedConstant as exc:
+            raise AnalysisError(str(exc)) from None
     return module
 
 

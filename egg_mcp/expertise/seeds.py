@@ -224,6 +224,23 @@ def _why_on(p: Paradigm, analysis: ReferenceAnalysis, sms: int, dtype: str) -> t
     return base, f"{fact}: {p.wins_when}"
 
 
+HEAVY_SHARE = 0.10
+"""An op class with at least this share of the task's FLOPs is a heavy op: it gets its own paradigm."""
+
+
+def heavy_classes(analysis: ReferenceAnalysis) -> list[tuple[str, float]]:
+    """(op class, FLOP share) of the classes that carry >= HEAVY_SHARE of the FLOPs, in `op_classes` order
+    (only when more than one class is heavy: a single-class task needs no coverage rule)."""
+    total = sum(op.flops * op.count for op in analysis.ops) or 0
+    if not total:
+        return []
+    share: dict[str, float] = {}
+    for op in analysis.ops:
+        share[op.op_class] = share.get(op.op_class, 0.0) + op.flops * op.count / total
+    order = [c for c in analysis.op_classes if share.get(c, 0.0) >= HEAVY_SHARE and c in PARADIGMS]
+    return [(c, share[c]) for c in order] if len(order) > 1 else []
+
+
 def choose_paradigms(analysis: ReferenceAnalysis, k: int, gpu: GpuSpec | None, dtype: str) -> list[SeedChoice]:
     """k structurally distinct paradigms: the primary class first (ranked by shape), then the
     algorithm-defining secondary classes, then fusion-scope alternatives for multi-op chains."""
@@ -243,7 +260,18 @@ def choose_paradigms(analysis: ReferenceAnalysis, k: int, gpu: GpuSpec | None, d
             score, why = _why(p, analysis, gpu, dtype)
             ranked.append((score - 10 * tier, p, why))
     ranked.sort(key=lambda t: -t[0])
-    picked = ranked[:k]
+    # every heavy op of the chain gets a paradigm before a second one of the same class (issue 18: an
+    # attention block's projections are GEMMs too, often most of its FLOPs)
+    picked: list[tuple[float, Paradigm, str]] = []
+    for cls, share in heavy_classes(analysis):
+        best = next((t for t in ranked if t[1].op_class == cls), None)
+        if best is not None and len(picked) < k:
+            picked.append((best[0], best[1], f"{best[2]}; {cls} ops are {100 * share:.0f}% of the FLOPs"))
+    for t in ranked:
+        if len(picked) >= k:
+            break
+        if all(t[1] is not p for _, p, _ in picked):
+            picked.append(t)
     if len(picked) < k and analysis.fusible_chains:
         for fp in FUSION_SCOPES:
             picked.append((0.0, fp, fp.wins_when))

@@ -25,6 +25,7 @@ from egg_mcp.evaluation.api import (
 )
 from egg_mcp.hardware import GpuSpec, spec_for
 from egg_mcp.problems.loader import ProblemError, check_candidate_contract, resolve_reference
+from egg_mcp.workflow.checks import evidence_mismatches, reuse_blocker
 from egg_mcp.workflow.models import (
     CandidateDetail,
     CandidateSummary,
@@ -293,7 +294,8 @@ class EggService:
                 "SELECT * FROM candidates WHERE task_id=? AND source_sha=? AND status='done' "
                 "ORDER BY created_at DESC", (task_id, source_sha)):
             if self._sizes_of(prev, row) == (sizes if sizes is not None else self._options(row).size_overrides):
-                return self._verify_result(row, prev, cached=True)
+                if reuse_blocker(self._result(prev)) is None:  # a throttled timing is measured again
+                    return self._verify_result(row, prev, cached=True)
         if sizes is not None:
             note = f"[quick check at {sizes}] " + (note or "")
         cand_id = new_id("c")
@@ -428,7 +430,9 @@ class EggService:
                                 "the same source without size_overrides, then commit that candidate")
         if force and not (force_reason and force_reason.strip()):
             raise WorkflowError("force=true needs a force_reason: say why the guard should be overridden (it is recorded)")
-        warnings: list[str] = []
+        last = self._last_commit(task_id)
+        warnings: list[str] = evidence_mismatches(decision.evidence, after_ms=cand["time_ms"],
+                                                  before_ms=last.time_ms if last else None, candidate_id=candidate_id)
         guard = self._regression_guard(row, stage, cand)
         if guard.startswith("REFUSED"):
             if not force:
@@ -710,7 +714,7 @@ async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_tr
     if measure and not service.timing_available() and not proposal.measured:
         proposal.note = ("unmeasured: measure=true, but there is no GPU here (the CPU interpreter cannot time "
                          "kernels); the ranking is the cost model's prediction for "
-                         f"{service._gpu_for_roofline().name} only")
+                         f"{getattr(service._gpu_for_roofline(), 'name', None) or 'no GPU'} only")
     tie = tie_note([r.predicted_ms for r in proposal.ranked if r.measured_ms is None])
     if tie and not proposal.measured:
         proposal.warnings.append(tie)
