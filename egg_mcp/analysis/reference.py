@@ -21,7 +21,6 @@ from egg_mcp.analysis.models import ReferenceAnalysis
 from egg_mcp.analysis.roofline import (
     admissible_compute_type,
     candidate_compute_types,
-    compute_type_for,
     fmt_bytes,
     fmt_flops,
     fmt_ms,
