@@ -151,7 +151,7 @@ def test_near_floor_says_further_work_is_wasted():
     assert k.classification.near_floor
     assert len(k.next_moves) == 1
     assert "at the roof: stop here" in k.next_moves[0]
-    assert "at 95% of DRAM peak" in k.next_moves[0]
+    assert "95% of the floor" in k.next_moves[0] and "DRAM-bound" in k.next_moves[0]
     assert roof.near_floor and "at the roof" in roof.summary
 
 
