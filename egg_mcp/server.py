@@ -29,6 +29,7 @@ from egg_mcp import __version__
 from egg_mcp.config import ServerConfig
 from egg_mcp.evaluation.api import Evaluator
 from egg_mcp.hardware import GpuSpec, detect_gpu
+from egg_mcp.profiling.compact import CompactProfile, compact_report
 from egg_mcp.profiling.models import ProfileReport
 from egg_mcp.tiling.models import TilingProposal
 from egg_mcp.surface.schemas import harden_tools
@@ -72,8 +73,10 @@ class ProfileResult(BaseModel):
     task_id: str
     candidate_id: str
     report_id: str
-    report: ProfileReport
-    brief: str = Field(description="Profile-role brief: how to turn this report into one structured fix")
+    report: CompactProfile | ProfileReport = Field(
+        description="compact by default (<= ~3 KB: the stage's metrics, bottleneck, evidence, next moves); the full "
+                    "report with detail=true or at egg://tasks/{task_id}/reports/{report_id}[/raw]")
+    brief: str = Field(description="Profile-role brief (with detail=true), else where to read it")
 
 
 def _out(tool: str, result: BaseModel):
@@ -230,12 +233,19 @@ def create_server(
         candidate_id: str,
         size_overrides: dict[str, int] | None = Field(
             None, description="profile at these sizes instead of the task's (e.g. the problem's QUICK_SIZES on a CPU)"),
+        detail: bool = Field(False, description="true: the full report (every metric ncu returned) and the brief "
+                                                "inline; default: a compact report of <= ~3 KB"),
         ctx: Context = None,  # type: ignore[assignment]
     ) -> ProfileResult:
         """Profile a correct candidate with Nsight Compute: per-kernel metrics for this stage, roofline
         bottleneck, evidence, next moves. Without ncu or a GPU it says what it could and could not measure."""
         report_id, report, brief = await svc.profile(service, task_id, candidate_id, _progress(ctx),
                                                      size_overrides=size_overrides)
+        if not detail:
+            base = f"egg://tasks/{task_id}/reports/{report_id}"
+            report = compact_report(report, f"{base} (report), {base}/raw (metric table), or profile_ncu(detail=true)")
+            brief = (f"Profile brief ({len(brief)} chars): resource egg://tasks/{task_id}/brief/profile, "
+                     "or profile_ncu(detail=true)")
         return _out("profile_ncu", ProfileResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id,
                                                  report=report, brief=brief))
 
@@ -395,6 +405,14 @@ def create_server(
         import json
 
         return json.dumps(service.report(task_id, report_id), indent=2)
+
+    @mcp.resource("egg://tasks/{task_id}/reports/{report_id}/raw", mime_type="application/json")
+    @_resource
+    def task_report_raw(task_id: str, report_id: str) -> str:
+        """A stored profile's raw metric table: per kernel, every metric with its value, unit and source."""
+        from egg_mcp.profiling.compact import raw_table
+
+        return raw_table(service.report(task_id, report_id))
 
     # -- prompts: one per stage and role --------------------------------------------------------------
     from egg_mcp.expertise.briefs import list_briefs

@@ -15,6 +15,7 @@ from egg_mcp.surface.summaries import MAX_TEXT
 from tests.mcp_driver import SEEDS, call, drive_to_done
 
 TOOLS_LIST_BUDGET = 20_000
+PROFILE_BUDGET = 3_500  # the compact report (<= 3000 bytes) plus ids and the brief's pointer
 ALL_TOOLS = {"start_task", "generate_seeds", "verify", "profile_ncu", "propose_tiling", "compare", "commit_stage",
              "task_status", "list_tasks", "get_context", "get_candidate", "export_kernel"}
 
@@ -69,6 +70,7 @@ class _Recording:
     def __init__(self, client):
         self.client = client
         self.texts: dict[str, int] = {}
+        self.reports: list[tuple[str, str]] = []
 
     async def call_tool(self, name, arguments, **kw):
         result = await self.client.call_tool(name, arguments, **kw)
@@ -80,6 +82,10 @@ class _Recording:
             # a summary, not the structured content again
             assert text.lstrip()[:1] != "{", f"{name} text is JSON"
             self.texts[name] = max(size, self.texts.get(name, 0))
+            if name == "profile_ncu":  # issue 18: compact by default, the raw metric table behind a resource
+                whole = len(json.dumps(result.structured_content).encode())
+                assert whole <= PROFILE_BUDGET, f"profile_ncu structured content is {whole} bytes"
+                self.reports.append((arguments["task_id"], result.structured_content["report_id"]))
         return result
 
     def __getattr__(self, name):
@@ -102,5 +108,9 @@ def test_every_result_text_is_a_short_summary_beside_the_structured_content(tmp_
             brief = await raw.read_resource(f"egg://tasks/{tid}/brief/code")
             assert "DONE" in brief.contents[0].text
             assert ALL_TOOLS - {"list_tasks"} <= set(client.texts) | {"list_tasks"}, client.texts
+            task_id, report_id = client.reports[0]
+            raw_table = json.loads((await raw.read_resource(f"egg://tasks/{task_id}/reports/{report_id}/raw"))
+                                   .contents[0].text)
+            assert "kernels" in raw_table and raw_table["stage"] == "MEMORY"
 
     anyio.run(main)

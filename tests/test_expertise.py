@@ -63,8 +63,12 @@ def test_gemm_seed_brief_picks_k_distinct_gemm_structures_and_names_fusion():
     assert len({p.name for p in brief.paradigms}) == 3
     assert all(p.op_class == "gemm" for p in brief.paradigms)
     assert any("addmm -> relu" in f for f in brief.fusion_opportunities)
-    assert any('input_precision="ieee"' in n for n in brief.precision_notes)
-    assert brief.floor.compute_type == "fp32"
+    notes = "\n".join(brief.precision_notes)
+    # issue 18: 3xTF32 passes 1e-4 on this task's own K (measured error), and the brief says what it buys
+    assert "tf32x3: PASSES" in notes and "tf32: fails" in notes and 'input_precision="tf32x3"' in notes
+    assert "little headroom" not in notes and "gains come from fusion" not in notes
+    assert "runs dots at" in notes and "TFLOP/s, datasheet lead" in notes
+    assert brief.floor.compute_type == "tf32x3"
     md = brief.brief_markdown
     assert "ModelNew" in md and "atol=1e-4" in md and "addmm -> relu" in md
     assert len(md) < 6000
@@ -79,9 +83,9 @@ def test_small_mn_large_k_ranks_split_k_first():
 def test_loose_policy_allows_tf32_and_quotes_headroom():
     a = analyze(LinearRelu(4096, 4096), (4096, 4096))
     brief = build_seed_brief(a, k=3, tolerance=LOOSE, dtype="float32", gpu=H200)
-    assert brief.floor.compute_type == "tf32"
-    assert brief.floor.floor_ms < a.floor.floor_ms  # the analysis floor was strict (fp32)
-    assert any("TF32 is allowed" in n and "headroom" in n for n in brief.precision_notes)
+    assert brief.floor.compute_type in ("tf32", "fp16", "bf16")  # the fastest path that passes 1e-2
+    assert brief.floor.floor_ms < a.floor.floor_ms  # the analysis floor was strict (3xTF32)
+    assert any("runs dots at" in n for n in brief.precision_notes)
 
 
 def test_softmax_short_rows_vs_few_long_rows():

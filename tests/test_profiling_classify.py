@@ -53,7 +53,7 @@ def test_memory_bound_copy_with_floor_distance():
                           stage=Stage.MEMORY, gpu=H200, task_roofline=roof)
     assert k.classification.bound == "memory-bound"
     assert not k.classification.near_floor
-    assert "of DRAM peak; floor 0.125 ms, measured 0.18 ms" in k.classification.headline
+    assert "69% of the floor 125 us (DRAM-bound with fp32 dots)" in k.classification.headline
     assert any("vectorised" in m for m in k.next_moves)
     assert roof.bound_by == "memory" and roof.floor_ms == pytest.approx(2 * nbytes / 4.3e12 * 1e3)
 
@@ -150,8 +150,8 @@ def test_near_floor_says_further_work_is_wasted():
                           stage=Stage.MEMORY, gpu=H200, task_roofline=roof)
     assert k.classification.near_floor
     assert len(k.next_moves) == 1
-    assert "further work on this kernel is wasted" in k.next_moves[0]
-    assert "at 95% of DRAM peak" in k.next_moves[0]
+    assert "at the roof: stop here" in k.next_moves[0]
+    assert "95% of the floor" in k.next_moves[0] and "DRAM-bound" in k.next_moves[0]
     assert roof.near_floor and "at the roof" in roof.summary
 
 

@@ -16,6 +16,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
+from egg_mcp.analysis.precision import PathError
+
 OpClass = Literal[
     "elementwise",
     "broadcast",
@@ -99,6 +101,9 @@ class ReferenceAnalysis(BaseModel):
     floors_ms: dict[str, float] = Field(
         default_factory=dict, description="floor under each compute type this dtype could use (e.g. fp32 vs tf32)"
     )
+    precision_errors: list[PathError] = Field(
+        default_factory=list, description="per compute path, its error against fp32 on this task's GEMM shapes "
+                                          "(analysis.precision.PathError; the ladder is built from them)")
     size_overrides: dict[str, int] = Field(default_factory=dict)
     traced_on: str = Field("meta", description="meta (shapes only), cuda or cpu")
     notes: list[str] = Field(default_factory=list)

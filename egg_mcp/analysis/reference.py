@@ -19,14 +19,15 @@ from typing import Any
 
 from egg_mcp.analysis.models import ReferenceAnalysis
 from egg_mcp.analysis.roofline import (
+    admissible_compute_type,
     candidate_compute_types,
-    compute_type_for,
     fmt_bytes,
     fmt_flops,
     fmt_ms,
     fmt_shape,
     roofline_floor,
 )
+from egg_mcp.analysis.precision import measure_path_errors
 from egg_mcp.evaluation.api import TolerancePolicy
 from egg_mcp.hardware import NO_GPU, GpuSpec, gpu_status, spec_for, unknown_gpu_message
 
@@ -87,12 +88,13 @@ def analyze_model(
     out_bytes = sum(t.numel() * t.element_size() for t in outputs)
     min_bytes = in_bytes + out_bytes + param_bytes
 
-    compute_type = compute_type_for(dtype, tolerance)
+    errors = measure_path_errors([r.info for r in raw], dtype)
+    compute_type = admissible_compute_type(dtype, tolerance, errors, gpu)
     floor, floors, floor_text = None, {}, f"floor: {gpu_missing}"
     if gpu is not None:
         floor = roofline_floor(flops, tc_flops, min_bytes, gpu, compute_type)
         floors = {ct: roofline_floor(flops, tc_flops, min_bytes, gpu, ct).floor_ms
-                  for ct in candidate_compute_types(dtype) if ct in gpu.peak_flops}
+                  for ct in dict.fromkeys([*candidate_compute_types(dtype), compute_type]) if ct in gpu.peak_flops}
         floor_text = f"floor {fmt_ms(floor.floor_ms)} on {gpu.name} ({compute_type}, {floor.bound}-bound, {gpu.source})"
     classes = _ordered_classes(ops, attention)
     if traced_on is None:
@@ -136,6 +138,7 @@ def analyze_model(
         floor=floor,
         floor_unavailable=None if floor is not None else gpu_missing,
         floors_ms=floors,
+        precision_errors=errors,
         size_overrides=dict(size_overrides or {}),
         traced_on=traced_on,
         notes=notes,
@@ -173,6 +176,13 @@ def load_reference_module(source: str, size_overrides: dict[str, int] | None = N
                 f"overridable constants: {', '.join(known) or 'none'}"
             )
         setattr(module, key, int(value))
+    if size_overrides:
+        from egg_mcp.evaluation.derived import StaleDerivedConstant, refresh_derived
+
+        try:
+            refresh_derived(module, {k: int(v) for k, v in size_overrides.items()})
+        except StaleDerivedConstant as exc:
+            raise AnalysisError(str(exc)) from None
     return module
 
 

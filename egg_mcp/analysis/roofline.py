@@ -32,6 +32,21 @@ def compute_type_for(dtype: str, tolerance: TolerancePolicy | None) -> str:
     return "fp32"
 
 
+def admissible_compute_type(dtype: str, tolerance: TolerancePolicy | None, errors: list | None = None,
+                            gpu: GpuSpec | None = None) -> str:
+    """The compute path every floor and verdict assumes: the fastest the measured precision ladder admits
+    (`analysis.precision.precision_ladder`); without measured errors, the policy rule of `compute_type_for`."""
+    from egg_mcp.analysis.precision import precision_ladder
+    from egg_mcp.evaluation.api import default_tolerance
+
+    fallback = compute_type_for(dtype, tolerance)
+    if not errors:
+        return fallback
+    policy = tolerance or default_tolerance("float32" if dtype == "float32" else "float16")
+    path = precision_ladder(errors, dtype, policy.atol, policy.rtol, gpu).fastest
+    return path if gpu is None or path in gpu.peak_flops else fallback
+
+
 def candidate_compute_types(dtype: str) -> list[str]:
     """Compute types worth quoting a floor for: both fp32 and tf32 for an fp32 task."""
     if dtype in ("float32", "fp32", "float"):

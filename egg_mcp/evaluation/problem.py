@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from egg_mcp.evaluation.derived import refresh_derived
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 # Trusted reference, taken before any candidate code is imported into the worker.
@@ -33,6 +35,12 @@ def apply_size_overrides(reference, candidate, overrides: dict[str, int]) -> Non
         setattr(reference, key, int(value))
         if candidate is not None and isinstance(getattr(candidate, key, None), int):
             setattr(candidate, key, int(value))
+    if overrides:
+        # derived constants (bias_shape = (out_features,)) follow the overrides, or the overrides are blamed
+        refresh_derived(reference, overrides)
+        if candidate is not None:
+            refresh_derived(candidate, {k: v for k, v in overrides.items() if hasattr(candidate, k)},
+                            who="the candidate")
 
 
 def cast_to(value: Any, device, dtype: torch.dtype) -> Any:

@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from egg_mcp.analysis.models import ReferenceAnalysis
+from egg_mcp.analysis.verdict import roofline_verdict
 from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_tol
 from egg_mcp.evaluation.api import TolerancePolicy
 from egg_mcp.hardware import ceiling, lookup
@@ -58,6 +59,8 @@ class BriefFacts(BaseModel):
     fusion_opportunities: list[str] = Field(default_factory=list)
     k: int | None = Field(None, description="number of seeds asked for (SEEDS stage)")
     commits: int = Field(0, description="stages committed so far (a commit without timing still counts)")
+    compute_path: str | None = Field(None, description="the fastest compute path the precision ladder admits "
+                                                       "(the floor's compute type)")
 
     @classmethod
     def from_analysis(cls, analysis: ReferenceAnalysis, **facts) -> "BriefFacts":
@@ -67,6 +70,7 @@ class BriefFacts(BaseModel):
         base = dict(
             analysis_summary=analysis.summary,
             floor_ms=analysis.floor.floor_ms if analysis.floor else None,
+            compute_path=analysis.floor.compute_type if analysis.floor else None,
             gpu_name=analysis.floor.gpu_name if analysis.floor else None,
             dtype=analysis.dtype,
             min_bytes=analysis.min_bytes,
@@ -129,20 +133,26 @@ def _tolerance_text(tol: TolerancePolicy | str | None) -> str:
     return f"{tol.name} (atol={fmt_tol(tol.atol)}, rtol={fmt_tol(tol.rtol)})"
 
 
-def precision_line(dtype: str | None, tol: TolerancePolicy | str | None) -> str:
-    """What the dtype and tolerance imply for how dots and reductions must be computed."""
+def precision_line(dtype: str | None, tol: TolerancePolicy | str | None, path: str | None = None) -> str:
+    """What the dtype, the tolerance and the measured precision ladder (`path`, its fastest admissible
+    compute path) imply for how dots and reductions are computed."""
     if dtype is None:
         return "dtype unknown: accumulate in fp32"
     policy = tol if isinstance(tol, TolerancePolicy) else None
     try:
-        compute = compute_type_for(dtype, policy)
+        compute = path or compute_type_for(dtype, policy)
     except ValueError:
         return f"dtype {dtype}: accumulate in fp32"
+    source = "measured precision ladder" if path else "policy rule (no measured ladder)"
+    if compute == "tf32x3":
+        return ('fp32 at a strict tolerance: 3xTF32 passes (' + source + '): tl.dot(..., input_precision="tf32x3") '
+                "runs on tensor cores at several times the IEEE rate; accumulate in fp32; plain TF32 fails")
     if compute == "fp32":
-        return ('fp32 at a strict tolerance: tl.dot(..., input_precision="ieee") (TF32 errs ~1e-3); '
-                "accumulate in fp32; fp32 GEMMs have little headroom vs cuBLAS, gains come from fusion")
+        return ('fp32 at a strict tolerance: tl.dot(..., input_precision="ieee") (' + source + '); accumulate in fp32')
     if compute == "tf32":
-        return "fp32 with a loose tolerance: TF32 tl.dot allowed (default precision); accumulate in fp32"
+        return f"fp32 with a loose tolerance: TF32 tl.dot allowed ({source}); accumulate in fp32"
+    if dtype in ("float32", "fp32") and compute in ("bf16", "fp16", "fp8"):
+        return f"fp32 with a loose tolerance: {compute} dot inputs pass ({source}); accumulate in fp32"
     return f"{dtype}: load/store {dtype}, accumulate in fp32 (tl.dot does), cast once at the store"
 
 
@@ -160,7 +170,7 @@ def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
     gpu = lookup(facts.gpu_name) if facts.gpu_name else None
     best_vs_floor = UNKNOWN
     if facts.best_ms is not None and facts.floor_ms:
-        best_vs_floor = f"{facts.best_ms / facts.floor_ms:.2f}x the floor"
+        best_vs_floor = roofline_verdict(facts.best_ms, facts.floor_ms, facts.compute_path).text
         if facts.eager_ms:
             best_vs_floor += f", {facts.eager_ms / facts.best_ms:.2f}x vs eager"
     elif facts.best_ms is None:
@@ -181,7 +191,7 @@ def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
         "best": _timing(facts.best_ms, facts.has_gpu) if facts.best_ms is not None or facts.has_gpu is False
         else "none yet",
         "best_vs_floor": best_vs_floor,
-        "precision": precision_line(facts.dtype, facts.tolerance),
+        "precision": precision_line(facts.dtype, facts.tolerance, facts.compute_path),
         "decisions": _decisions(facts.committed_decisions),
         "k": str(facts.k) if facts.k else "k",
         "min_bytes": fmt_bytes(facts.min_bytes) if facts.min_bytes is not None else UNKNOWN,

@@ -12,12 +12,12 @@ import math
 from pydantic import BaseModel, Field
 
 from egg_mcp.analysis.models import OpInfo, ReferenceAnalysis, RooflineFloor
-from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_shape, fmt_tol, roofline_floor
+from egg_mcp.analysis.precision import precision_ladder
+from egg_mcp.analysis.roofline import admissible_compute_type, fmt_bytes, fmt_ms, fmt_shape, fmt_tol, roofline_floor
 from egg_mcp.evaluation.api import BaselineResult, EvalOptions, TolerancePolicy
 from egg_mcp.expertise.paradigms import FUSION_SCOPES, PARADIGMS, Paradigm
 from egg_mcp.hardware import NO_GPU, GpuSpec, ceiling
 
-FP32_IEEE_DOT_ERROR = 1e-3
 """TF32 dot products err ~1e-3 relative (10-bit mantissa): fails a 1e-4 check."""
 
 TILE = 128
@@ -224,6 +224,23 @@ def _why_on(p: Paradigm, analysis: ReferenceAnalysis, sms: int, dtype: str) -> t
     return base, f"{fact}: {p.wins_when}"
 
 
+HEAVY_SHARE = 0.10
+"""An op class with at least this share of the task's FLOPs is a heavy op: it gets its own paradigm."""
+
+
+def heavy_classes(analysis: ReferenceAnalysis) -> list[tuple[str, float]]:
+    """(op class, FLOP share) of the classes that carry >= HEAVY_SHARE of the FLOPs, in `op_classes` order
+    (only when more than one class is heavy: a single-class task needs no coverage rule)."""
+    total = sum(op.flops * op.count for op in analysis.ops) or 0
+    if not total:
+        return []
+    share: dict[str, float] = {}
+    for op in analysis.ops:
+        share[op.op_class] = share.get(op.op_class, 0.0) + op.flops * op.count / total
+    order = [c for c in analysis.op_classes if share.get(c, 0.0) >= HEAVY_SHARE and c in PARADIGMS]
+    return [(c, share[c]) for c in order] if len(order) > 1 else []
+
+
 def choose_paradigms(analysis: ReferenceAnalysis, k: int, gpu: GpuSpec | None, dtype: str) -> list[SeedChoice]:
     """k structurally distinct paradigms: the primary class first (ranked by shape), then the
     algorithm-defining secondary classes, then fusion-scope alternatives for multi-op chains."""
@@ -243,7 +260,18 @@ def choose_paradigms(analysis: ReferenceAnalysis, k: int, gpu: GpuSpec | None, d
             score, why = _why(p, analysis, gpu, dtype)
             ranked.append((score - 10 * tier, p, why))
     ranked.sort(key=lambda t: -t[0])
-    picked = ranked[:k]
+    # every heavy op of the chain gets a paradigm before a second one of the same class (issue 18: an
+    # attention block's projections are GEMMs too, often most of its FLOPs)
+    picked: list[tuple[float, Paradigm, str]] = []
+    for cls, share in heavy_classes(analysis):
+        best = next((t for t in ranked if t[1].op_class == cls), None)
+        if best is not None and len(picked) < k:
+            picked.append((best[0], best[1], f"{best[2]}; {cls} ops are {100 * share:.0f}% of the FLOPs"))
+    for t in ranked:
+        if len(picked) >= k:
+            break
+        if all(t[1] is not p for _, p, _ in picked):
+            picked.append(t)
     if len(picked) < k and analysis.fusible_chains:
         for fp in FUSION_SCOPES:
             picked.append((0.0, fp, fp.wins_when))
@@ -269,30 +297,30 @@ def fusion_opportunities(analysis: ReferenceAnalysis) -> list[str]:
 
 def precision_notes(analysis: ReferenceAnalysis, tolerance: TolerancePolicy, dtype: str,
                     gpu: GpuSpec | None) -> list[str]:
-    compute = compute_type_for(dtype, tolerance)
+    """The precision ladder in words: which compute paths pass this tolerance on this task's own GEMM
+    shapes (measured error), what each runs at on this GPU (with provenance), and what the fastest buys."""
+    compute = admissible_compute_type(dtype, tolerance, analysis.precision_errors, gpu)
     has_dots = bool(analysis.tensor_core_flops)
     notes = [f"Task dtype {dtype}, tolerance policy {tolerance.name} (atol={fmt_tol(tolerance.atol)}, "
-             f"rtol={fmt_tol(tolerance.rtol)}): tensor-core compute type {compute}."]
-    if dtype == "float32" and has_dots and gpu is None:
-        dots = 'IEEE fp32 dots (input_precision="ieee")' if compute == "fp32" else "TF32 dots"
-        notes.append(f"{dots} pass this tolerance; no rates or floors are quoted: "
-                     f"{analysis.floor_unavailable or NO_GPU}.")
+             f"rtol={fmt_tol(tolerance.rtol)}): the fastest admissible compute path for dots is {compute}."]
+    if has_dots and analysis.precision_errors:
+        ladder = precision_ladder(analysis.precision_errors, dtype, tolerance.atol, tolerance.rtol, gpu,
+                                  missing=analysis.floor_unavailable or NO_GPU)
+        notes.append("Precision ladder (" + ladder.method + "):")
+        notes += [f"  {line}" for line in ladder.lines()]
+        best = next(r for r in ladder.rungs if r.path == ladder.fastest)
+        notes.append(f"Use {best.path}: {best.how}.")
+        base = ladder.rungs[0]
+        if best.path != base.path and best.rate.value and base.rate.value and gpu is not None:
+            fast = roofline_floor(analysis.flops, analysis.tensor_core_flops, analysis.min_bytes, gpu, best.path)
+            slow = roofline_floor(analysis.flops, analysis.tensor_core_flops, analysis.min_bytes, gpu, base.path)
+            notes.append(f"{best.path} runs dots at {best.rate.value / base.rate.value:.2g}x the {base.path} rate: "
+                         f"floor {fmt_ms(fast.floor_ms)} vs {fmt_ms(slow.floor_ms)} with {base.path} dots.")
+        if ladder.note:
+            notes.append(ladder.note)
     elif dtype == "float32" and has_dots:
-        fp32 = roofline_floor(analysis.flops, analysis.tensor_core_flops, analysis.min_bytes, gpu, "fp32")
-        tf32 = roofline_floor(analysis.flops, analysis.tensor_core_flops, analysis.min_bytes, gpu, "tf32")
-        if compute == "fp32":
-            notes.append(
-                f"fp32 checked at {fmt_tol(tolerance.atol)}: every tl.dot needs input_precision=\"ieee\" (the "
-                f"default TF32 errs ~{fmt_tol(FP32_IEEE_DOT_ERROR)} and fails). IEEE fp32 dots run on CUDA cores at "
-                f"{ceiling(gpu, 'fp32').label()} on {gpu.name}, the rate cuBLAS reaches, so the GEMM "
-                "itself has little headroom: gains come from fusion and fewer bytes, not a faster dot."
-            )
-        else:
-            notes.append(
-                f"TF32 is allowed at this tolerance: tl.dot's default (TF32) passes; floor {fmt_ms(tf32.floor_ms)} "
-                f"vs {fmt_ms(fp32.floor_ms)} for IEEE fp32 (~{fp32.floor_ms / max(tf32.floor_ms, 1e-12):.0f}x headroom "
-                "over an fp32 cuBLAS reference)."
-            )
+        notes.append(f"No measured precision ladder for this analysis: {compute} is the policy's rule "
+                     "(3xTF32 keeps ~fp32 error; TF32 errs ~1e-3 at K~1000).")
     elif dtype == "float32":
         notes.append("Accumulate in fp32; at 1e-4 reassociated sums are fine but atomics' varying order on long "
                      "rows can fail; prefer deterministic reductions.")
@@ -362,7 +390,7 @@ def build_seed_brief(
     baselines: BaselineResult | None = None,
 ) -> SeedBrief:
     """The SEEDS-stage brief: paradigms, fusion, precision, contract and judging for this problem."""
-    compute = compute_type_for(dtype, tolerance)
+    compute = admissible_compute_type(dtype, tolerance, analysis.precision_errors, gpu)
     floor = roofline_floor(analysis.flops, analysis.tensor_core_flops, analysis.min_bytes, gpu, compute) \
         if gpu is not None else None
     trials = EvalOptions.model_fields["correctness_trials"].default

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from egg_mcp.analysis.roofline import floor_provenance
+from egg_mcp.analysis.verdict import AT_ROOF_FRACTION, roofline_verdict
 from egg_mcp.hardware import GpuSpec, ceiling
 from egg_mcp.profiling.metrics import STALL_REASONS, spec, stall_metric
 from egg_mcp.profiling.models import Bound, Classification, Evidence, KernelProfile, Metric, MetricSource, Roofline
@@ -24,8 +25,11 @@ BUSY_PCT = 60.0
 """A unit above this % of peak is the bottleneck (ncu's SOL guidance)."""
 LAUNCH_BOUND_NS = 5_000.0
 """Kernels shorter than this are dominated by launch overhead (~3 us per launch on the H200)."""
-NEAR_FLOOR = 0.90
-"""floor / measured at or above this: the kernel is at the roof; further work there is wasted."""
+NEAR_FLOOR = AT_ROOF_FRACTION
+"""floor / measured at or above this: the kernel is at the roof (the one rule of `analysis.verdict`)."""
+TENSOR_PATHS = {"tf32x3": 'input_precision="tf32x3"', "tf32": 'input_precision="tf32"',
+                "bf16": "bf16 operands", "fp16": "fp16 operands", "fp8": "fp8 operands"}
+"""Compute paths that run dots on tensor cores, and how a tl.dot asks for each."""
 LOW_BYTES_PER_SECTOR = 20.0
 """Fewer useful bytes per 32-byte sector than this: global loads are poorly coalesced."""
 UNCOALESCED_SECTORS_PER_REQUEST = 16.0
@@ -154,16 +158,18 @@ def _ev(r: Readings, name: str, why: str | None = None, value: float | None = No
 
 def roofline(
     gpu: GpuSpec | None, *, flops: float | None, min_bytes: float | None, measured_ms: float | None,
-    compute_type: str = "fp32"
+    compute_type: str = "fp32", floor_ms: float | None = None
 ) -> Roofline | None:
     """Place the task on `gpu`'s roofline and measure the distance of `measured_ms` to the floor (None
-    without a GPU spec: no ceilings, no roofline)."""
+    without a GPU spec: no ceilings, no roofline). `compute_type` is the fastest admissible path of the
+    precision ladder and `floor_ms` the task analysis' floor for it (the one floor verify and the briefs
+    use); the words come from `analysis.verdict.roofline_verdict`."""
     if gpu is None or (not flops and not min_bytes):
         return None
     if compute_type not in gpu.peak_flops:
         raise ValueError(f"unknown compute type {compute_type!r}; use one of {', '.join(gpu.peak_flops)}")
     flops_v, bytes_v = flops or 0.0, min_bytes or 0.0
-    floor_ms = 1e3 * gpu.floor_seconds(flops_v, bytes_v, compute_type)
+    floor_ms = floor_ms or 1e3 * gpu.floor_seconds(flops_v, bytes_v, compute_type)
     ridge = gpu.ridge_point(compute_type)
     ai = flops_v / bytes_v if bytes_v else None
     bound_by = "memory" if bytes_v / gpu.dram_bytes_per_s >= flops_v / gpu.peak_flops[compute_type] else "compute"
@@ -173,20 +179,10 @@ def roofline(
         ceilings_source=floor_provenance(gpu, compute_type),
     )
     ai_text = f"{ai:.3g} FLOP/B vs ridge {ridge:.3g}" if ai is not None else "no minimum bytes given"
-    if measured_ms and measured_ms > 0:
-        roof.fraction_of_floor = floor_ms / measured_ms
-        roof.near_floor = roof.fraction_of_floor >= NEAR_FLOOR
-        roof.summary = (
-            f"{bound_by}-bound task ({ai_text}); floor {floor_ms:.3g} ms, measured {measured_ms:.3g} ms "
-            f"= {100 * roof.fraction_of_floor:.0f}% of the roofline"
-        )
-        if roof.fraction_of_floor > 1.05:
-            roof.summary += (" — faster than the floor: check the FLOP/byte counts, or that the kernel does all "
-                             "the work (caches warm across launches can also beat a DRAM floor)")
-        elif roof.near_floor:
-            roof.summary += " — at the roof: further work on this task is wasted"
-    else:
-        roof.summary = f"{bound_by}-bound task ({ai_text}); floor {floor_ms:.3g} ms; no measured time"
+    verdict = roofline_verdict(measured_ms, floor_ms, compute_type, bound=bound_by)
+    roof.fraction_of_floor = verdict.fraction_of_floor
+    roof.near_floor = verdict.status == "at_roof"
+    roof.summary = f"{bound_by}-bound task ({ai_text}) on the {compute_type} roof; {verdict.text}"
     return roof
 
 
@@ -200,12 +196,15 @@ def classify_kernel(
     time_share: float | None = None,
     task_roofline: Roofline | None = None,
     occupancy_estimate: OccupancyEstimate | None = None,
+    admissible_path: str | None = None,
 ) -> KernelProfile:
     """Classify one kernel from its readings (ncu metrics and/or fallback values).
 
     `task_roofline` is applied to this kernel only when it is the forward's single kernel (the
     task's FLOPs and bytes cannot be split between kernels honestly); `occupancy_estimate` is the
-    calculator's result when ncu's occupancy metrics are absent.
+    calculator's result when ncu's occupancy metrics are absent. `admissible_path` is the fastest compute
+    path the precision ladder admits when the task has dots (None without dots): a kernel whose tensor
+    pipe idles while a tensor-core path is admissible is told so before "only less traffic helps".
     """
     stage = Stage(stage)
     r = Readings.of(metrics)
@@ -226,10 +225,10 @@ def classify_kernel(
                             why=f"{_fmt_bytes(r.dram_bytes)} moved in {dur_ms:.3g} ms vs the "
                                 f"DRAM ceiling of {gpu.name}: {ceiling(gpu, 'dram').label()}"))
     if task_roofline is not None and task_roofline.floor_ms is not None and dur_ms:
-        frac = task_roofline.floor_ms / dur_ms
-        near_floor = frac >= NEAR_FLOOR
-        peak_word = "DRAM peak" if task_roofline.bound_by == "memory" else f"{task_roofline.compute_type} peak"
-        distance = f"at {100 * frac:.0f}% of {peak_word}; floor {task_roofline.floor_ms:.3g} ms, measured {dur_ms:.3g} ms"
+        verdict = roofline_verdict(dur_ms, task_roofline.floor_ms, task_roofline.compute_type,
+                                   bound=task_roofline.bound_by)
+        near_floor = verdict.status == "at_roof"
+        distance = verdict.text
         if task_roofline.min_bytes and r.dram_bytes:
             excess = r.dram_bytes / task_roofline.min_bytes
             evidence.append(Evidence(
@@ -395,10 +394,16 @@ def classify_kernel(
         evidence.append(_ev(r, "lts__t_sector_hit_rate.pct", unit="%"))
 
     # the bound's own moves
+    idle_tensor = admissible_path in TENSOR_PATHS and (tensor is None or tensor < 30)
+    if idle_tensor and not near_floor:
+        moves.add({_S, _A, _T, _M}, f"dots off the tensor cores (tensor pipe {'unread' if tensor is None else f'{tensor:.0f}%'}) "
+                  f"while {admissible_path} passes this tolerance: tl.dot(..., {TENSOR_PATHS[admissible_path]}) "
+                  "changes the class before any traffic work")
     if bound == "memory-bound" and not near_floor:
         moves.add({_M}, f"memory-bound at {mem_pct or dram_pct or 0:.0f}% of peak: vectorised contiguous loads, "
                   "more bytes in flight (num_stages, larger BLOCK), evict-first hints on streamed data")
-        moves.add({_A, _S}, "memory-bound: only less traffic helps now (fuse producers/consumers, lower precision I/O)")
+        if not idle_tensor:
+            moves.add({_A, _S}, "memory-bound: only less traffic helps now (fuse producers/consumers, lower precision I/O)")
     if bound == "compute-bound" and not near_floor:
         if tensor is not None:
             evidence.append(Evidence(metric="tensor pipe", value=tensor, unit="%", source="ncu",
@@ -429,9 +434,8 @@ def classify_kernel(
 
     # near the floor: say so, and nothing else
     if near_floor:
-        headline += f"; {distance} — at the roof, further work on this kernel is wasted"
-        next_moves = [f"{distance}: within {100 * (1 - NEAR_FLOOR):.0f}% of the floor, further work on this kernel is "
-                      "wasted; commit it and move on"]
+        headline += f"; {distance}"
+        next_moves = [f"{distance}; commit it and move on"]
     else:
         if distance:
             headline += f"; {distance}"

@@ -241,6 +241,8 @@ def build_ncu_report(
     flops: float | None = None,
     min_bytes: float | None = None,
     compute_type: str = "fp32",
+    floor_ms: float | None = None,
+    has_dots: bool = False,
 ) -> ProfileReport:
     """A report from ncu's CSV log (pure: the CI tests feed it the captured H200 files)."""
     stage = Stage(stage)
@@ -252,7 +254,7 @@ def build_ncu_report(
     total_ns = sum((m.get("gpu__time_duration.sum", (None, ""))[0] or 0.0) for _, m in aggregated.values())
     single = len(aggregated) == 1
     roof = C.roofline(gpu, flops=flops, min_bytes=min_bytes, measured_ms=total_ns / 1e6 if total_ns else None,
-                      compute_type=compute_type)
+                      compute_type=compute_type, floor_ms=floor_ms)
     kernels = []
     for name, (count, readings) in aggregated.items():
         metrics = [
@@ -264,7 +266,8 @@ def build_ncu_report(
         share = duration / total_ns if duration is not None and total_ns else None
         rules = [f"{r.rule}: {r.description}" for r in log.rules if short_kernel_name(r.kernel_name) == name]
         profile = C.classify_kernel(name, metrics, stage=stage, gpu=gpu, launches=count, time_share=share,
-                                    task_roofline=roof if single else None)
+                                    task_roofline=roof if single else None,
+                                    admissible_path=compute_type if has_dots else None)
         profile.ncu_rules = rules
         kernels.append(profile)
     kernels.sort(key=lambda k: -(k.time_share or 0))
@@ -284,6 +287,8 @@ def build_fallback_report(
     flops: float | None = None,
     min_bytes: float | None = None,
     compute_type: str = "fp32",
+    floor_ms: float | None = None,
+    has_dots: bool = False,
 ) -> ProfileReport:
     """A report without counters: event timing, Triton metadata, computed occupancy, the roofline."""
     stage = Stage(stage)
@@ -291,7 +296,8 @@ def build_fallback_report(
     warnings = list((target_result or {}).get("warnings", []))
     timed = [e for e in entries if e.get("event_ms") is not None]
     total_ms = sum(e["event_ms"] for e in timed) if timed else (target_result or {}).get("forward_event_ms")
-    roof = C.roofline(gpu, flops=flops, min_bytes=min_bytes, measured_ms=total_ms, compute_type=compute_type)
+    roof = C.roofline(gpu, flops=flops, min_bytes=min_bytes, measured_ms=total_ms, compute_type=compute_type,
+                      floor_ms=floor_ms)
     kernels = []
     for entry in entries:
         metrics = _metadata_metrics(entry)
@@ -310,6 +316,7 @@ def build_fallback_report(
         kernels.append(C.classify_kernel(
             entry["name"], metrics, stage=stage, gpu=gpu, launches=int(entry.get("launches_per_forward") or 1),
             time_share=share, task_roofline=roof if len(entries) == 1 else None, occupancy_estimate=occ,
+            admissible_path=compute_type if has_dots else None,
         ))
     kernels.sort(key=lambda k: -(k.time_share or 0))
     if target_result and target_result.get("interpreter") and (target_result.get("size_overrides") or {}):
@@ -364,14 +371,18 @@ async def profile_candidate(
     min_bytes: float | None = None,
     timeout_s: float = 120.0,
     progress: ProgressFn | None = None,
+    floor: dict[str, Any] | None = None,
+    tensor_core_flops: float | None = None,
 ) -> ProfileReport:
     """Profile one candidate's forward with ncu (or the no-counter fallback) and classify each kernel.
 
     Raises ProfileError when the candidate itself fails or the job times out (verify it first)."""
     t0 = time.perf_counter()
     stage = Stage(stage)
-    # the same rule as the task analysis: an fp32 task at a loose tolerance may use TF32 dots
-    compute_type = compute_type_for(options.dtype, options.tolerance)
+    # the task analysis' floor: the fastest compute path its precision ladder admits (one verdict for
+    # verify, profile_ncu and the briefs); without it, the policy rule
+    compute_type = (floor or {}).get("compute_type") or compute_type_for(options.dtype, options.tolerance)
+    roof_kw = dict(floor_ms=(floor or {}).get("floor_ms"), has_dots=bool(tensor_core_flops))
     metrics = metrics_for_stage(stage)
     has_gpu = evaluator.has_gpu() and options.device != "interpreter"
     ncu = find_ncu() if has_gpu else None
@@ -384,7 +395,7 @@ async def profile_candidate(
     if ncu is None:
         reason = "no GPU" if not has_gpu else "ncu not found (set EGG_MCP_NCU or install Nsight Compute)"
         report = await _fallback(evaluator, reference_source, candidate_source, options, stage, gpu, flops,
-                                 min_bytes, compute_type, reason, has_gpu, deadline())
+                                 min_bytes, compute_type, reason, has_gpu, deadline(), **roof_kw)
         report.metrics_requested = metrics
         report.wall_s = time.perf_counter() - t0
         await _progress(progress, 3, 3, "profiling: done (fallback)")
@@ -428,11 +439,11 @@ async def profile_candidate(
                                  f" (exit code {outcome.exit_code})"))
             if target_result is None:
                 report = await _fallback(evaluator, reference_source, candidate_source, options, stage, gpu, flops,
-                                         min_bytes, compute_type, reason, has_gpu, deadline())
+                                         min_bytes, compute_type, reason, has_gpu, deadline(), **roof_kw)
             else:
                 gpu_, w = resolve_gpu(gpu, target_result.get("device"))
                 report = build_fallback_report(target_result, stage=stage, gpu=gpu_, reason=reason, flops=flops,
-                                               min_bytes=min_bytes, compute_type=compute_type)
+                                               min_bytes=min_bytes, compute_type=compute_type, **roof_kw)
                 report.warnings += w
             report.ncu_command = argv
             report.metrics_requested, report.metrics_rejected = metrics_for_stage(stage), rejected
@@ -443,7 +454,7 @@ async def profile_candidate(
         gpu_, w = resolve_gpu(gpu, (target_result or {}).get("device"))
         report = build_ncu_report(log_path.read_text(errors="replace"), stage=stage, gpu=gpu_,
                                   target_result=target_result, flops=flops, min_bytes=min_bytes,
-                                  compute_type=compute_type)
+                                  compute_type=compute_type, **roof_kw)
         report.ncu_command = argv
         report.ncu_wall_s = outcome.wall_s
         report.metrics_requested, report.metrics_rejected = metrics_for_stage(stage), rejected
@@ -457,7 +468,8 @@ async def profile_candidate(
 
 async def _fallback(evaluator: Evaluator, reference_source: str, candidate_source: str, options: EvalOptions,
                     stage: Stage, gpu: GpuSpec | None, flops: float | None, min_bytes: float | None,
-                    compute_type: str, reason: str, has_gpu: bool, timeout_s: float) -> ProfileReport:
+                    compute_type: str, reason: str, has_gpu: bool, timeout_s: float,
+                    floor_ms: float | None = None, has_dots: bool = False) -> ProfileReport:
     """Run the target without ncu (GPU: metadata + event timing; CPU: interpreter, names and grids)."""
     warnings: list[str] = []
     result: dict[str, Any] | None = None
@@ -479,6 +491,6 @@ async def _fallback(evaluator: Evaluator, reference_source: str, candidate_sourc
         result = outcome.result
     gpu_, w = resolve_gpu(gpu, (result or {}).get("device"))
     report = build_fallback_report(result, stage=stage, gpu=gpu_, reason=reason, flops=flops, min_bytes=min_bytes,
-                                   compute_type=compute_type)
+                                   compute_type=compute_type, floor_ms=floor_ms, has_dots=has_dots)
     report.warnings = warnings + w + report.warnings
     return report

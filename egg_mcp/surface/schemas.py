@@ -90,6 +90,8 @@ def _shallow(node: dict[str, Any], defs: dict[str, Any], tool: str) -> dict[str,
         if len(rest) == 1:
             inner, name = _resolve(rest[0], defs)
             node = {**{k: v for k, v in node.items() if k != "anyOf"}, **inner}
+        elif rest and all(isinstance(o, dict) and "$ref" in o for o in rest):  # a union of models
+            name = " or ".join(o["$ref"].removeprefix("#/$defs/") for o in rest)
     desc = field_desc or (node.get("description") or "").split(". ")[0][:120]
     if name or (node.get("type") == "object" and "properties" in node):
         label = f"{name or 'object'}; fields: egg://schemas/{tool}"

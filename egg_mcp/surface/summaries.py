@@ -115,17 +115,21 @@ def verify(r) -> str:
 def profile_ncu(r) -> str:
     rep = r.report
     lines = [f"profile {r.report_id} of {r.candidate_id} ({rep.source}, stage {rep.stage}): {_clip(rep.summary, 300)}"]
-    if rep.roofline and rep.roofline.summary:
-        lines.append(f"roofline: {_clip(rep.roofline.summary, 200)}")
+    roof = rep.roofline if isinstance(rep.roofline, str) or rep.roofline is None else rep.roofline.summary
+    if roof:
+        lines.append(f"roofline: {_clip(roof, 240)}")
     for k in rep.kernels[:3]:
+        bound, headline = (k.bound, k.headline) if hasattr(k, "bound") else (k.classification.bound,
+                                                                              k.classification.headline)
         moves = "; ".join(_clip(m, 90) for m in k.next_moves[:2])
-        lines.append(f"- {_clip(k.name, 50)}: {_ms(k.duration_ms)}, {k.classification.bound}: "
-                     f"{_clip(k.classification.headline, 160)}" + (f"; next: {moves}" if moves else ""))
+        lines.append(f"- {_clip(k.name, 50)}: {_ms(k.duration_ms)}, {bound}: "
+                     f"{_clip(headline, 160)}" + (f"; next: {moves}" if moves else ""))
     if len(rep.kernels) > 3:
         lines.append(f"({len(rep.kernels) - 3} more kernels in structuredContent.report.kernels)")
     for w in rep.warnings[:2]:
         lines.append(f"warning: {_clip(w, 220)}")
-    lines.append(f"full report: egg://tasks/{r.task_id}/reports/{r.report_id}; Profile brief: structuredContent.brief")
+    lines.append(f"full report: egg://tasks/{r.task_id}/reports/{r.report_id} (metric table: .../raw); "
+                 f"Profile brief: egg://tasks/{r.task_id}/brief/profile")
     return _lines(*lines)
 
 

@@ -26,6 +26,7 @@ from egg_mcp.evaluation.api import (
 )
 from egg_mcp.hardware import GpuSpec, spec_for
 from egg_mcp.problems.loader import ProblemError, check_candidate_contract, resolve_reference
+from egg_mcp.workflow.checks import evidence_mismatches, reuse_blocker
 from egg_mcp.workflow.models import (
     CandidateDetail,
     CandidateSummary,
@@ -340,8 +341,8 @@ class EggService:
     def _same_sizes(self, row: TaskRow, sizes: dict[str, int] | None):
         """Predicate for the verify cache: a row evaluated at these sizes (full size when sizes is None)."""
         def same(cand: CandidateRow) -> bool:
-            if cand.status == "done":
-                return self._quick_sizes_of(cand, row) == sizes
+            if cand.status == "done":  # a timing taken while the GPU throttled is measured again
+                return self._quick_sizes_of(cand, row) == sizes and reuse_blocker(self._result(cand)) is None
             quick = (cand.note or "").startswith(QUICK_PREFIX)
             return (cand.note or "").startswith(_quick_prefix(sizes)) if sizes is not None else not quick
         return same
@@ -502,7 +503,9 @@ class EggService:
                                 "the same source without size_overrides, then commit that candidate")
         if force and not (force_reason and force_reason.strip()):
             raise WorkflowError("force=true needs a force_reason: say why the guard should be overridden (it is recorded)")
-        warnings: list[str] = []
+        last = self._last_commit(task_id)
+        warnings: list[str] = evidence_mismatches(decision.evidence, after_ms=cand.time_ms,
+                                                  before_ms=last.time_ms if last else None, candidate_id=candidate_id)
         guard = self._regression_guard(row, current, cand)
         if guard.startswith("REFUSED"):
             if not force:
@@ -785,6 +788,7 @@ async def profile(service: EggService, task_id: str, candidate_id: str, progress
             options=service._eval_options(opts, service._baselines(row)), stage=stage,
             gpu=service.gpu if service.timing_available() else None,
             flops=analysis.get("flops"), min_bytes=analysis.get("min_bytes"), progress=progress,
+            floor=analysis.get("floor"), tensor_core_flops=analysis.get("tensor_core_flops"),
         )
     except (ProfileError, ValueError) as exc:
         raise WorkflowError(f"profiling failed: {exc}") from None

@@ -1,0 +1,261 @@
+"""The precision ladder: which compute paths a task's tolerance admits, with their error and rate.
+
+A fp32 task checked at 1e-4 does not have to run its dots as IEEE fp32 on CUDA cores: 3xTF32
+(`tl.dot(..., input_precision="tf32x3")`, three TF32 tensor-core products per fp32 product) keeps
+~fp32 accuracy at several times the rate. Which path passes is a measurement, not a rule: the
+analysis worker (which holds torch) emulates each path's input rounding on the CPU on the task's own
+matmul shapes (`measure_path_errors`), and the server (no torch) turns those errors, the policy and
+this GPU's ceilings (`hardware.ceiling`, with provenance) into a ladder (`precision_ladder`).
+
+Emulation method (said in every ladder): a bounded sample of each distinct GEMM of the reference
+(ROWS x COLS outputs at the task's full reduction length K, K capped at K_CAP), inputs drawn like
+KernelBench's (activations ~ N(0,1), weights ~ U(+-1/sqrt(K)), attention probabilities = softmax
+rows); each path rounds its inputs (TF32: round-to-nearest to 10 mantissa bits; 3xTF32: a = hi + lo
+split, hi*hi + hi*lo + lo*hi; bf16/fp16/fp8-e4m3: casts, fp8 with a per-tensor scale), accumulates in
+fp32, and is compared with the fp32 product computed in fp64. A path is admissible when its worst
+error uses at most 1/SAFETY of the policy's atol + rtol*|ref| (margin for the GPU's other
+accumulation order and for errors compounding across chained ops).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from egg_mcp.hardware import NO_GPU, Ceiling, GpuSpec, ceiling
+
+PATHS: dict[str, tuple[str, str]] = {
+    # path -> (hardware ceiling key, how to get it in Triton)
+    "fp32": ("fp32", 'IEEE fp32 FMA: tl.dot(a, b, input_precision="ieee") (CUDA cores)'),
+    "tf32x3": ("tf32x3", 'tl.dot(a, b, input_precision="tf32x3") on fp32 inputs (3 TF32 tensor-core products)'),
+    "tf32": ("tf32", 'tl.dot(a, b, input_precision="tf32") on fp32 inputs (Triton\'s default)'),
+    "bf16": ("bf16", "cast a, b to tl.bfloat16 before tl.dot; accumulate fp32"),
+    "fp16": ("fp16", "cast a, b to tl.float16 before tl.dot; accumulate fp32 (only if |values| < 65504: range is not emulated)"),
+    "fp8": ("fp8", "scale and cast a, b to tl.float8e4nv before tl.dot; accumulate fp32"),
+}
+"""Compute paths, slowest (most exact) first."""
+
+FP32_TASK_PATHS = ("fp32", "tf32x3", "tf32", "bf16", "fp16", "fp8")
+HALF_TASK_PATHS = {"float16": ("fp16", "fp8"), "bfloat16": ("bf16", "fp8")}
+RTOL_GRID = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
+SAFETY = 4.0
+ROWS = COLS = 32
+K_CAP = 32768
+MAX_SHAPES = 4
+
+METHOD = (f"CPU emulation of each path's input rounding on up to {MAX_SHAPES} of the reference's GEMM shapes "
+          f"({ROWS}x{COLS} outputs at the task's K, K capped at {K_CAP}; activations N(0,1), weights U(+-1/sqrt(K))), "
+          "fp32 accumulation, compared with the fp32 product computed in fp64; admissible when the worst error "
+          f"is <= 1/{SAFETY:g} of atol + rtol*|ref|")
+
+
+class PathError(BaseModel):
+    """One path's worst error against fp32 over the sampled GEMMs (measured in the analysis worker)."""
+
+    path: str
+    max_abs: float
+    max_rel: float = Field(description="max |err| / max |ref| over each sampled GEMM")
+    needed_atol: list[float] = Field(description="per RTOL_GRID entry r: max(|err| - r*|ref|), the atol this path needs")
+    k: list[int] = Field(description="reduction lengths K sampled")
+
+
+class Rung(BaseModel):
+    """One compute path on this GPU at this tolerance."""
+
+    path: str
+    how: str
+    rate: Ceiling
+    max_abs: float | None = None
+    max_rel: float | None = None
+    admissible: bool
+    why: str
+
+    def line(self) -> str:
+        err = (f"err {self.max_abs:.2g} abs, {self.max_rel:.2g} rel" if self.max_abs is not None
+               else "error not measured")
+        if self.rate.value is None:
+            rate = self.rate.detail
+        else:
+            where = {"measured": "measured here", "datasheet": "datasheet lead", "derived": "derived lead"}
+            rate = f"{self.rate.value / 1e12:.3g} TFLOP/s, {where.get(self.rate.source, self.rate.source)}"
+        return f"{self.path}: {'PASSES' if self.admissible else 'fails'} ({err}; {self.why}); rate {rate}"
+
+
+class PrecisionLadder(BaseModel):
+    rungs: list[Rung] = Field(default_factory=list)
+    fastest: str = Field(description="the fastest admissible path (its rate decides the floor)")
+    method: str = METHOD
+    note: str = ""
+
+    def admissible(self) -> list[Rung]:
+        return [r for r in self.rungs if r.admissible]
+
+    def lines(self) -> list[str]:
+        return [r.line() for r in self.rungs]
+
+
+def task_paths(dtype: str) -> tuple[str, ...]:
+    if dtype in ("float16", "fp16", "half"):
+        return HALF_TASK_PATHS["float16"]
+    if dtype in ("bfloat16", "bf16"):
+        return HALF_TASK_PATHS["bfloat16"]
+    return FP32_TASK_PATHS
+
+
+def _needed(err: list[float], policy_rtol: float) -> float:
+    """The grid entry at or below the policy's rtol (conservative: less rtol credit than allowed)."""
+    idx = max(i for i, r in enumerate(RTOL_GRID) if r <= policy_rtol + 1e-15)
+    return err[idx]
+
+
+def admits(error: PathError, atol: float, rtol: float) -> tuple[bool, str]:
+    need = _needed(error.needed_atol, rtol)
+    budget = atol / SAFETY
+    used = need / atol if atol else float("inf")
+    return need <= budget, f"{100 * used:.2g}% of atol (limit {100 / SAFETY:.0f}%)"
+
+
+def precision_ladder(errors: list[PathError], dtype: str, atol: float, rtol: float,
+                     gpu: GpuSpec | None, *, missing: str = NO_GPU) -> PrecisionLadder:
+    """Pure (server side): the measured errors, the policy and the GPU's ceilings as one ladder.
+
+    Without measured errors (no GEMM in the task, or an old analysis) only the task's own dtype path
+    is admissible: nothing is claimed that was not measured."""
+    by_path = {e.path: e for e in errors}
+    paths = task_paths(dtype)
+    rungs = []
+    for path in paths:
+        key, how = PATHS[path]
+        rate = ceiling(gpu, key, missing=missing)
+        e = by_path.get(path)
+        if path == paths[0] and e is None:
+            ok, why = True, "the task's own precision"
+        elif e is None:
+            ok, why = False, "not measured (no GEMM sampled)"
+        else:
+            ok, why = admits(e, atol, rtol)
+        rungs.append(Rung(path=path, how=how, rate=rate, admissible=ok, why=why,
+                          max_abs=e.max_abs if e else None, max_rel=e.max_rel if e else None))
+    fastest = max((r for r in rungs if r.admissible),
+                  key=lambda r: (r.rate.value or 0.0, -paths.index(r.path)), default=rungs[0])
+    if all(r.rate.value is None for r in rungs):
+        fastest = next((r for r in reversed(rungs) if r.admissible), rungs[0])
+        note = f"no rates ({rungs[0].rate.detail}): the fastest admissible path is named by the usual order of rates"
+    else:
+        note = ""
+    return PrecisionLadder(rungs=rungs, fastest=fastest.path, note=note)
+
+
+def fastest_path(analysis: Any, tolerance: Any, gpu: GpuSpec | None) -> str | None:
+    """The ladder's fastest admissible path for an analysis (None when it holds no measured errors)."""
+    errors = getattr(analysis, "precision_errors", None)
+    if not errors or tolerance is None:
+        return None
+    return precision_ladder(errors, analysis.dtype, tolerance.atol, tolerance.rtol, gpu).fastest
+
+
+# ----------------------------------------------------------------------------------------------
+# Worker side (torch)
+
+
+def gemm_shapes(ops: list[Any]) -> list[tuple[int, int, int, str]]:
+    """(M, N, K, kind) of the reference's matmuls, from traced OpInfo entries (distinct, heaviest K first)."""
+    out: list[tuple[int, int, int, str]] = []
+    for op in ops:
+        shapes = [s for s in op.input_shapes if len(s) >= 2]
+        name = op.op
+        if op.op_class == "attention" and len(shapes) >= 2:
+            q, k = shapes[0], shapes[1]
+            out.append((q[-2], k[-2], q[-1], "qk"))
+            out.append((q[-2], k[-1], k[-2], "pv"))
+        elif op.op_class in ("gemm", "batched_gemm") and len(shapes) >= 2:
+            a, b = shapes[-2], shapes[-1]
+            if "addmm" in name or "baddbmm" in name or len(shapes) == 2:
+                out.append((a[-2], b[-1], a[-1], "gemm"))
+        elif op.op_class == "convolution" and len(shapes) >= 2:
+            x, w = shapes[0], shapes[1]
+            k = 1
+            for d in w[1:]:
+                k *= d
+            out.append((64, w[0], k, "conv"))
+    seen, distinct = set(), []
+    for m, n, k, kind in sorted(out, key=lambda s: -s[2]):
+        if (k, kind) not in seen and k > 0:
+            seen.add((k, kind))
+            distinct.append((m, n, k, kind))
+    return distinct[:MAX_SHAPES]
+
+
+def _tf32(x: Any) -> Any:
+    import torch
+
+    i = x.contiguous().view(torch.int32)
+    return ((i + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def _path_product(a: Any, b: Any, path: str) -> Any:
+    import torch
+
+    if path == "fp32":
+        return a @ b
+    if path == "tf32":
+        return _tf32(a) @ _tf32(b)
+    if path == "tf32x3":
+        ah, bh = _tf32(a), _tf32(b)
+        al, bl = _tf32(a - ah), _tf32(b - bh)
+        return ah @ bl + al @ bh + ah @ bh
+    if path in ("bf16", "fp16"):
+        dt = torch.bfloat16 if path == "bf16" else torch.float16
+        return a.to(dt).float() @ b.to(dt).float()
+    if path == "fp8":
+        f8 = torch.float8_e4m3fn
+        sa, sb = a.abs().max().clamp_min(1e-30) / 448, b.abs().max().clamp_min(1e-30) / 448
+        return ((a / sa).to(f8).float() @ (b / sb).to(f8).float()) * (sa * sb)
+    raise ValueError(f"unknown compute path {path!r}; use one of {', '.join(PATHS)}")
+
+
+def _operands(m: int, n: int, k: int, kind: str, gen: Any) -> tuple[Any, Any]:
+    import torch
+
+    m, n, k = min(m, ROWS), min(n, COLS), min(k, K_CAP)
+    if kind == "pv":
+        a = torch.softmax(torch.randn(m, k, generator=gen), dim=-1)
+        b = torch.randn(k, n, generator=gen)
+    elif kind == "qk":
+        a = torch.randn(m, k, generator=gen)
+        b = torch.randn(k, n, generator=gen) / k ** 0.5
+    else:
+        a = torch.randn(m, k, generator=gen)
+        b = (torch.rand(k, n, generator=gen) * 2 - 1) / k ** 0.5
+    return a, b
+
+
+def measure_path_errors(ops: list[Any], dtype: str, seed: int = 0) -> list[PathError]:
+    """Worker side: each path's worst error against fp32 on the reference's own GEMM shapes (bounded cost:
+    at most MAX_SHAPES x ROWS x COLS x K_CAP multiply-adds per path)."""
+    import torch
+
+    shapes = gemm_shapes(ops)
+    if not shapes:
+        return []
+    gen = torch.Generator().manual_seed(seed)
+    acc: dict[str, dict[str, Any]] = {}
+    for m, n, k, kind in shapes:
+        a, b = _operands(m, n, k, kind, gen)
+        if dtype in HALF_TASK_PATHS:  # inputs already rounded to the task dtype: that is the exact reference
+            dt = torch.float16 if dtype == "float16" else torch.bfloat16
+            a, b = a.to(dt).float(), b.to(dt).float()
+        ref = a.double() @ b.double()
+        for path in task_paths(dtype):
+            if path == "fp8" and not hasattr(torch, "float8_e4m3fn"):
+                continue
+            err = (_path_product(a, b, path).double() - ref).abs()
+            entry = acc.setdefault(path, {"abs": 0.0, "rel": 0.0, "need": [0.0] * len(RTOL_GRID), "k": []})
+            entry["abs"] = max(entry["abs"], float(err.max()))
+            entry["rel"] = max(entry["rel"], float(err.max() / ref.abs().max().clamp_min(1e-30)))
+            for i, r in enumerate(RTOL_GRID):
+                entry["need"][i] = max(entry["need"][i], float((err - r * ref.abs()).clamp_min(0).max()))
+            entry["k"].append(min(k, K_CAP))
+    return [PathError(path=p, max_abs=v["abs"], max_rel=v["rel"], needed_atol=v["need"], k=v["k"])
+            for p, v in acc.items()]

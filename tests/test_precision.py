@@ -1,0 +1,80 @@
+"""Precision ladder (issue 18): emulated per-path error on the task's own GEMM shapes, admission against
+the tolerance policy, rates with provenance, and the fastest admissible path (CPU)."""
+
+from __future__ import annotations
+
+import torch
+
+from egg_mcp.analysis.models import OpInfo
+from egg_mcp.analysis.precision import (
+    SAFETY,
+    _tf32,
+    gemm_shapes,
+    measure_path_errors,
+    precision_ladder,
+)
+from egg_mcp.analysis.roofline import admissible_compute_type
+from egg_mcp.calibration.models import Calibration
+from egg_mcp.hardware import NO_GPU, apply_calibration, spec_for
+
+H200 = spec_for("H200")
+ADDMM = OpInfo(op="aten.addmm", op_class="gemm", input_shapes=[[2304], [4096, 768], [768, 2304]],
+               output_shape=[4096, 2304], dtype="float32")
+SDPA = OpInfo(op="aten._scaled_dot_product_efficient_attention", op_class="attention",
+              input_shapes=[[8, 12, 1024, 64]] * 3, output_shape=[8, 12, 1024, 64], dtype="float32")
+
+
+def test_tf32_rounding_keeps_ten_mantissa_bits():
+    x = torch.tensor([1.0 + 2**-10, 1.0 + 2**-11 + 2**-12, 1.0 + 2**-12], dtype=torch.float32)
+    assert _tf32(x).tolist() == [1.0 + 2**-10, 1.0 + 2**-10, 1.0]  # representable / rounds up / rounds down
+
+
+def test_gemm_shapes_are_the_references_own_k_including_both_attention_products():
+    shapes = gemm_shapes([ADDMM, SDPA])
+    assert (4096, 2304, 768, "gemm") in shapes
+    assert (1024, 1024, 64, "qk") in shapes and (1024, 64, 1024, "pv") in shapes
+
+
+def test_strict_fp32_admits_3xtf32_not_tf32_and_names_it_fastest():
+    errors = {e.path: e for e in measure_path_errors([ADDMM], "float32")}
+    assert errors["tf32x3"].max_abs < 1e-5 < 1e-4 < errors["tf32"].max_abs * SAFETY
+    assert errors["tf32"].k == [768]
+    ladder = precision_ladder(list(errors.values()), "float32", 1e-4, 1e-4, H200)
+    ok = {r.path for r in ladder.admissible()}
+    assert ok == {"fp32", "tf32x3"} and ladder.fastest == "tf32x3"
+    rung = next(r for r in ladder.rungs if r.path == "tf32x3")
+    assert rung.rate.value == H200.peak_flops["tf32x3"] and rung.rate.source == "derived"
+    assert "tf32x3: PASSES" in "\n".join(ladder.lines()) and "emulation" in ladder.method
+
+
+def test_loose_policy_admits_tensor_core_paths_and_fp8_never_at_1e_2():
+    errors = measure_path_errors([ADDMM, SDPA], "float32")
+    ladder = precision_ladder(errors, "float32", 1e-2, 1e-2, H200)
+    ok = {r.path for r in ladder.admissible()}
+    assert {"fp32", "tf32x3", "tf32"} <= ok and "fp8" not in ok
+    assert H200.peak_flops[ladder.fastest] >= H200.peak_flops["tf32"]
+
+
+def test_rates_say_measured_here_after_calibration_and_no_gpu_without_one():
+    errors = measure_path_errors([ADDMM], "float32")
+    cal = Calibration.model_validate({
+        "device": {"name": "NVIDIA H200", "uuid": "GPU-x"}, "measured_at": "2026-12-01T06:00:00Z",
+        "ceilings": [{"key": "mm_tf32x3", "value": 200e12, "unit": "FLOP/s", "best_ms": 1.0, "median_ms": 1.0,
+                      "amount": 2e11, "method": "triton tf32x3 GEMM"}]})
+    ladder = precision_ladder(errors, "float32", 1e-4, 1e-4, apply_calibration(H200, cal))
+    rung = next(r for r in ladder.rungs if r.path == "tf32x3")
+    assert rung.rate.source == "measured" and "measured here" in rung.line()
+    none = precision_ladder(errors, "float32", 1e-4, 1e-4, None)
+    assert none.fastest == "tf32x3" and all(r.rate.detail == NO_GPU for r in none.rungs) and none.note
+
+
+def test_without_measured_errors_only_the_policy_rule_applies():
+    assert admissible_compute_type("float32", None, [], H200) == "fp32"
+    errors = measure_path_errors([ADDMM], "float32")
+    assert admissible_compute_type("float32", None, errors, H200) == "tf32x3"
+
+
+def test_half_task_ladder_starts_at_its_own_dtype():
+    errors = measure_path_errors([ADDMM], "bfloat16")
+    ladder = precision_ladder(errors, "bfloat16", 1e-2, 1e-2, H200)
+    assert [r.path for r in ladder.rungs] == ["bf16", "fp8"] and ladder.fastest == "bf16"
