@@ -54,7 +54,8 @@ def provenance() -> dict[str, Any]:
 
     record: dict[str, Any] = {
         # A copied tree without .git (the GPU machine's) names its commit in EGG_MCP_GIT_COMMIT.
-        "git_commit": _git("rev-parse", "HEAD") or os.environ.get("EGG_MCP_GIT_COMMIT"),
+        # (a copied tree may carry a stale .git: the variable, when set, wins)
+        "git_commit": os.environ.get("EGG_MCP_GIT_COMMIT") or _git("rev-parse", "HEAD"),
         "git_dirty": bool(_git("status", "--porcelain")),
         "python": platform.python_version(), "torch": ver("torch"), "triton": ver("triton"),
         "egg_mcp": ver("egg-mcp"), "host": platform.node(),
