@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from egg_mcp.sandbox import _sys as S
+from egg_mcp.sandbox.landlock import NO_LANDLOCK_NOTE
 from egg_mcp.sandbox.report import SandboxReport
 
 LAUNCHER = Path(__file__).resolve().parent / "launch.py"
@@ -55,9 +56,7 @@ def probe() -> SandboxReport:
     abi = S.landlock_abi()
     report.landlock_abi = abi
     if abi is None:
-        report.notes.append("kernel without Landlock (or blocked by seccomp): runners can read and write whatever "
-                            "the server's user can. Stronger: Linux >= 5.13 with CONFIG_SECURITY_LANDLOCK=y booted "
-                            "with lsm=landlock,... (see /sys/kernel/security/lsm), or run the server in a VM")
+        report.notes.append(NO_LANDLOCK_NOTE)
     else:
         report.fs_confined = True
         report.network_confined = abi >= 4

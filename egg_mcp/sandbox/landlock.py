@@ -82,6 +82,12 @@ def python_paths() -> list[str]:
     return kept
 
 
+NO_LANDLOCK_NOTE = ("kernel without Landlock (or blocked by seccomp): runners can read and write whatever the "
+                    "server's user can. Stronger: Linux >= 5.13 with CONFIG_SECURITY_LANDLOCK=y booted with "
+                    "lsm=landlock,... (see /sys/kernel/security/lsm), or run the server in a VM")
+"""Said by `confine` (what applied) and `host.probe` (what this host offers) alike."""
+
+
 def _tool_paths() -> list[str]:
     return [os.environ[v] for v in TOOL_PATH_VARS if os.environ.get(v) and os.path.exists(os.environ[v])]
 
@@ -140,9 +146,7 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
     abi = S.landlock_abi()
     report.landlock_abi = abi
     if abi is None:
-        report.notes.append("kernel without Landlock (or blocked by seccomp): the runner can read and write "
-                            "whatever this user can; run the server in a container/VM, or boot a kernel >= 5.13 "
-                            "with CONFIG_SECURITY_LANDLOCK=y and lsm=...,landlock")
+        report.notes.append(NO_LANDLOCK_NOTE)
         return _finish(report)
     handled = _handled_fs(abi)
     attr = S.RulesetAttr(handled_access_fs=handled)
