@@ -342,7 +342,8 @@ class EggService:
         """Predicate for the verify cache: a row evaluated at these sizes (full size when sizes is None)."""
         def same(cand: CandidateRow) -> bool:
             if cand.status == "done":  # a timing taken while the GPU throttled is measured again
-                return self._quick_sizes_of(cand, row) == sizes and reuse_blocker(self._result(cand)) is None
+                result = self._result(cand)
+                return self._quick_sizes_of(row, result) == sizes and reuse_blocker(result) is None
             quick = (cand.note or "").startswith(QUICK_PREFIX)
             return (cand.note or "").startswith(_quick_prefix(sizes)) if sizes is not None else not quick
         return same
@@ -396,7 +397,7 @@ class EggService:
         stage = self._stage(row)
         best = self.repo.best_time_in_stage(row.id, cand.stage)
         failed = result.verdict != "correct"
-        quick = self._quick_sizes_of(cand, row)
+        quick = self._quick_sizes_of(row, result)
         if failed:
             nxt = (f"the candidate is {result.verdict}: read the summary and the mismatch/error report, fix it and "
                    "verify again (the debug_brief has the checklist)")
@@ -436,15 +437,11 @@ class EggService:
         sizes = {**self._options(row).size_overrides, **size_overrides}
         return None if sizes == self._options(row).size_overrides else sizes
 
-    def _sizes_of(self, cand, row) -> dict[str, int]:
-        result = self._result(cand)
-        if result is not None and result.options is not None:
-            return dict(result.options.size_overrides)
-        return dict(self._options(row).size_overrides)
-
-    def _quick_sizes_of(self, cand, row) -> dict[str, int] | None:
-        sizes = self._sizes_of(cand, row)
-        return None if sizes == self._options(row).size_overrides else sizes
+    def _quick_sizes_of(self, row, result: EvalResult | None) -> dict[str, int] | None:
+        """The sizes a stored result was evaluated at, or None when they are the task's own."""
+        task_sizes = dict(self._options(row).size_overrides)
+        sizes = dict(result.options.size_overrides) if result is not None and result.options is not None else task_sizes
+        return None if sizes == task_sizes else sizes
 
     def next_step(self, row) -> str:
         """NEXT_STEP of the stage, told apart in SEEDS by how many correct seeds exist already."""
@@ -497,7 +494,7 @@ class EggService:
             raise WorkflowError(
                 f"candidate {candidate_id} is {cand.verdict or cand.status}, not correct: only a verified-correct "
                 "candidate can be committed. Fix it (verify again) or commit another candidate.")
-        quick = self._quick_sizes_of(cand, row)
+        quick = self._quick_sizes_of(row, self._result(cand))
         if quick is not None:
             raise WorkflowError(f"candidate {candidate_id} was only checked at the quick-check sizes {quick}; verify "
                                 "the same source without size_overrides, then commit that candidate")
