@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 PROBE = textwrap.dedent("""
     import torch, triton
     from egg_mcp.calibration import probes as p
@@ -122,3 +124,31 @@ def test_fma_loop_is_an_ffma_stream_on_sm90(tmp_path):
     env.update(TRITON_CACHE_DIR=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1")
     run = subprocess.run([sys.executable, "-c", SASS], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and ("ok" in run.stdout or "skip" in run.stdout), run.stdout[-2000:] + run.stderr[-3000:]
+
+
+def test_fma_entry_carries_layouts_clock_and_clock_adjusted_ratio(monkeypatch):
+    """probes._fma_entry (the record's fp32_fma row) with the GPU parts faked: the best layout is the
+    value, every layout is kept, and the sampled clock gives the peak at that clock and the ratio to it."""
+    from types import SimpleNamespace
+
+    from egg_mcp.calibration import probes
+    from egg_mcp.calibration.peaks import device_peaks
+
+    layouts = [{"layout": "A", "flops": 35.4e9, "best_ms": 0.8, "median_ms": 0.81, "rate": 35.4e9 / 0.8e-3},
+               {"layout": "B", "flops": 35.4e9, "best_ms": 0.6, "median_ms": 0.61, "rate": 35.4e9 / 0.6e-3}]
+    best = {**layouts[1], "launch": lambda: None}
+    monkeypatch.setattr(probes, "fma_probe", lambda measure, sms, quick: {"best": best, "layouts": layouts})
+    facts = {"name": "NVIDIA H200", "sm_count": 132, "sm_clock_max_mhz": 1980, "compute_capability": "9.0"}
+    timer = SimpleNamespace(nvml=SimpleNamespace(read=lambda: {}))
+    clock = {"median_mhz": 1755, "min_mhz": 1740, "max_mhz": 1770, "samples": 12, "launches": 300,
+             "throttle_reasons": []}
+    monkeypatch.setattr(probes, "sample_clock", lambda *a, **k: clock)
+    entry = probes._fma_entry(timer, facts, 10, False, device_peaks(facts))
+    assert entry["value"] == best["rate"] and entry["layouts"] == layouts and entry["clock_under_load"] == clock
+    assert entry["ratio_to_peak"] == pytest.approx(best["rate"] / (132 * 128 * 2 * 1980e6))
+    assert entry["clock_adjusted_peak"] == pytest.approx(132 * 128 * 2 * 1755e6)
+    assert entry["ratio_to_clock_adjusted_peak"] == pytest.approx(best["rate"] / (132 * 128 * 2 * 1755e6))
+    assert "1755 MHz" in entry["note"] and "A: 44.2" in entry["note"] and "B: 59.0" in entry["note"]
+    monkeypatch.setattr(probes, "sample_clock", lambda *a, **k: None)
+    entry = probes._fma_entry(timer, facts, 10, False, device_peaks(facts))
+    assert entry.get("clock_adjusted_peak") is None and "clock under load unknown" in entry["note"]
