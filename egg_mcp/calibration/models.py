@@ -20,6 +20,12 @@ class MeasuredCeiling(BaseModel):
     peak_source: str | None = None
     ratio_to_peak: float | None = None
     note: str = ""
+    clock_under_load: dict[str, Any] | None = Field(
+        None, description="SM clock NVML reported while the probe ran (median/min/max MHz, samples, throttle "
+                          "reasons); fp32_fma only")
+    clock_adjusted_peak: float | None = Field(None, description="the peak at the clock under load")
+    ratio_to_clock_adjusted_peak: float | None = None
+    layouts: list[dict[str, Any]] = Field(default_factory=list, description="every grid the probe tried")
 
 
 class DeviceFacts(BaseModel):

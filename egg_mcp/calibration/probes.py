@@ -17,7 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from egg_mcp.calibration.peaks import device_peaks
+from egg_mcp.calibration.fma import fma_probe, fp32_fma_peak, sample_clock
+from egg_mcp.calibration.peaks import FP32_LANES_PER_SM, device_peaks
 
 MiB = 1 << 20
 
@@ -47,34 +48,6 @@ def _l2_reread(x_ptr, out_ptr, n_blocks, PASSES: tl.constexpr, BLOCK: tl.constex
             offs = blk * BLOCK + tl.arange(0, BLOCK)
             acc += tl.load(x_ptr + offs, cache_modifier=".cg")
     tl.store(out_ptr + pid, tl.sum(acc, axis=0))
-
-
-@triton.jit
-def _fma_chain(out_ptr, ITERS: tl.constexpr, BLOCK: tl.constexpr):
-    """8 independent FMA chains per thread element, ITERS steps each: 2 FLOP per FMA."""
-    pid = tl.program_id(0)
-    x = (pid * BLOCK + tl.arange(0, BLOCK)).to(tl.float32) * 1e-9
-    a0 = x + 0.1
-    a1 = x + 0.2
-    a2 = x + 0.3
-    a3 = x + 0.4
-    a4 = x + 0.5
-    a5 = x + 0.6
-    a6 = x + 0.7
-    a7 = x + 0.8
-    b = x * 0.5 + 0.999
-    c = x * 0.25 + 1e-3
-    for _ in range(ITERS):
-        a0 = a0 * b + c
-        a1 = a1 * b + c
-        a2 = a2 * b + c
-        a3 = a3 * b + c
-        a4 = a4 * b + c
-        a5 = a5 * b + c
-        a6 = a6 * b + c
-        a7 = a7 * b + c
-    total = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7
-    tl.store(out_ptr + pid * BLOCK + tl.arange(0, BLOCK), total)
 
 
 @triton.jit
@@ -116,6 +89,31 @@ def _entry(key: str, kind: str, amount: float, best_ms: float, median_ms: float,
         "peak": peak["value"] if peak else None, "peak_source": peak["source"] if peak else None,
         "ratio_to_peak": value / peak["value"] if peak and peak["value"] else None, "note": note,
     }
+
+
+def _fma_entry(timer, facts: dict[str, Any], runs: int, quick: bool, peaks) -> dict[str, Any]:
+    """fp32 FMA ceiling: the best of a few grid layouts (fma.py), with the SM clock sampled under load
+    and the peak at that clock beside the max-clock peak."""
+    probe = fma_probe(lambda fn: _best_ms(timer, fn, runs), facts["sm_count"], quick=quick)
+    best = probe["best"]
+    others = "; ".join(f"{r['layout']}: {r['rate'] / 1e12:.1f}" for r in probe["layouts"])
+    entry = _entry("fp32_fma", "flops", best["flops"], best["best_ms"], best["median_ms"],
+                   f"Triton tl.fma kernel, 8 independent chains per element, runtime scalar operands, best layout "
+                   f"{best['layout']}, best of {runs}", peaks, f"layouts tried (TFLOP/s): {others}")
+    clock = sample_clock(best["launch"], best["best_ms"] * 1e-3, timer.nvml.read, torch.cuda.synchronize)
+    entry["layouts"] = probe["layouts"]
+    entry["clock_under_load"] = clock
+    if clock:
+        lanes = FP32_LANES_PER_SM.get(str(facts.get("compute_capability")), 128)
+        adjusted = fp32_fma_peak(facts["sm_count"], lanes, clock["median_mhz"])
+        entry["clock_adjusted_peak"] = adjusted
+        entry["ratio_to_clock_adjusted_peak"] = entry["value"] / adjusted
+        entry["note"] += (f"; SM clock under load {clock['median_mhz']:.0f} MHz (NVML, {clock['samples']} samples, "
+                          f"{clock['min_mhz']}-{clock['max_mhz']}): peak at that clock {adjusted / 1e12:.1f} TFLOP/s, "
+                          f"measured {entry['value'] / adjusted:.0%} of it")
+    else:
+        entry["note"] += "; SM clock under load unknown (no NVML): only the max-clock peak is known"
+    return entry
 
 
 def _matmul_probes(timer, size: int, runs: int, cap: tuple[int, int], peaks, skipped: dict) -> list[dict]:
@@ -274,15 +272,7 @@ def run_probes(payload: dict) -> dict:
                            "the first pass comes from DRAM (the timer flushes L2 before each run): a lower bound"))
     del buf
 
-    fma_block, fma_iters = 1024, 2048 if quick else 4096
-    fma_programs = facts["sm_count"] * 4
-    fma_out = torch.empty(fma_programs * fma_block, device="cuda", dtype=torch.float32)
-    best, med = _best_ms(timer, lambda: _fma_chain[(fma_programs,)](fma_out, ITERS=fma_iters, BLOCK=fma_block,
-                                                                    num_warps=4), runs)
-    ceilings.append(_entry("fp32_fma", "flops", 2.0 * 8 * fma_iters * fma_programs * fma_block, best, med,
-                           f"Triton FMA-chain kernel, 8 independent chains x {fma_iters} FMAs per element, "
-                           f"{fma_programs} x {fma_block} elements, best of {runs}", peaks))
-    del fma_out
+    ceilings.append(_fma_entry(timer, facts, runs, quick, peaks))
 
     ceilings += _matmul_probes(timer, 4096 if quick else 8192, runs, cap, peaks, skipped)
     return {

@@ -63,6 +63,9 @@ def describe(calibration: Calibration) -> list[str]:
         lines.append(f"{c.key:<14}{_fmt(c.value, c.unit):>16}{_fmt(c.peak, c.unit):>16}{ratio:>8}  {c.method}")
         lines.append(f"{'':<54}peak: {c.peak_source or 'no datasheet or ncu figure'}"
                      + (f"; {c.note}" if c.note else ""))
+        if c.clock_adjusted_peak and c.clock_under_load:
+            lines.append(f"{'':<54}at the {c.clock_under_load.get('median_mhz'):.0f} MHz SM clock under load: peak "
+                         f"{_fmt(c.clock_adjusted_peak, c.unit)}, ratio {c.ratio_to_clock_adjusted_peak:.0%}")
     for key, why in calibration.skipped.items():
         lines.append(f"{key:<14}{'not measured':>16}  {why}")
     return lines

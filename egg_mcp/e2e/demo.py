@@ -15,170 +15,29 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
-
 from egg_mcp.config import ServerConfig
-
-KERNELS_DIR = Path(__file__).resolve().parent / "demo_kernels"
-PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)
-TUNABLE_LINE = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]*)\s*=\s*(?P<value>\d+)\b", re.MULTILINE)
-
-
-class DemoError(RuntimeError):
-    """The scripted workflow could not go on (a tool failed, or a shipped kernel is wrong)."""
-
-
-# -- the plan: which shipped kernel goes into which stage, and why --------------------------------
-
-
-@dataclass(frozen=True)
-class Step:
-    """One stage of the scripted run."""
-
-    stage: str
-    kernels: tuple[str, ...]
-    summary: str
-    changes: tuple[str, ...]
-    rationale: str
-    profile_committed: bool = False
-    """profile the committed kernel first (the Profile role's evidence for this stage's change)"""
-    tiling: bool = False
-    """call propose_tiling on the stage's kernel and verify its recommended source"""
-    carry_tunables: bool = False
-    """copy the committed kernel's UPPERCASE int constants into this stage's kernels"""
-    gpu_variants: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    """constant -> extra values to try, only when timings exist (they change nothing in the interpreter)"""
-
-
-@dataclass(frozen=True)
-class DemoPlan:
-    problem: str
-    seeds: tuple[tuple[str, str], ...]  # (file, paradigm)
-    steps: tuple[Step, ...]
-
-
-PLANS: dict[str, DemoPlan] = {
-    "softmax": DemoPlan(
-        problem="softmax",
-        seeds=(
-            ("seed_row_in_registers.py", "row in registers, one program per row"),
-            ("seed_online_blocked.py", "online single pass over column blocks, then a write pass"),
-            ("seed_split_row.py", "split row: partial statistics kernel + normalise kernel"),
-        ),
-        steps=(
-            Step("ALGORITHM", ("algorithm_exp2_reciprocal.py",),
-                 "exp via exp2 on log2(e)-scaled input; one reciprocal per row instead of a divide per element",
-                 ("tl.exp(x - max) -> tl.exp2((x - max) * log2(e))", "y = num / sum -> y = num * (1 / sum)"),
-                 "fewer special-function and divide instructions per element; same data movement"),
-            Step("PARALLEL_MAPPING", ("mapping_persistent_rows.py",),
-                 "persistent grid of PROGRAMS_PER_SM programs per SM looping over multi-row tiles",
-                 ("grid (n_rows,) -> (min(n_tiles, SMs * PROGRAMS_PER_SM),)",
-                  "tiles of max(1, 4096 // BLOCK_COLS) rows: several rows per program when rows are narrow"),
-                 "one short program per row leaves a tail wave and pays set-up per row; a persistent grid keeps "
-                 "every SM busy", profile_committed=True),
-            Step("TILING", ("tiling_tuning_space.py",),
-                 "tile configuration chosen by propose_tiling over the declared TUNING_SPACE",
-                 ("TUNING_SPACE declares NUM_WARPS x PROGRAMS_PER_SM",),
-                 "registers per thread vs latency hiding (warps) and resident programs per SM (grid size)",
-                 tiling=True),
-            Step("MEMORY", ("memory_pipelined_hints.py",),
-                 "software-pipelined persistent loop (num_stages) with streaming cache hints",
-                 ("for tile in tl.range(..., num_stages=NUM_STAGES)", "tl.load(..., eviction_policy='evict_first')",
-                  "tl.store(..., cache_modifier='.cs')"),
-                 "x and y are touched once: overlap the next tile's load with this tile's math and keep L2 for "
-                 "data still to come", profile_committed=True, carry_tunables=True,
-                 gpu_variants={"NUM_STAGES": (3,)}),
-        ),
-    ),
-}
-
-
-def available_problems() -> list[str]:
-    return sorted(PLANS)
-
-
-def kernel_source(problem: str, file: str) -> str:
-    return (KERNELS_DIR / problem / file).read_text()
-
-
-def carry_tunables(committed_source: str, target_source: str) -> tuple[str, dict[str, int]]:
-    """Copy the committed kernel's module-level UPPERCASE int constants into `target_source` where it
-    defines the same names: a later stage starts from the configuration an earlier one committed."""
-    committed = {m["name"]: int(m["value"]) for m in TUNABLE_LINE.finditer(committed_source)}
-    carried: dict[str, int] = {}
-
-    def swap(m: re.Match) -> str:
-        name = m["name"]
-        if name in committed and committed[name] != int(m["value"]):
-            carried[name] = committed[name]
-            return f"{name} = {committed[name]}"
-        return m.group(0)
-
-    return TUNABLE_LINE.sub(swap, target_source), carried
-
-
-def set_constant(source: str, name: str, value: int) -> str:
-    """Rewrite the module-level `NAME = <int>` line (the first one)."""
-    pattern = re.compile(rf"^{re.escape(name)}\s*=\s*\d+\b", re.MULTILINE)
-    if not pattern.search(source):
-        raise DemoError(f"the demo kernel has no module-level constant {name}")
-    return pattern.sub(f"{name} = {value}", source, count=1)
-
-
-# -- results --------------------------------------------------------------------------------------
-
-
-class CandidateRow(BaseModel):
-    stage: str
-    kernel: str = Field(description="shipped file (or how it was derived)")
-    candidate_id: str
-    verdict: str
-    time_ms: float | None = None
-    speedup_vs_eager: float | None = None
-    speedup_vs_compile: float | None = None
-    summary: str = ""
-
-
-class StageRow(BaseModel):
-    stage: str
-    kernel: str
-    candidate_id: str
-    time_ms: float | None = None
-    speedup_vs_eager: float | None = None
-    speedup_vs_compile: float | None = None
-    changed: str = Field(description="the committed decision's summary")
-    kept_previous: bool = Field(False, description="no candidate of this stage beat the committed kernel")
-    guard: str = ""
-    evidence: list[dict[str, Any]] = Field(default_factory=list)
-
-
-class DemoReport(BaseModel):
-    problem: str
-    task_id: str
-    transport: str
-    timing_available: bool
-    gpu: str | None = None
-    size_overrides: dict[str, int] = Field(default_factory=dict)
-    eager_ms: float | None = None
-    compile_ms: float | None = None
-    stages: list[StageRow] = Field(default_factory=list)
-    candidates: list[CandidateRow] = Field(default_factory=list)
-    reports: list[dict[str, Any]] = Field(default_factory=list, description="profile / tiling reports cited")
-    export_path: str | None = None
-    final_stage: str = ""
-    notes: list[str] = Field(default_factory=list)
-    status: dict[str, Any] | None = Field(None, description="final task_status")
-    wall_s: float = 0.0
+from egg_mcp.e2e.demo_output import CandidateRow, DemoReport, StageRow, render_table, write_demo_report
+from egg_mcp.e2e.demo_plan import (  # noqa: F401 (re-exported: the demo's one import place)
+    KERNELS_DIR,
+    PLANS,
+    DemoError,
+    DemoPlan,
+    Step,
+    available_problems,
+    carry_tunables,
+    kernel_source,
+    set_constant,
+)
 
 
 # -- the scripted client ----------------------------------------------------------------------------
+
+PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)
 
 
 class ToolFailed(DemoError):
@@ -460,47 +319,6 @@ async def run_demo(problem: str, config: ServerConfig, *, transport: Literal["st
         return await drive(client, problem, transport=transport, log=log)
 
 
-# -- output -------------------------------------------------------------------------------------------
-
-
-def _ms(v: float | None) -> str:
-    return "—" if v is None else f"{v:.4g}"
-
-
-def _x(v: float | None) -> str:
-    return "—" if v is None else f"{v:.2f}x"
-
-
-def render_table(report: DemoReport) -> str:
-    """The stage-by-stage table (markdown, readable in a terminal)."""
-    lines = [
-        f"egg-mcp demo: {report.problem} (task {report.task_id}, "
-        + (f"GPU {report.gpu}" if report.timing_available else "CPU interpreter") + ")",
-        "",
-        (f"baselines: eager {_ms(report.eager_ms)} ms, torch.compile {_ms(report.compile_ms)} ms"
-         if report.timing_available else "baselines: need a GPU (eager and torch.compile are timed on CUDA only)"),
-        "",
-        "| stage | candidate | time ms | vs eager | vs torch.compile | what changed |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in report.stages:
-        kernel = row.kernel + (" (kept)" if row.kept_previous else "")
-        lines.append(f"| {row.stage} | {kernel} | {_ms(row.time_ms)} | {_x(row.speedup_vs_eager)} | "
-                     f"{_x(row.speedup_vs_compile)} | {row.changed} |")
-    lines.append("")
-    if not report.timing_available:
-        sizes = ", ".join(f"{k}={v}" for k, v in report.size_overrides.items())
-        lines.append("Timings need a GPU: every kernel above was verified correct in the Triton interpreter"
-                     + (f" at reduced sizes ({sizes})" if sizes else "") + "; run `egg-mcp demo` on a CUDA machine "
-                     "for times and speedups.")
-    failed = [c for c in report.candidates if c.verdict != "correct"]
-    if failed:
-        lines.append("Candidates that failed: " + "; ".join(f"{c.kernel}: {c.verdict}" for c in failed))
-    if report.export_path:
-        lines.append(f"final kernel: {report.export_path}")
-    return "\n".join(lines) + "\n"
-
-
 def run_demo_cli(args: argparse.Namespace, config: ServerConfig) -> int:
     """Entry point of `egg-mcp demo`."""
     import anyio
@@ -525,18 +343,3 @@ def run_demo_cli(args: argparse.Namespace, config: ServerConfig) -> int:
         files = write_demo_report(report, args.json.with_suffix(""))
         print(f"wrote {args.json}, " + ", ".join(str(f) for f in files), file=sys.stderr)
     return 0
-
-
-def write_demo_report(report: DemoReport, stem: Path) -> list[Path]:
-    """Markdown report and stage-time chart next to the JSON (`<stem>.md`, `<stem>_stages.png`)."""
-    from egg_mcp.e2e.report import render_task_report, stage_time_chart
-
-    out = [stem.with_suffix(".md")]
-    if report.status is None:
-        return []
-    out[0].write_text(render_task_report(report.status, kernel_path=report.export_path,
-                                         notes=report.notes, demo_table=render_table(report)))
-    chart = stage_time_chart(report.status, stem.parent / f"{stem.name}_stages.png")
-    if chart is not None:
-        out.append(chart)
-    return out

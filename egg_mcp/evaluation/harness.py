@@ -14,17 +14,11 @@ from typing import Any
 
 import torch
 
-from egg_mcp.evaluation import worker
 from egg_mcp.evaluation.api import BaselineResult, EvalOptions
+from egg_mcp.evaluation.channel import phase as _phase
 from egg_mcp.evaluation.failures import _failure, classify, env_info, error_report  # noqa: F401  (re-exported)
 from egg_mcp.evaluation.modules import import_source
 from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides  # noqa: F401  (re-exported)
-
-
-def _phase(name: str, **extra) -> None:
-    ch = worker.channel()
-    if ch is not None:
-        ch.phase(name, **extra)
 
 
 # ------------------------------------------------------------------------------- loading

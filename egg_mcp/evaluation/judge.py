@@ -50,11 +50,9 @@ class Rejected(Exception):
 
 
 def _phase(name: str, **extra) -> None:
-    from egg_mcp.evaluation import worker
+    from egg_mcp.evaluation.channel import phase
 
-    ch = worker.channel()
-    if ch is not None:
-        ch.phase(name, **extra)
+    phase(name, **extra)
 
 
 def timing_cross_check(stats: TimingStats, wall_ms: float) -> list[IntegrityFinding]:

@@ -31,34 +31,16 @@ import re
 import sys
 import traceback
 
+from egg_mcp.evaluation.channel import ResultChannel, set_channel
+
 TARGET_PATTERN = re.compile(r"^egg_mcp(\.[A-Za-z_][A-Za-z0-9_]*)+:[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class ResultChannel:
-    """Writes JSON lines to the result pipe; every job message carries the job's nonce."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.nonce: str | None = None
-
-    def send(self, message: dict) -> None:
-        if self.nonce is not None:
-            message = {**message, "nonce": self.nonce}
-        data = (json.dumps(message, default=str) + "\n").encode()
-        view = memoryview(data)
-        while view:
-            written = os.write(self.fd, view)
-            view = view[written:]
-
-    def phase(self, name: str, **extra) -> None:
-        self.send({"type": "phase", "phase": name, **extra})
 
 
 _channel: ResultChannel | None = None
 
 
 def channel() -> ResultChannel | None:
-    """The running job's result channel (harness code reports phases through it)."""
+    """The running job's result channel (job code reads it through channel.py, which main sets)."""
     return _channel
 
 
@@ -169,6 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     confinement.protect_memory()
     confinement.become_subreaper()
     _channel = ResultChannel(args.result_fd)
+    set_channel(_channel)
     if args.prestart_runner:
         try:
             from egg_mcp.evaluation import runner_process

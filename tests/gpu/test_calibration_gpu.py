@@ -50,3 +50,25 @@ def test_calibration_through_the_engine(tmp_path):
     spec = hardware.gpu_for(cal.device.name, cal.device.uuid, tmp_path)
     assert spec is not None and hardware.ceiling(spec, "dram").source == "measured"
     hardware._CALIBRATED.clear()
+
+
+def test_fp32_fma_within_10_percent_of_the_peak_at_the_clock_it_ran():
+    """Issue 14: each ceiling within 10 % of its peak or explained. The FMA probe alone, in this process:
+    every layout's rate, the SM clock NVML saw under load, and the ratio to the peak at that clock."""
+    from egg_mcp.calibration.fma import fma_probe, fp32_fma_peak, sample_clock
+    from egg_mcp.calibration.probes import _best_ms
+    from egg_mcp.evaluation.timing import GpuTimer
+
+    timer = GpuTimer(0)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    probe = fma_probe(lambda fn: _best_ms(timer, fn, 10), sms, quick=False)
+    best = probe["best"]
+    clock = sample_clock(best["launch"], best["best_ms"] * 1e-3, timer.nvml.read, torch.cuda.synchronize)
+    for row in probe["layouts"]:
+        print(f"{row['layout']}: {row['rate'] / 1e12:.1f} TFLOP/s ({row['best_ms']:.3f} ms)")
+    print("clock under load:", clock)
+    assert clock is not None, "no NVML SM clock on this machine"
+    lanes = 64 if torch.cuda.get_device_capability() == (8, 0) else 128
+    ratio = best["rate"] / fp32_fma_peak(sms, lanes, clock["median_mhz"])
+    print(f"best {best['rate'] / 1e12:.1f} TFLOP/s = {ratio:.1%} of the peak at {clock['median_mhz']} MHz")
+    assert 0.9 <= ratio <= 1.02, (ratio, probe["layouts"], clock)
