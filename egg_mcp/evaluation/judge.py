@@ -30,6 +30,7 @@ from egg_mcp.evaluation.api import ErrorReport, EvalOptions, IntegrityFinding, T
 from egg_mcp.evaluation.compare import compare_tensor, structure_mismatch
 from egg_mcp.evaluation.failures import _failure, classify, env_info
 from egg_mcp.evaluation.review import review_findings
+from egg_mcp.evaluation.judge_held import REFERENCE_TIMING_MAX_AGE_S, HeldReference
 from egg_mcp.evaluation.judge_verdicts import Verdicts
 from egg_mcp.evaluation.modules import import_source
 from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
@@ -78,14 +79,16 @@ def timing_cross_check(stats: TimingStats, wall_ms: float) -> list[IntegrityFind
 
 
 class Judge(Verdicts):
-    def __init__(self, payload: dict[str, Any]):
+    def __init__(self, payload: dict[str, Any], held: HeldReference | None = None):
         self.opts = EvalOptions.model_validate(payload["options"])
         self.payload = payload
+        self.held = held
+        self.judge_info: dict[str, Any] = {"reference": "held" if held is not None else "loaded"}
         self.interpreter = os.environ.get("TRITON_INTERPRET") == "1"
         self.device = "cpu" if self.interpreter else "cuda"
         self.dtype = DTYPES[self.opts.dtype]
         self.seeds = list(payload["seeds"])
-        self.init_seed = int(payload["init_seed"])
+        self.init_seed = held.init_seed if held is not None else int(payload["init_seed"])
         self.findings: list[IntegrityFinding] = []
         self.trials_passed = 0
         self.trials_run = 0
@@ -126,6 +129,7 @@ class Judge(Verdicts):
         self.clock(None)
         result["phase_s"] = dict(self.phase_s)
         result["sandbox"] = self.sandbox
+        result["judge"] = self.judge_info
         result.setdefault("correctness_trials", self.trials_run)
         result.setdefault("correctness_trials_passed", self.trials_passed)
         return result
@@ -134,16 +138,18 @@ class Judge(Verdicts):
         mode = "interp" if self.interpreter else "gpu"
         self.clock("runner_start", "load", message="starting the sandboxed runner")
         self.runner = take(mode)
-        self.clock("load_reference", message="loading the reference")
-        reference = self._load_reference()
-        self.clock("runner_start")
+        if self.held is not None:  # a persistent judge's reference: loaded by an earlier job
+            self.problem, self.ref_model = self.held.problem, self.held.ref_model
+        else:
+            self.clock("load_reference", message="loading the reference")
+            self._load_reference()
+            self.clock("runner_start")
         self._ask_ready()
         self.clock("import_candidate", message="importing the candidate")
         self._ask({"type": "confine"}, "confined")
         self._ask({"type": "load", "candidate_source": self.payload["candidate_source"],
                    "reference_source": self.payload["reference_source"],
                    "options": self.opts.model_dump(mode="json"), "init_seed": self.init_seed}, "loaded")
-        del reference
         self.clock("correctness_trials", "run", message="correctness trials", done=0,
                    total=self.opts.correctness_trials)
         n = self.opts.correctness_trials
@@ -242,6 +248,7 @@ class Judge(Verdicts):
     # -- reference side ----------------------------------------------------------------------------
     def _load_reference(self):
         workdir = Path(os.getcwd()) / f"judge-{secrets.token_hex(4)}"
+        self.reference_dir = workdir.name
         workdir.mkdir()
         try:
             reference = import_source(self.payload["reference_source"], workdir / "reference.py",
@@ -365,7 +372,14 @@ class Judge(Verdicts):
         stats = TimingStats.model_validate(result["timing"])
         reference_timing = None
         baseline_ms = self.opts.baseline_ms
-        if baseline_ms is None:
+        held = self.held.held_timing(self.opts.timing_trials) if self.held is not None else None
+        if baseline_ms is None and held is not None:  # measured by this judge minutes ago, on this GPU
+            reference_timing, age = held
+            baseline_ms = reference_timing.median_ms
+            self.judge_info["reference_timing"] = f"held ({age:.0f} s old, max {REFERENCE_TIMING_MAX_AGE_S:.0f} s)"
+            result["reference_timing"] = reference_timing.model_dump()
+            result["speedup"] = baseline_ms / stats.median_ms if stats.median_ms > 0 else None
+        elif baseline_ms is None:
             from egg_mcp.evaluation.timing import GpuTimer
 
             cache: dict[int, list] = {}
@@ -380,6 +394,8 @@ class Judge(Verdicts):
             reference_timing, _ = timer.measure(lambda xs: self.ref_model(*xs), make_inputs,
                                                 n_runs=self.opts.timing_trials)
             baseline_ms = reference_timing.median_ms
+            self.judge_info["reference_timing"] = "measured"
+            self.measured_reference_timing = reference_timing
             result["reference_timing"] = reference_timing.model_dump()
             result["speedup"] = baseline_ms / stats.median_ms if stats.median_ms > 0 else None
         self.findings.extend(review_findings(stats.median_ms, reference_ms=baseline_ms,
@@ -389,6 +405,7 @@ class Judge(Verdicts):
 
 
 def evaluate(payload: dict[str, Any]) -> dict[str, Any]:
-    """Worker target behind WorkerEvaluator.evaluate (harness.evaluate_job)."""
+    """Worker target behind WorkerEvaluator.evaluate (harness.evaluate_job): a one-shot judge."""
     torch.set_grad_enabled(False)
     return Judge(payload).run()
+
