@@ -407,5 +407,7 @@ class Judge(Verdicts):
 def evaluate(payload: dict[str, Any]) -> dict[str, Any]:
     """Worker target behind WorkerEvaluator.evaluate (harness.evaluate_job): a one-shot judge."""
     torch.set_grad_enabled(False)
-    return Judge(payload).run()
+    result = Judge(payload).run()
+    result["judge"] = {**result.get("judge", {}), "pid": os.getpid(), "job": 1, "persistent": False}
+    return result
 
