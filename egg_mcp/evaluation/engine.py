@@ -63,6 +63,7 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
         max_judges: int = 2,
         judge_max_jobs: int = 20,
         judge_idle_s: float = 600.0,
+        judge_ahead: bool = True,
     ):
         from pathlib import Path
 
@@ -75,6 +76,7 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
         self.max_judges = max(0, max_judges)
         self.judge_max_jobs = max(1, judge_max_jobs)
         self.judge_idle_s = float(judge_idle_s)
+        self.judge_ahead = judge_ahead  # a persistent judge starts the next runner during a job (Landlock hosts)
         self._judges: dict[str, list[_Worker]] = {}
         self._waiting: dict[str, int] = {}
         self.log_limit_bytes = log_limit_bytes

@@ -128,7 +128,8 @@ class WorkerPool:
         fds = ["--job-fd", str(job_r), "--result-fd", str(res_w), "--mode", base_mode]
         if mode.endswith(JUDGE_POOL):
             argv = [sys.executable, "-m", "egg_mcp.evaluation.judge_host", *fds,
-                    "--max-jobs", str(self.judge_max_jobs), "--idle-s", str(self.judge_idle_s)]
+                    "--max-jobs", str(self.judge_max_jobs), "--idle-s", str(self.judge_idle_s)] + (
+                        ["--ahead"] if self.judge_ahead else [])
         else:
             argv = [sys.executable, "-m", "egg_mcp.evaluation.worker", *fds] + (
                 ["--prestart-runner"] if mode.endswith(RUNNER_POOL) else [])

@@ -79,6 +79,8 @@ def timing_cross_check(stats: TimingStats, wall_ms: float) -> list[IntegrityFind
 
 
 class Judge(Verdicts):
+    on_runner_confined = None  # judge_host.py: called with the runner's sandbox report once it confined itself
+
     def __init__(self, payload: dict[str, Any], held: HeldReference | None = None):
         self.opts = EvalOptions.model_validate(payload["options"])
         self.payload = payload
@@ -147,6 +149,8 @@ class Judge(Verdicts):
         self._ask_ready()
         self.clock("import_candidate", message="importing the candidate")
         self._ask({"type": "confine"}, "confined")
+        if self.on_runner_confined is not None:  # a persistent judge may start the next runner now
+            self.on_runner_confined(self.sandbox)
         self._ask({"type": "load", "candidate_source": self.payload["candidate_source"],
                    "reference_source": self.payload["reference_source"],
                    "options": self.opts.model_dump(mode="json"), "init_seed": self.init_seed}, "loaded")

@@ -4,7 +4,8 @@ Why: a one-shot verify worker pays a Python start, the torch import, CUDA initia
 reference's load and timing for every verify, in itself and in its runner. This process is the same
 trusted judge (judge.py) but serves successive verify jobs of ONE reference (the engine routes them
 by task key, engine_judges.py): it keeps the loaded reference, its model and its timing
-(`HeldReference`), and pre-starts the next runner while it is idle. Every job still gets a FRESH
+(`HeldReference`), and pre-starts the next runner while it is idle (with `--ahead`, where runners are Landlock-confined:
+already while the current job runs, so back-to-back verifies find it ready). Every job still gets a FRESH
 runner: a process that was started and confined before any candidate code existed and imports
 exactly one candidate; it dies with every descendant before the result is sent.
 
@@ -30,14 +31,17 @@ from typing import Any
 from egg_mcp.evaluation.judge_held import MAX_HELD_BYTES, HeldReference, model_bytes, reference_key
 
 
-def evaluate_held(payload: dict[str, Any], held: HeldReference | None) -> tuple[dict[str, Any], HeldReference | None]:
-    """One verify in this judge: uses and returns what it holds for the task (judge_held.py)."""
+def evaluate_held(payload: dict[str, Any], held: HeldReference | None,
+                  ahead=None) -> tuple[dict[str, Any], HeldReference | None]:
+    """One verify in this judge: uses and returns what it holds for the task (judge_held.py); `ahead`
+    (or None) is called with the runner's sandbox report once it confined itself (to start the next one)."""
     import torch
 
     from egg_mcp.evaluation.judge import Judge
 
     torch.set_grad_enabled(False)
     judge = Judge(payload, held)
+    judge.on_runner_confined = ahead
     result = judge.run()
     if held is None and getattr(judge, "ref_model", None) is not None and result.get("fault") == "candidate":
         if model_bytes(judge.ref_model) <= MAX_HELD_BYTES:
@@ -48,6 +52,17 @@ def evaluate_held(payload: dict[str, Any], held: HeldReference | None) -> tuple[
     if held is not None and getattr(judge, "measured_reference_timing", None) is not None:
         held.keep_timing(judge.measured_reference_timing, judge.opts.timing_trials)
     return result, held
+
+
+AHEAD_DEPTH = 2
+"""Runners kept started during a GPU job (with --ahead): back to back, each gets two jobs' time to start.
+The interpreter path keeps one (a CPU-only host has few cores to start two at once)."""
+
+
+def _runs_apart(sandbox: Any) -> bool:
+    """Whether a runner may start while another runs a candidate: only when each is Landlock-confined (it
+    can write only its own dir, and cannot ptrace a process outside its domain)."""
+    return isinstance(sandbox, dict) and "landlock" in str(sandbox.get("level", ""))
 
 
 def _next_job_path(stream, idle_s: float) -> str | None:
@@ -87,6 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mode", choices=["gpu", "interp"], required=True)
     parser.add_argument("--max-jobs", type=int, default=20)
     parser.add_argument("--idle-s", type=float, default=600.0)
+    parser.add_argument("--ahead", action="store_true",
+                        help="start the next runner while a job runs (only where runners are Landlock-confined)")
     args = parser.parse_args(argv)
 
     from egg_mcp.evaluation import confinement, runner_process, worker
@@ -108,6 +125,14 @@ def main(argv: list[str] | None = None) -> None:
     except Exception:
         traceback.print_exc()
     held: HeldReference | None = None
+
+    def ahead(sandbox: Any) -> None:
+        if not _runs_apart(sandbox):
+            return
+        try:
+            runner_process.prestart(args.mode, AHEAD_DEPTH if args.mode == "gpu" else 1)
+        except Exception:
+            traceback.print_exc()
     channel.send({"type": "ready", "pid": os.getpid()})
     jobs = 0
     exit_code = 0
@@ -130,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
                 payload = job["payload"]
                 if held is not None and held.key != reference_key(payload):
                     raise ValueError("this judge holds another reference; the engine routes by reference key")
-                result, held = evaluate_held(payload, held)
+                result, held = evaluate_held(payload, held, ahead if args.ahead else None)
                 result["judge"] = {**result.get("judge", {}), "pid": os.getpid(), "job": jobs,
                                    "persistent": True}
                 channel.send({"type": "result", "ok": True, "result": result})
@@ -142,11 +167,11 @@ def main(argv: list[str] | None = None) -> None:
                     "traceback": traceback.format_exc()[-8000:]}})
             finally:
                 channel.nonce = None
-                confinement.kill_descendants()  # the runner is dead already; anything it left goes too
+                runner_process.kill_all_but_spare()  # the runner is dead already; anything it left goes too
                 runner_process.reap_orphans()
             if recycle:
                 break
-            _clean_dir(held.files if held is not None else set())
+            _clean_dir((held.files if held is not None else set()) | {r.private.name for r in runner_process.spares()})
             if held is not None:
                 held.after_job()
             if jobs < args.max_jobs:
