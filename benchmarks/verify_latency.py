@@ -7,8 +7,8 @@ through `mcp.Client(server)` in-process (the MCP tool `verify`, as tests/mcp_dri
 distinct comment per call keeps the verify cache out of it. One server, one task, one workspace; the
 evaluator behind it is a switch between two WorkerEvaluators (judge='oneshot' and 'persistent'), so both
 paths share the task's baselines. Per path: one warm-up verify (uncounted), N back to back, then N_THINK
-calls with >= THINK_S idle before each (the two paths alternate, THINK_S/2 between them, so neither
-path's background work overlaps the other's call).
+calls with >= THINK_S idle before each (the two paths alternate, with >= GAP_S after the other path's
+call so that its background work, a one-shot spare's refill, does not overlap).
 
 Reported per call: client wall, the engine's server_phase_s (and `unaccounted`), the judge's phase_s,
 the MCP/service share (client wall - engine total), the candidate's timing (median, CV); per path: p50s
@@ -85,9 +85,9 @@ class ModelNew(nn.Module):
 '''
 
 FULL = {"m": 2048, "k": 4096, "n": 4096, "n_b2b": 6, "n_think": 4, "think_s": 15.0,
-        "tile": {"bm": 128, "bn": 128, "bk": 32, "prec": "tf32x3"}}
+        "gap_s": 6.0, "tile": {"bm": 128, "bn": 128, "bk": 32, "prec": "tf32x3"}}
 QUICK = {"m": 32, "k": 32, "n": 32, "n_b2b": 2, "n_think": 1, "think_s": 1.0,
-         "tile": {"bm": 16, "bn": 16, "bk": 16, "prec": "ieee"}}
+         "gap_s": 0.5, "tile": {"bm": 16, "bn": 16, "bk": 16, "prec": "ieee"}}
 PATHS = ("oneshot", "persistent")
 
 
@@ -154,6 +154,7 @@ async def _measure(workdir: Path, quick: bool) -> dict[str, Any]:
     switch = SwitchEvaluator(evaluators)
     server = create_server(config, evaluator=switch)
     calls = 0
+    last_end = {path: time.monotonic() for path in PATHS}
     rows: dict[str, dict[str, list]] = {p: {"warmup": [], "back_to_back": [], "think": []} for p in PATHS}
 
     async def verify(client, tid: str, path: str, series: str) -> None:
@@ -167,6 +168,7 @@ async def _measure(workdir: Path, quick: bool) -> dict[str, Any]:
         if result.is_error:
             raise RuntimeError(f"verify failed through MCP: {result.content[0].text[:500]}")
         rows[path][series].append(_row(result.structured_content, wall))
+        last_end[path] = time.monotonic()
 
     started = time.monotonic()
     async with Client(server) as client:
@@ -189,7 +191,11 @@ async def _measure(workdir: Path, quick: bool) -> dict[str, Any]:
             await asyncio.sleep(shape["think_s"] / 2)  # this path's background work ends before the other's
         for _ in range(shape["n_think"]):
             for path in PATHS:
-                await asyncio.sleep(shape["think_s"] / 2)
+                # >= think_s since this path's last call, and a gap after the other path's call (its
+                # background work: a one-shot spare refill) so the two never overlap
+                since_own = time.monotonic() - last_end[path]
+                since_any = time.monotonic() - max(last_end.values())
+                await asyncio.sleep(max(shape["think_s"] - since_own, shape["gap_s"] - since_any, 0.0))
                 await verify(client, tid, path, "think")
     paths = {path: {series: {"summary": _summary(r), "calls": r} for series, r in per.items()}
              for path, per in rows.items()}

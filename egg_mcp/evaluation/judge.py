@@ -31,7 +31,7 @@ from egg_mcp.evaluation.compare import compare_tensor, structure_mismatch
 from egg_mcp.evaluation.failures import _failure, classify, env_info
 from egg_mcp.evaluation.review import review_findings
 from egg_mcp.evaluation.judge_held import REFERENCE_TIMING_MAX_AGE_S, HeldReference
-from egg_mcp.evaluation.judge_verdicts import Verdicts
+from egg_mcp.evaluation.judge_verdicts import Verdicts, timing_cross_check  # noqa: F401  (re-exported)
 from egg_mcp.evaluation.modules import import_source
 from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
 from egg_mcp.evaluation.runner_process import RunnerGone, RunnerProcess, take
@@ -56,26 +56,6 @@ def _phase(name: str, **extra) -> None:
     ch = worker.channel()
     if ch is not None:
         ch.phase(name, **extra)
-
-
-def timing_cross_check(stats: TimingStats, wall_ms: float) -> list[IntegrityFinding]:
-    """The runner's timing against the judge's wall clock around the whole timing command.
-
-    Sound bound: the timed runs happened inside that wall time, so mean x runs (and the runner's
-    own host clock) cannot exceed it. Plausibility: the timer aims at ~300 ms of measured time and
-    its overhead (flushes, warm-up, estimate) is a few times that, so measured time below 2 % of the
-    wall is flagged for review (a runner scaling its numbers down)."""
-    out = []
-    measured = (stats.mean_ms or stats.median_ms) * max(1, stats.n_runs)
-    if measured > 1.05 * wall_ms + 1.0 or (stats.host_wall_ms or 0) > 1.05 * wall_ms + 1.0:
-        out.append(IntegrityFinding(check="timing_forged", severity="violation", detail=(
-            f"the runner reported {measured:.1f} ms of timed runs ({stats.n_runs} x {stats.mean_ms} ms) but the "
-            f"judge's clock saw only {wall_ms:.1f} ms for the whole timing phase")))
-    elif wall_ms > 2000 and measured < 0.02 * wall_ms:
-        out.append(IntegrityFinding(check="timing_forged", severity="review", detail=(
-            f"the timed runs account for {measured:.1f} ms of the {wall_ms:.0f} ms the timing phase took on the "
-            "judge's clock (under 2 %): the reported times may be understated")))
-    return out
 
 
 class Judge(Verdicts):

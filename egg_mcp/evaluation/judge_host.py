@@ -59,6 +59,11 @@ AHEAD_DEPTH = 2
 The interpreter path keeps one (a CPU-only host has few cores to start two at once)."""
 
 
+def torch_cuda_ready() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
 def _runs_apart(sandbox: Any) -> bool:
     """Whether a runner may start while another runs a candidate: only when each is Landlock-confined (it
     can write only its own dir, and cannot ptrace a process outside its domain)."""
@@ -174,6 +179,10 @@ def main(argv: list[str] | None = None) -> None:
             _clean_dir((held.files if held is not None else set()) | {r.private.name for r in runner_process.spares()})
             if held is not None:
                 held.after_job()
+            elif torch_cuda_ready():
+                import torch
+
+                torch.cuda.empty_cache()
             if jobs < args.max_jobs:
                 try:
                     runner_process.prestart(args.mode)  # a fresh runner for the next candidate
