@@ -180,6 +180,13 @@ def _script(name: str, argv_tail: list[str], timeout: int) -> Callable[[Path, bo
     return run
 
 
+def suite_verify_latency(out: Path, quick: bool) -> dict[str, Any]:
+    """verify wall time through MCP: one-shot vs persistent judge, back to back and with think time (issue 12)"""
+    from benchmarks.verify_latency import suite_verify_latency as run
+
+    return run(out, quick)
+
+
 SUITES: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
     "calibrate": suite_calibrate,
     "tiling_agreement": suite_tiling_agreement,
@@ -187,6 +194,7 @@ SUITES: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
     "verify": _script("verify", ["bench_verify.py"], 200),
     "ncu_agreement": _script("ncu_agreement", ["bench_ncu_agreement.py"], 240),
     "profiling": _script("profiling", ["profiling_bench.py"], 240),
+    "verify_latency": suite_verify_latency,
 }
 
 

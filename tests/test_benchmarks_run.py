@@ -5,6 +5,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -35,3 +37,22 @@ def test_each_output_carries_commit_versions_and_gpu(tmp_path, monkeypatch):
     assert record["result"] == {"quick": True, "value": 1.5} and prov["git_commit"] == head
     assert prov["torch"] and prov["triton"] and "gpus" in prov and prov["started_at"]
     assert "ZeroDivisionError" in json.loads((tmp_path / "broken.json").read_text())["error"]
+
+
+@pytest.mark.slow
+def test_verify_latency_quick_runs_both_judge_paths_through_mcp(tmp_path):
+    """The CPU form of the GPU suite (interpreter, 32x32): every call correct, both paths measured in one
+    run, every second of the engine's share in a phase, and the persistent path reusing its judge."""
+    run = _load()
+    assert run.main(["verify_latency", "--quick", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "verify_latency.json").read_text())["result"]
+    for path in ("oneshot", "persistent"):
+        for series, n in (("back_to_back", 2), ("think", 1)):
+            summary = result["paths"][path][series]["summary"]
+            assert summary["n"] == n and summary["all_correct"], summary
+            assert summary["p50_wall_s"] > 0 and summary["max_abs_unaccounted_s"] < 0.05, summary
+    calls = [c for s in ("back_to_back", "think") for c in result["paths"]["persistent"][s]["calls"]]
+    assert all(c["judge"]["persistent"] and c["judge"]["reference"] == "held" for c in calls), calls
+    assert len({c["judge"]["pid"] for c in calls}) == 1
+    oneshot = [c for s in ("back_to_back", "think") for c in result["paths"]["oneshot"][s]["calls"]]
+    assert len({c["judge"]["pid"] for c in oneshot}) == len(oneshot)

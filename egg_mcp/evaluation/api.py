@@ -223,6 +223,9 @@ class EvalResult(BaseModel):
     fault: Fault = Field("candidate", description="'harness': egg-mcp or its environment failed, not your kernel")
     sandbox: dict[str, Any] | None = Field(
         None, description="the sandbox in force for the candidate's runner (egg_mcp.sandbox's report)")
+    judge: dict[str, Any] | None = Field(
+        None, description="which judge decided: its pid and job number, persistent or one-shot, whether the "
+        "reference was loaded or held from an earlier verify, and whether its timing was measured or held")
 
 
 class BaselineResult(BaseModel):

@@ -30,7 +30,8 @@ from egg_mcp.evaluation.api import ErrorReport, EvalOptions, IntegrityFinding, T
 from egg_mcp.evaluation.compare import compare_tensor, structure_mismatch
 from egg_mcp.evaluation.failures import _failure, classify, env_info
 from egg_mcp.evaluation.review import review_findings
-from egg_mcp.evaluation.judge_verdicts import Verdicts
+from egg_mcp.evaluation.judge_held import REFERENCE_TIMING_MAX_AGE_S, HeldReference
+from egg_mcp.evaluation.judge_verdicts import Verdicts, timing_cross_check  # noqa: F401  (re-exported)
 from egg_mcp.evaluation.modules import import_source
 from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
 from egg_mcp.evaluation.runner_process import RunnerGone, RunnerProcess, take
@@ -55,35 +56,19 @@ def _phase(name: str, **extra) -> None:
     phase(name, **extra)
 
 
-def timing_cross_check(stats: TimingStats, wall_ms: float) -> list[IntegrityFinding]:
-    """The runner's timing against the judge's wall clock around the whole timing command.
-
-    Sound bound: the timed runs happened inside that wall time, so mean x runs (and the runner's
-    own host clock) cannot exceed it. Plausibility: the timer aims at ~300 ms of measured time and
-    its overhead (flushes, warm-up, estimate) is a few times that, so measured time below 2 % of the
-    wall is flagged for review (a runner scaling its numbers down)."""
-    out = []
-    measured = (stats.mean_ms or stats.median_ms) * max(1, stats.n_runs)
-    if measured > 1.05 * wall_ms + 1.0 or (stats.host_wall_ms or 0) > 1.05 * wall_ms + 1.0:
-        out.append(IntegrityFinding(check="timing_forged", severity="violation", detail=(
-            f"the runner reported {measured:.1f} ms of timed runs ({stats.n_runs} x {stats.mean_ms} ms) but the "
-            f"judge's clock saw only {wall_ms:.1f} ms for the whole timing phase")))
-    elif wall_ms > 2000 and measured < 0.02 * wall_ms:
-        out.append(IntegrityFinding(check="timing_forged", severity="review", detail=(
-            f"the timed runs account for {measured:.1f} ms of the {wall_ms:.0f} ms the timing phase took on the "
-            "judge's clock (under 2 %): the reported times may be understated")))
-    return out
-
-
 class Judge(Verdicts):
-    def __init__(self, payload: dict[str, Any]):
+    on_runner_confined = None  # judge_host.py: called with the runner's sandbox report once it confined itself
+
+    def __init__(self, payload: dict[str, Any], held: HeldReference | None = None):
         self.opts = EvalOptions.model_validate(payload["options"])
         self.payload = payload
+        self.held = held
+        self.judge_info: dict[str, Any] = {"reference": "held" if held is not None else "loaded"}
         self.interpreter = os.environ.get("TRITON_INTERPRET") == "1"
         self.device = "cpu" if self.interpreter else "cuda"
         self.dtype = DTYPES[self.opts.dtype]
         self.seeds = list(payload["seeds"])
-        self.init_seed = int(payload["init_seed"])
+        self.init_seed = held.init_seed if held is not None else int(payload["init_seed"])
         self.findings: list[IntegrityFinding] = []
         self.trials_passed = 0
         self.trials_run = 0
@@ -124,6 +109,7 @@ class Judge(Verdicts):
         self.clock(None)
         result["phase_s"] = dict(self.phase_s)
         result["sandbox"] = self.sandbox
+        result["judge"] = self.judge_info
         result.setdefault("correctness_trials", self.trials_run)
         result.setdefault("correctness_trials_passed", self.trials_passed)
         return result
@@ -132,16 +118,20 @@ class Judge(Verdicts):
         mode = "interp" if self.interpreter else "gpu"
         self.clock("runner_start", "load", message="starting the sandboxed runner")
         self.runner = take(mode)
-        self.clock("load_reference", message="loading the reference")
-        reference = self._load_reference()
-        self.clock("runner_start")
+        if self.held is not None:  # a persistent judge's reference: loaded by an earlier job
+            self.problem, self.ref_model = self.held.problem, self.held.ref_model
+        else:
+            self.clock("load_reference", message="loading the reference")
+            self._load_reference()
+            self.clock("runner_start")
         self._ask_ready()
         self.clock("import_candidate", message="importing the candidate")
         self._ask({"type": "confine"}, "confined")
+        if self.on_runner_confined is not None:  # a persistent judge may start the next runner now
+            self.on_runner_confined(self.sandbox)
         self._ask({"type": "load", "candidate_source": self.payload["candidate_source"],
                    "reference_source": self.payload["reference_source"],
                    "options": self.opts.model_dump(mode="json"), "init_seed": self.init_seed}, "loaded")
-        del reference
         self.clock("correctness_trials", "run", message="correctness trials", done=0,
                    total=self.opts.correctness_trials)
         n = self.opts.correctness_trials
@@ -240,6 +230,7 @@ class Judge(Verdicts):
     # -- reference side ----------------------------------------------------------------------------
     def _load_reference(self):
         workdir = Path(os.getcwd()) / f"judge-{secrets.token_hex(4)}"
+        self.reference_dir = workdir.name
         workdir.mkdir()
         try:
             reference = import_source(self.payload["reference_source"], workdir / "reference.py",
@@ -363,7 +354,14 @@ class Judge(Verdicts):
         stats = TimingStats.model_validate(result["timing"])
         reference_timing = None
         baseline_ms = self.opts.baseline_ms
-        if baseline_ms is None:
+        held = self.held.held_timing(self.opts.timing_trials) if self.held is not None else None
+        if baseline_ms is None and held is not None:  # measured by this judge minutes ago, on this GPU
+            reference_timing, age = held
+            baseline_ms = reference_timing.median_ms
+            self.judge_info["reference_timing"] = f"held ({age:.0f} s old, max {REFERENCE_TIMING_MAX_AGE_S:.0f} s)"
+            result["reference_timing"] = reference_timing.model_dump()
+            result["speedup"] = baseline_ms / stats.median_ms if stats.median_ms > 0 else None
+        elif baseline_ms is None:
             from egg_mcp.evaluation.timing import GpuTimer
 
             cache: dict[int, list] = {}
@@ -378,6 +376,8 @@ class Judge(Verdicts):
             reference_timing, _ = timer.measure(lambda xs: self.ref_model(*xs), make_inputs,
                                                 n_runs=self.opts.timing_trials)
             baseline_ms = reference_timing.median_ms
+            self.judge_info["reference_timing"] = "measured"
+            self.measured_reference_timing = reference_timing
             result["reference_timing"] = reference_timing.model_dump()
             result["speedup"] = baseline_ms / stats.median_ms if stats.median_ms > 0 else None
         self.findings.extend(review_findings(stats.median_ms, reference_ms=baseline_ms,
@@ -387,6 +387,9 @@ class Judge(Verdicts):
 
 
 def evaluate(payload: dict[str, Any]) -> dict[str, Any]:
-    """Worker target behind WorkerEvaluator.evaluate (harness.evaluate_job)."""
+    """Worker target behind WorkerEvaluator.evaluate (harness.evaluate_job): a one-shot judge."""
     torch.set_grad_enabled(False)
-    return Judge(payload).run()
+    result = Judge(payload).run()
+    result["judge"] = {**result.get("judge", {}), "pid": os.getpid(), "job": 1, "persistent": False}
+    return result
+

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from egg_mcp.evaluation.api import ErrorReport, IntegrityFinding, MismatchReport
+from egg_mcp.evaluation.api import ErrorReport, IntegrityFinding, MismatchReport, TimingStats
 
 CANDIDATE_FAILURE_VERDICTS = ("compile_error", "runtime_error", "oom")
 
@@ -143,3 +143,23 @@ class Verdicts:
         else:
             text += " Next: profile it or commit it."
         return text
+
+
+def timing_cross_check(stats: TimingStats, wall_ms: float) -> list[IntegrityFinding]:
+    """The runner's timing against the judge's wall clock around the whole timing command.
+
+    Sound bound: the timed runs happened inside that wall time, so mean x runs (and the runner's
+    own host clock) cannot exceed it. Plausibility: the timer aims at ~300 ms of measured time and
+    its overhead (flushes, warm-up, estimate) is a few times that, so measured time below 2 % of the
+    wall is flagged for review (a runner scaling its numbers down)."""
+    out = []
+    measured = (stats.mean_ms or stats.median_ms) * max(1, stats.n_runs)
+    if measured > 1.05 * wall_ms + 1.0 or (stats.host_wall_ms or 0) > 1.05 * wall_ms + 1.0:
+        out.append(IntegrityFinding(check="timing_forged", severity="violation", detail=(
+            f"the runner reported {measured:.1f} ms of timed runs ({stats.n_runs} x {stats.mean_ms} ms) but the "
+            f"judge's clock saw only {wall_ms:.1f} ms for the whole timing phase")))
+    elif wall_ms > 2000 and measured < 0.02 * wall_ms:
+        out.append(IntegrityFinding(check="timing_forged", severity="review", detail=(
+            f"the timed runs account for {measured:.1f} ms of the {wall_ms:.0f} ms the timing phase took on the "
+            "judge's clock (under 2 %): the reported times may be understated")))
+    return out

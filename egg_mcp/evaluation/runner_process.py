@@ -128,13 +128,37 @@ class RunnerProcess:
         """SIGKILL the runner's group and every descendant of the judge but its own helpers."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        killed = confinement.kill_descendants(os.getpid())
+        killed = kill_all_but_spare()
         with contextlib.suppress(Exception):
             self.proc.wait(timeout=5.0)
         reap_orphans()
         with contextlib.suppress(OSError):
             self.sock.close()
         return killed
+
+
+def spares() -> list[RunnerProcess]:
+    """The pre-started runners waiting for later jobs (none has imported a candidate) that are alive."""
+    return [r for r in _prestarted if r.proc.poll() is None]
+
+
+def kill_all_but_spare() -> int:
+    """Kill every descendant of this judge (a runner, whatever a candidate forked or setsid'ed: this
+    process is their subreaper) except the pre-started runners' own subtrees."""
+    roots = spares()
+    if not roots:
+        return confinement.kill_descendants(os.getpid())
+    count = 0
+    for _ in range(3):  # a forking child can add descendants between the walk and the kill
+        keep = {pid for r in roots for pid in (r.proc.pid, *confinement.descendants(r.proc.pid))}
+        found = [pid for pid in confinement.descendants(os.getpid()) if pid not in keep]
+        if not found:
+            break
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                count += 1
+    return count
 
 
 def reap_orphans() -> None:
@@ -148,21 +172,23 @@ def reap_orphans() -> None:
             return
 
 
-_prestarted: RunnerProcess | None = None
+_prestarted: list[RunnerProcess] = []
 
 
-def prestart(mode: str) -> None:
-    """Start a runner while the worker waits for its job (hides the runner's torch import)."""
-    global _prestarted
-    if mode in ("gpu", "interp") and _prestarted is None:
-        _prestarted = RunnerProcess(mode, Path(os.getcwd()))
+def prestart(mode: str, depth: int = 1) -> None:
+    """Start runners until `depth` wait for the next jobs (hides the runner's torch import and CUDA init)."""
+    if mode not in ("gpu", "interp"):
+        return
+    _prestarted[:] = [r for r in _prestarted if r.proc.poll() is None]
+    while len(_prestarted) < depth:
+        _prestarted.append(RunnerProcess(mode, Path(os.getcwd())))
 
 
 def take(mode: str) -> RunnerProcess:
-    """The prestarted runner when it matches and is alive, else a fresh one."""
-    global _prestarted
-    runner, _prestarted = _prestarted, None
-    if runner is not None and (runner.mode != mode or runner.proc.poll() is not None):
+    """The oldest prestarted runner when it matches and is alive, else a fresh one."""
+    while _prestarted:
+        runner = _prestarted.pop(0)
+        if runner.mode == mode and runner.proc.poll() is None:
+            return runner
         runner.kill()
-        runner = None
-    return runner or RunnerProcess(mode, Path(os.getcwd()))
+    return RunnerProcess(mode, Path(os.getcwd()))

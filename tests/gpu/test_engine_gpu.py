@@ -165,16 +165,33 @@ def test_isolated_timing_reads_each_call_from_cupti(evaluator_results):
     assert "timing_isolated" in result.phase_s
 
 
-def test_timing_aa_ratio_and_cv(evaluator_results):
+AA_TINY_BOUND = 0.03
+"""A/A bound below 50 us. Measured on the H200 at 1.9 us (softmax 64x256, CUDA-graph replay): 1.0005, 1.0109,
+0.9997, 1.0005 (benchmarks/results/bench_verify_h200*.json, cv_by_kernel_length[0]) and 1.0117, 1.0168
+(h200_2026-12-01/gpu_tests*.log): ~30 ns of a 2 us kernel, the replay's launch granularity. 0.03 is about twice
+the worst of those; at 5.5 and 24 us every run stayed within 0.004."""
+AA_TINY_CV = 0.015
+
+
+def test_timing_aa_ratio_and_cv(evaluator_results, record_property):
+    """Issue 12's bound, A/A 1.00 +- 0.01 and CV <= 0.5 %, holds at >= 50 us; below that the timer cannot
+    deliver it for a ~2 us kernel, so those rows are reported and held to the looser measured bound."""
     probe, _ = evaluator_results["probe"]
     assert probe.ok, probe.error
-    for row in probe.result["rows"]:
+    rows = probe.result["rows"]
+    report = [(row["sizes"], round(row["a"]["median_ms"] * 1e3, 2), round(row["aa_ratio"], 4),
+               round(row["a"]["cv"], 5)) for row in rows]
+    print("A/A per size (sizes, median us, A/A, CV):", *report, sep="\n  ")
+    record_property("aa_rows", report)
+    assert any(row["a"]["median_ms"] >= 0.05 for row in rows), report  # the issue's bound is exercised
+    for row in rows:
         a = row["a"]
-        assert 0.99 <= row["aa_ratio"] <= 1.01, row
         if a["median_ms"] >= 0.05:
+            assert 0.99 <= row["aa_ratio"] <= 1.01, row
             assert a["cv"] <= 0.005, row
-        elif a["median_ms"] < 0.01:
-            assert a["cv"] <= 0.015, row
+        else:
+            assert abs(row["aa_ratio"] - 1.0) <= AA_TINY_BOUND, row
+            assert a["cv"] <= AA_TINY_CV, row
 
 
 def test_baselines_eager_and_compiled(evaluator_results):

@@ -1,0 +1,86 @@
+"""Persistent judges: one long-lived trusted judge per (task reference, device mode), kept between verifies.
+
+Server side, no torch. A judge (judge_host.py) starts as a spare from the pool (mode + JUDGE_POOL);
+its first verify binds it to that job's reference key (judge_held.reference_key: source, dtype, size
+overrides). Later verifies with the same key go to it: it holds the loaded reference, its model and
+its timing, and has the next runner pre-started, so a verify costs the candidate's import, trials and
+timing only. Each job still gets a fresh runner (judge_host.py).
+
+A judge is recycled (its whole tree killed, its directory removed) on any harness fault, timeout,
+death, forged message or failed job; after `judge_max_jobs` jobs; after `judge_idle_s` idle (the
+host also exits by itself then); and, least recently used first, when more than `max_judges` are idle.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from egg_mcp.evaluation.api import JobOutcome
+from egg_mcp.evaluation.engine_pool import JUDGE_POOL, _Worker
+from egg_mcp.evaluation.judge_held import reference_key
+
+JUDGE_MODES = ("persistent", "oneshot")
+
+
+def judge_mode_from(value: str | None) -> str:
+    """The verify path: 'persistent' (default) or 'oneshot' (a fresh judge per verify, the old path)."""
+    mode = (value or "persistent").strip().lower()
+    if mode not in JUDGE_MODES:
+        raise ValueError(f"EGG_MCP_JUDGE / judge must be one of {JUDGE_MODES}, not {value!r}")
+    return mode
+
+
+class JudgePool:
+    """Mixin of WorkerEvaluator: the idle persistent judges by key (needs WorkerPool's methods,
+    `_judges`, `judge_max_jobs`, `judge_idle_s`, `max_judges`)."""
+
+    def judge_key(self, payload: dict[str, Any], mode: str) -> str:
+        return f"{mode}:{reference_key(payload)}"
+
+    async def _take_judge(self, key: str, mode: str) -> tuple[_Worker, bool]:
+        """The idle judge holding this task's reference, else a spare judge (bound by its first job)."""
+        await self._expire_judges()
+        idle = self._judges.get(key, [])
+        while idle:
+            worker = idle.pop()
+            if worker.alive() and worker.job_fd >= 0:
+                return worker, True
+            await self._dispose(worker)
+        worker, pooled = await self._take_worker(mode + JUDGE_POOL, None)
+        worker.judge_key = key
+        return worker, pooled
+
+    def _judge_reusable(self, worker: _Worker, outcome: JobOutcome, state) -> bool:
+        result = outcome.result if isinstance(outcome.result, dict) else {}
+        return (worker.alive() and outcome.ok and not state.timed_out and not state.forged
+                and result.get("fault") == "candidate" and worker.jobs < self.judge_max_jobs
+                and not self._closed)
+
+    async def _release_judge(self, worker: _Worker, outcome: JobOutcome, state) -> None:
+        """Keep a judge that finished cleanly; recycle it otherwise; trim the idle ones to max_judges."""
+        worker.jobs += 1
+        if not self._judge_reusable(worker, outcome, state):
+            await self._dispose(worker)
+            return
+        worker.idle_since = time.monotonic()
+        self._judges.setdefault(worker.judge_key or "", []).append(worker)
+        idle = sorted((w for ws in self._judges.values() for w in ws), key=lambda w: w.idle_since)
+        for old in idle[: max(0, len(idle) - self.max_judges)]:
+            self._judges[old.judge_key or ""].remove(old)
+            await self._dispose(old)
+
+    async def _expire_judges(self) -> None:
+        now = time.monotonic()
+        for key, workers in list(self._judges.items()):
+            for worker in list(workers):
+                if not worker.alive() or now - worker.idle_since > self.judge_idle_s:
+                    workers.remove(worker)
+                    await self._dispose(worker)
+            if not workers:
+                self._judges.pop(key, None)
+
+    def judges(self) -> list[dict[str, Any]]:
+        """The idle persistent judges (for tests and `doctor`-style reports)."""
+        return [{"key": w.judge_key, "pid": w.proc.pid, "jobs": w.jobs, "alive": w.alive()}
+                for ws in self._judges.values() for w in ws]

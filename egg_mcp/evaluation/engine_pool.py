@@ -1,0 +1,265 @@
+"""The engine's worker processes: how one is started, read and disposed of, and the pool of spares.
+
+Server side, no torch. A worker is `python -m egg_mcp.evaluation.worker` (one job, then it exits) or,
+for persistent judges, `python -m egg_mcp.evaluation.judge_host` (engine_judges.py). Each starts in a
+new session (a timeout kills the whole group), stdin closed, stdout/stderr drained into bounded
+buffers, a private working directory and Triton/inductor caches, and no secret in its environment.
+Results come back as JSON lines over a dedicated pipe.
+
+A warm pool of pre-started spares (torch/triton imported, CUDA initialised) hides the ~5 s start-up
+of a fresh Python; each one-shot spare serves one job. While jobs queue, up to `burst_spares` extra
+spares start in parallel (one spare alone refills in ~7 s while a verify takes ~2 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import egg_mcp
+from egg_mcp.evaluation import confinement
+from egg_mcp.evaluation.engine_results import LogCapture
+
+PACKAGE_PARENT = str(Path(egg_mcp.__file__).resolve().parent.parent)
+"""Put on the workers' PYTHONPATH: they import egg_mcp from where the server has it, installed or not."""
+RUNNER_POOL = "+runner"
+"""Pool-mode suffix: one-shot verify workers (the judge) that pre-start their candidate runner."""
+JUDGE_POOL = "+judge"
+"""Pool-mode suffix: persistent judges (judge_host.py), spares until their first job binds them to a task."""
+MAX_RESULT_LINE = 64 * 1024 * 1024
+
+
+@dataclass(eq=False)
+class _Worker:
+    """One worker process and the pipes the parent holds to it."""
+
+    mode: str
+    proc: asyncio.subprocess.Process
+    job_fd: int
+    workdir: Path
+    messages: list[dict] = field(default_factory=list)
+    new_message: asyncio.Event = field(default_factory=asyncio.Event)
+    stdout: LogCapture | None = None
+    stderr: LogCapture | None = None
+    tasks: list[asyncio.Task] = field(default_factory=list)
+    transport: asyncio.BaseTransport | None = None
+    spawned_at: float = field(default_factory=time.monotonic)
+    judge_key: str | None = None  # a persistent judge: the task it is bound to after its first job
+    jobs: int = 0
+    idle_since: float = 0.0
+
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+    def kill_group(self) -> None:
+        """Every descendant (the runner, its setsid children: new sessions leave the group, not the
+        tree), then the worker's process group."""
+        if self.proc.returncode is None:
+            confinement.kill_descendants(self.proc.pid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    async def wait_exit(self, timeout_s: float) -> bool:
+        """Wait for the worker itself to exit. Not `proc.wait()`: that also waits for the stdout/stderr
+        pipes to close, which an escaped grandchild can hold open for as long as it lives."""
+        deadline = time.monotonic() + timeout_s
+        while self.proc.returncode is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return self.proc.returncode is not None
+
+
+
+class WorkerPool:
+    """Mixin of WorkerEvaluator: spawning, reading, disposing and pooling worker processes.
+    Expects `scratch_dir`, `log_limit_bytes`, `spare_workers`, `burst_spares`, `_waiting`, `_pool`,
+    `_refills`, `_live`, `_closed` and `judge_max_jobs`/`judge_idle_s` on self."""
+
+    async def start_pool(self) -> None:
+        """Pre-start the spare workers now (otherwise they start with the first job): for verify (a judge
+        with its runner) and for the other jobs."""
+        self._schedule_refill(self.evaluation_mode() + RUNNER_POOL)
+        self._schedule_refill(self.evaluation_mode())
+
+    async def wait_pool_ready(self, timeout_s: float = 180.0) -> int:
+        """Wait until the spare workers have finished their preloads; returns how many are ready."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._refills:
+                await asyncio.wait(list(self._refills), timeout=max(0.0, deadline - time.monotonic()))
+            spares = [w for ws in self._pool.values() for w in ws]
+            if all(any(m.get("type") == "ready" for m in w.messages) for w in spares) and not self._refills:
+                return len(spares)
+            await asyncio.sleep(0.05)
+        return sum(1 for ws in self._pool.values() for w in ws if any(m.get("type") == "ready" for m in w.messages))
+
+    def _worker_env(self, mode: str, workdir: Path) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not confinement.is_secret(k)}
+        for key in ("TRITON_INTERPRET", "PYTHONSTARTUP", "PYTHONINSPECT"):
+            env.pop(key, None)
+        existing = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + existing if existing else "")
+        env["TRITON_CACHE_DIR"] = str(workdir / "triton_cache")
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / "inductor_cache")
+        env["TMPDIR"] = str(workdir / "tmp")
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env["PYTHONUNBUFFERED"] = "1"
+        env["EGG_MCP_SERVER_PID"] = str(os.getpid())  # the worker's watchdog ends it if we die
+        if mode == "interp":
+            env["TRITON_INTERPRET"] = "1"
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+
+    async def _spawn(self, mode: str, wrapper_argv: list[str] | None = None) -> _Worker:
+        workdir = Path(tempfile.mkdtemp(prefix=f"worker-{mode}-", dir=self.scratch_dir))
+        (workdir / "tmp").mkdir()
+        (workdir / "jobs").mkdir(mode=0o700)  # job files: a persistent judge's between-job clean-up spares them
+        job_r, job_w = os.pipe()
+        res_r, res_w = os.pipe()
+        base_mode = mode.removesuffix(RUNNER_POOL).removesuffix(JUDGE_POOL)
+        fds = ["--job-fd", str(job_r), "--result-fd", str(res_w), "--mode", base_mode]
+        if mode.endswith(JUDGE_POOL):
+            argv = [sys.executable, "-m", "egg_mcp.evaluation.judge_host", *fds,
+                    "--max-jobs", str(self.judge_max_jobs), "--idle-s", str(self.judge_idle_s)] + (
+                        ["--ahead"] if self.judge_ahead else [])
+        else:
+            argv = [sys.executable, "-m", "egg_mcp.evaluation.worker", *fds] + (
+                ["--prestart-runner"] if mode.endswith(RUNNER_POOL) else [])
+        if wrapper_argv:
+            argv = [*wrapper_argv, *argv, "--wrapped"]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=workdir,
+                env=self._worker_env(base_mode, workdir),
+                start_new_session=True,
+                pass_fds=(job_r, res_w),
+            )
+        except BaseException:
+            for fd in (job_r, job_w, res_r, res_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        finally:
+            for fd in (job_r, res_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        worker = _Worker(mode=mode, proc=proc, job_fd=job_w, workdir=workdir)
+        worker.stdout = LogCapture(self.log_limit_bytes)
+        worker.stderr = LogCapture(self.log_limit_bytes)
+        self._live.add(worker)  # before the next await: a cancelled refill must not orphan the process
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_RESULT_LINE)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(res_r, "rb", buffering=0)
+        )
+        worker.transport = transport
+        worker.tasks = [
+            asyncio.create_task(worker.stdout.drain(proc.stdout)),
+            asyncio.create_task(worker.stderr.drain(proc.stderr)),
+            asyncio.create_task(self._read_messages(worker, reader)),
+        ]
+        return worker
+
+    @staticmethod
+    async def _read_messages(worker: _Worker, reader: asyncio.StreamReader) -> None:
+        while True:
+            try:
+                line = await reader.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                worker.messages.append({"type": "garbage", "detail": "result line over the size limit"})
+                worker.new_message.set()
+                return
+            if not line:
+                return
+            try:
+                message = json.loads(line)
+                if not isinstance(message, dict):
+                    raise ValueError("not an object")
+            except ValueError:
+                message = {"type": "garbage", "detail": line[:200].decode(errors="replace")}
+            worker.messages.append(message)
+            worker.new_message.set()
+
+    async def _dispose(self, worker: _Worker) -> None:
+        worker.kill_group()
+        await worker.wait_exit(5.0)
+        with contextlib.suppress(OSError):
+            os.close(worker.job_fd)
+        if worker.tasks:
+            await asyncio.wait(worker.tasks, timeout=0.5)
+            for task in worker.tasks:
+                task.cancel()
+        if worker.transport is not None:
+            worker.transport.close()
+        self._live.discard(worker)
+        shutil.rmtree(worker.workdir, ignore_errors=True)
+
+    def _spare_target(self, mode: str) -> int:
+        """Spares wanted now: the standing pool plus one per queued job, up to burst_spares."""
+        return self.spare_workers + min(self._waiting.get(mode, 0), self.burst_spares)
+
+    def _schedule_refill(self, mode: str) -> None:
+        if self._closed or self.spare_workers <= 0 or mode == "plain":
+            return
+        pool = self._pool.setdefault(mode, [])
+        target = self._spare_target(mode)
+        if not self._waiting.get(mode) and len(pool) > target:  # burst over: idle spares hold host and GPU memory
+            surplus, pool[:] = pool[target:], pool[:target]
+            for worker in surplus:
+                self._track(self._dispose(worker))
+        pending = len(pool) + len(self._refills_for(mode))
+        for _ in range(target - pending):
+            self._track(self._refill(mode), mode)
+
+    def _track(self, coro, mode: str | None = None) -> None:
+        """Run coro as a background task that aclose() waits for or cancels; `mode` marks a refill."""
+        task = asyncio.ensure_future(coro)
+        task.egg_mode = mode  # type: ignore[attr-defined]
+        self._refills.add(task)
+        task.add_done_callback(self._refills.discard)
+
+    def _refills_for(self, mode: str) -> list[asyncio.Task]:
+        return [t for t in self._refills if getattr(t, "egg_mode", None) == mode and not t.done()]
+
+    async def _refill(self, mode: str) -> None:
+        worker = await self._spawn(mode)
+        pool = self._pool.setdefault(mode, [])
+        if self._closed or len(pool) >= self._spare_target(mode):  # closed, or the burst ended meanwhile
+            await self._dispose(worker)
+            return
+        pool.append(worker)
+
+    async def _take_worker(self, mode: str, wrapper_argv: list[str] | None) -> tuple[_Worker, bool]:
+        """A spare from the pool when one is alive (wrapped jobs always get a fresh process)."""
+        if wrapper_argv:
+            return await self._spawn(mode, wrapper_argv), False
+        spares = self._pool.setdefault(mode, [])
+        while True:
+            while spares:
+                worker = spares.pop(0)
+                if worker.alive():
+                    self._schedule_refill(mode)
+                    return worker, True
+                await self._dispose(worker)
+            starting = self._refills_for(mode)
+            if not starting:
+                break
+            # a spare already on its way is further along than a process started now
+            await asyncio.wait(starting, return_when=asyncio.FIRST_COMPLETED)
+        worker = await self._spawn(mode)
+        self._schedule_refill(mode)
+        return worker, False
+

@@ -1,0 +1,206 @@
+"""A persistent trusted judge: `python -m egg_mcp.evaluation.judge_host --job-fd N --result-fd M --mode MODE`.
+
+Why: a one-shot verify worker pays a Python start, the torch import, CUDA initialisation and the
+reference's load and timing for every verify, in itself and in its runner. This process is the same
+trusted judge (judge.py) but serves successive verify jobs of ONE reference (the engine routes them
+by task key, engine_judges.py): it keeps the loaded reference, its model and its timing
+(`HeldReference`), and pre-starts the next runner while it is idle (with `--ahead`, where runners are Landlock-confined:
+already while the current job runs, so back-to-back verifies find it ready). Every job still gets a FRESH
+runner: a process that was started and confined before any candidate code existed and imports
+exactly one candidate; it dies with every descendant before the result is sent.
+
+Protocol: as worker.py, except that the job fd carries one job-file path per line for as long as the
+engine keeps it open, and after each result the host sends {"type": "idle"} once its next runner is
+on its way. The host exits (the engine recycles it) on EOF, after `--max-jobs`, after `--idle-s`
+without a job, after any harness fault (an exception here, or a result whose fault is 'harness'),
+and when a job names another reference than the one it holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import sys
+import threading
+import traceback
+from typing import Any
+
+from egg_mcp.evaluation.judge_held import MAX_HELD_BYTES, HeldReference, model_bytes, reference_key
+
+
+def evaluate_held(payload: dict[str, Any], held: HeldReference | None,
+                  ahead=None) -> tuple[dict[str, Any], HeldReference | None]:
+    """One verify in this judge: uses and returns what it holds for the task (judge_held.py); `ahead`
+    (or None) is called with the runner's sandbox report once it confined itself (to start the next one)."""
+    import torch
+
+    from egg_mcp.evaluation.judge import Judge
+
+    torch.set_grad_enabled(False)
+    judge = Judge(payload, held)
+    judge.on_runner_confined = ahead
+    result = judge.run()
+    if held is None and getattr(judge, "ref_model", None) is not None and result.get("fault") == "candidate":
+        if model_bytes(judge.ref_model) <= MAX_HELD_BYTES:
+            held = HeldReference(key=reference_key(payload), problem=judge.problem, ref_model=judge.ref_model,
+                                 init_seed=judge.init_seed, dirname=judge.reference_dir)
+        else:
+            judge.judge_info["reference"] = "loaded (too large to hold)"
+    if held is not None and getattr(judge, "measured_reference_timing", None) is not None:
+        held.keep_timing(judge.measured_reference_timing, judge.opts.timing_trials)
+    return result, held
+
+
+AHEAD_DEPTH = 2
+"""Runners kept started during a GPU job (with --ahead): back to back, each gets two jobs' time to start.
+The interpreter path keeps one (a CPU-only host has few cores to start two at once)."""
+
+
+def torch_cuda_ready() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def _runs_apart(sandbox: Any) -> bool:
+    """Whether a runner may start while another runs a candidate: only when each is Landlock-confined (it
+    can write only its own dir, and cannot ptrace a process outside its domain)."""
+    return isinstance(sandbox, dict) and "landlock" in str(sandbox.get("level", ""))
+
+
+def _next_job_path(stream, idle_s: float) -> str | None:
+    """The next job line, or None on EOF or idle timeout."""
+    if not select.select([stream], [], [], idle_s)[0]:
+        return None
+    line = stream.readline()
+    return line.decode().strip() or None
+
+
+OWN_DIRS = frozenset({"jobs", "tmp"})
+"""The engine's job-file dir and the judge's TMPDIR (emptied, not removed)."""
+
+
+def _clean_dir(keep: set[str], root: str = ".") -> None:
+    """Remove everything in the judge's cwd but its own held files: a runner's private dir (its
+    Triton cache, HOME, TMP) never outlives its job."""
+    for entry in os.scandir(root):
+        if root == "." and entry.name == "tmp":
+            _clean_dir(set(), "tmp")
+            continue
+        if root == "." and (entry.name in keep or entry.name in OWN_DIRS):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--job-fd", type=int, required=True)
+    parser.add_argument("--result-fd", type=int, required=True)
+    parser.add_argument("--mode", choices=["gpu", "interp"], required=True)
+    parser.add_argument("--max-jobs", type=int, default=20)
+    parser.add_argument("--idle-s", type=float, default=600.0)
+    parser.add_argument("--ahead", action="store_true",
+                        help="start the next runner while a job runs (only where runners are Landlock-confined)")
+    args = parser.parse_args(argv)
+
+    from egg_mcp.evaluation import confinement, runner_process, worker
+
+    server_pid = os.environ.get("EGG_MCP_SERVER_PID", "")
+    if server_pid.isdigit():
+        threading.Thread(target=worker._watch_server, args=(int(server_pid),), name="egg-server-watchdog",
+                         daemon=True).start()
+    confinement.protect_memory()
+    confinement.become_subreaper()
+    channel = worker.ResultChannel(args.result_fd)
+    worker._channel = channel  # the judge reports its phases through worker.channel()
+    try:
+        runner_process.prestart(args.mode)
+    except Exception:
+        traceback.print_exc()
+    try:
+        worker._preload(args.mode, judge=True)
+    except Exception:
+        traceback.print_exc()
+    held: HeldReference | None = None
+
+    def ahead(sandbox: Any) -> None:
+        if not _runs_apart(sandbox):
+            return
+        try:
+            runner_process.prestart(args.mode, AHEAD_DEPTH if args.mode == "gpu" else 1)
+        except Exception:
+            traceback.print_exc()
+    channel.send({"type": "ready", "pid": os.getpid()})
+    jobs = 0
+    exit_code = 0
+    stream = os.fdopen(args.job_fd, "rb", buffering=0)
+    try:
+        while jobs < args.max_jobs:
+            path = _next_job_path(stream, args.idle_s)
+            if path is None:
+                break
+            jobs += 1
+            recycle = True
+            try:
+                with open(path) as f:
+                    job = json.load(f)
+                os.unlink(path)
+                channel.nonce = job["nonce"]
+                channel.send({"type": "started", "pid": os.getpid(), "job": jobs})
+                if job.get("target") != "egg_mcp.evaluation.harness:evaluate_job":
+                    raise ValueError(f"a persistent judge runs verify jobs only, not {job.get('target')!r}")
+                payload = job["payload"]
+                if held is not None and held.key != reference_key(payload):
+                    raise ValueError("this judge holds another reference; the engine routes by reference key")
+                result, held = evaluate_held(payload, held, ahead if args.ahead else None)
+                result["judge"] = {**result.get("judge", {}), "pid": os.getpid(), "job": jobs,
+                                   "persistent": True}
+                channel.send({"type": "result", "ok": True, "result": result})
+                recycle = result.get("fault") == "harness"
+            except BaseException as exc:  # noqa: BLE001 - a harness fault: report it, then recycle
+                exit_code = 1
+                channel.send({"type": "result", "ok": False, "error": {
+                    "kind": type(exc).__name__, "message": str(exc)[:4000],
+                    "traceback": traceback.format_exc()[-8000:]}})
+            finally:
+                channel.nonce = None
+                runner_process.kill_all_but_spare()  # the runner is dead already; anything it left goes too
+                runner_process.reap_orphans()
+            if recycle:
+                break
+            _clean_dir((held.files if held is not None else set()) | {r.private.name for r in runner_process.spares()})
+            if held is not None:
+                held.after_job()
+            elif torch_cuda_ready():
+                import torch
+
+                torch.cuda.empty_cache()
+            if jobs < args.max_jobs:
+                try:
+                    runner_process.prestart(args.mode)  # a fresh runner for the next candidate
+                except Exception:
+                    traceback.print_exc()
+            channel.send({"type": "idle", "jobs": jobs})
+    finally:
+        try:
+            confinement.kill_descendants()
+        except Exception:
+            pass
+        for s in (sys.stdout, sys.stderr):
+            try:
+                s.flush()
+            except Exception:
+                pass
+        os._exit(exit_code)
+
+
+if __name__ == "__main__":
+    main()
