@@ -47,6 +47,7 @@ from egg_mcp.evaluation.api import (
     ProgressFn,
 )
 from egg_mcp.evaluation import confinement
+from egg_mcp.evaluation.tool_confine import wrapped_worker_env
 from egg_mcp.evaluation.engine_results import (  # noqa: F401  (LogCapture re-exported)
     LogCapture,
     _death_report,
@@ -111,6 +112,7 @@ class _Worker:
 class _JobState:
     phase: str = "starting"
     result_message: dict | None = None
+    sandbox: dict | None = None  # what the worker said it applied, before the job's code ran
     forged: list[str] = field(default_factory=list)
     timed_out: bool = False
     timeout_phase: str | None = None
@@ -339,8 +341,10 @@ class WorkerEvaluator:
             sys.executable, "-m", "egg_mcp.evaluation.worker",
             "--job-fd", str(job_r), "--result-fd", str(res_w), "--mode", base_mode,
         ] + (["--prestart-runner"] if runner else [])
-        if wrapper_argv:
-            argv = [*wrapper_argv, *argv, "--wrapped"]
+        env = self._worker_env(base_mode, workdir)
+        if wrapper_argv:  # the tool and the worker it wraps: allow-listed env, no token (tool_confine.py)
+            argv = [*wrapper_argv, *argv, "--wrapped", "--tool", wrapper_argv[0]]
+            env = wrapped_worker_env(os.environ, workdir, interpreter=base_mode == "interp", server_pid=os.getpid())
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -348,7 +352,7 @@ class WorkerEvaluator:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=workdir,
-                env=self._worker_env(base_mode, workdir),
+                env=env,
                 start_new_session=True,
                 pass_fds=(job_r, res_w),
             )
@@ -579,6 +583,8 @@ class WorkerEvaluator:
                                     message.get("total"),
                                     message.get("message") or state.phase,
                                 )
+                    elif kind == "confined" and state.sandbox is None and state.result_message is None:
+                        state.sandbox = message.get("sandbox") if isinstance(message.get("sandbox"), dict) else None
                     elif kind == "result":
                         if state.result_message is not None:
                             state.forged.append("a second result message")
@@ -636,6 +642,7 @@ class WorkerEvaluator:
             stdout_tail=worker.stdout.text() if worker.stdout else "",
             stderr_tail=worker.stderr.text() if worker.stderr else "",
             wall_s=round(wall, 3),
+            sandbox=state.sandbox,
         )
         message = state.result_message
         if state.timed_out:
