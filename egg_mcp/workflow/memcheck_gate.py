@@ -72,21 +72,21 @@ async def check_before_commit(service, row, cand, skip_reason: str | None) -> Me
         return MemcheckGate(status="not_needed", summary="CPU interpreter: verify's guarded allocations cover "
                             "out-of-bounds writes; compute-sanitizer needs a GPU")
     known = stored(service, row.id, cand.id)
-    if known is not None and (known.status != "skipped" or skip_reason):
-        return known
+    if known is not None and (known.status in ("clean", "memory_error") or (known.status == "skipped" and skip_reason)):
+        return known  # a found error refuses whatever the opt-out; "unavailable" is tried again
     if skip_reason:
         return _save(service, row.id, cand.id, MemcheckGate(
             status="skipped", skip_reason=skip_reason, measured_at=time.time(),
             summary=f"skipped by the client ({skip_reason}); guarded allocations of verify only"))
     memcheck = getattr(service.evaluator, "memcheck", None)
-    if memcheck is None:
-        return MemcheckGate(status="unavailable", summary="memcheck unavailable: this evaluator has no memcheck, "
-                            "guarded allocations only")
     from egg_mcp.evaluation.memcheck import find_compute_sanitizer
 
-    if find_compute_sanitizer() is None:
-        return MemcheckGate(status="unavailable", summary="memcheck unavailable: compute-sanitizer not found "
-                            "(install the CUDA toolkit or set EGG_MCP_COMPUTE_SANITIZER), guarded allocations only")
+    if memcheck is None or find_compute_sanitizer() is None:
+        why = ("this evaluator has no memcheck" if memcheck is None else "compute-sanitizer not found (install the "
+               "CUDA toolkit or set EGG_MCP_COMPUTE_SANITIZER)")
+        return _save(service, row.id, cand.id, MemcheckGate(
+            status="unavailable", measured_at=time.time(), summary=f"memcheck unavailable: {why}, guarded allocations "
+            "only"))
     opts = service._eval_options(service._options(row), service._baselines(row))
     started = time.monotonic()
     result = await memcheck(service._reference(row), service._source(cand), opts)
@@ -97,6 +97,7 @@ async def check_before_commit(service, row, cand, skip_reason: str | None) -> Me
     elif result.verdict == "clean":
         gate = MemcheckGate(status="clean", summary=result.summary, cost_s=cost, measured_at=time.time())
     else:
-        return MemcheckGate(status="unavailable", cost_s=cost, measured_at=time.time(),
-                            summary=f"memcheck unavailable: {result.summary[:400]}; guarded allocations only")
+        why = result.summary[:400].removeprefix("memcheck unavailable: ")
+        gate = MemcheckGate(status="unavailable", cost_s=cost, measured_at=time.time(),
+                            summary=f"memcheck unavailable: {why}; guarded allocations only")
     return _save(service, row.id, cand.id, gate)
