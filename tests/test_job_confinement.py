@@ -49,10 +49,13 @@ sys.exit(subprocess.call(args, close_fds=False))  # like ncu: the job and result
 
 
 @pytest.mark.skipif(probe().landlock_abi is None, reason="this kernel has no Landlock: jobs are not confined here")
-def test_a_tool_wrapped_job_is_confined_and_reports_its_level(tmp_path, monkeypatch):
+@pytest.mark.parametrize("ipc", ["default", "open"])
+def test_a_tool_wrapped_job_is_confined_and_reports_its_level(tmp_path, monkeypatch, ipc):
     """ncu wraps the profiling worker: the worker still confines itself (tool_confine.py), its environment
     is the runners' allow-list (no token), and the job's outcome says which sandbox was in force."""
     monkeypatch.setenv("EGG_MCP_TOKEN", "egg-test-token-wrapped")
+    if ipc == "open":  # the operator's escape hatch for a tool whose injection needs its ports and sockets
+        monkeypatch.setenv("EGG_MCP_TOOL_IPC", "open")
     monkeypatch.setenv("EGG_MCP_WORKSPACE", str(tmp_path / "workspace"))
     workspace = tmp_path / "workspace"
     workspace.mkdir()
@@ -88,10 +91,11 @@ def test_a_tool_wrapped_job_is_confined_and_reports_its_level(tmp_path, monkeypa
     sandbox = outcome.sandbox
     assert sandbox is not None and sandbox["fs_confined"] and sandbox["level"] in ("landlock", "landlock+ns")
     assert sandbox["wrapped_by"] == "fake_ncu.py" and sandbox["env_allowlist"] is True
-    if sandbox["landlock_abi"] >= 6:
-        assert sandbox["signals_scoped"] and not sandbox["abstract_sockets_scoped"]
-    if sandbox["landlock_abi"] >= 4:
-        assert sandbox["network_confined"] and sandbox["tcp_ports_allowed"][0] == 49152
+    if sandbox["landlock_abi"] >= 6:  # signals always scoped; abstract sockets unless the operator opened them
+        assert sandbox["signals_scoped"] and sandbox["abstract_sockets_scoped"] == (ipc == "default")
+    if sandbox["landlock_abi"] >= 4:  # TCP denied; with ipc=open, only on the tool's ports
+        assert sandbox["network_confined"]
+        assert sandbox["tcp_ports_allowed"] == ([] if ipc == "default" else list(range(49152, 49216)))
 
 
 def test_an_unwrapped_job_reports_its_sandbox_too(tmp_path):

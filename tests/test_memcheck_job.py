@@ -79,8 +79,8 @@ def test_the_report_is_read_from_the_log_file_or_the_tools_output(tmp_path, monk
     assert result.runner_exit == 0, "the runner left normally under the tool"
     sandbox = result.sandbox or {}
     assert sandbox.get("wrapped_by") == "compute-sanitizer", sandbox
-    if sandbox.get("landlock_abi"):
-        assert sandbox["fs_confined"] and not sandbox.get("abstract_sockets_scoped")
+    if sandbox.get("landlock_abi"):  # the full domain (the lead's probe: the sanitizer works under it)
+        assert sandbox["fs_confined"] and sandbox["network_confined"] and sandbox["tcp_ports_allowed"] == []
 
 
 def test_no_report_is_a_harness_diagnosis_with_the_tools_words(tmp_path, monkeypatch):
@@ -88,3 +88,27 @@ def test_no_report_is_a_harness_diagnosis_with_the_tools_words(tmp_path, monkeyp
     assert result.verdict == "unavailable" and result.fault == "harness"
     assert "not your kernel" in result.summary and "No attachable process found" in result.summary
     assert "No attachable process found" in result.tool_output_tail
+
+
+REPORT_2025_3 = """========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at k+0x270 in bad.py:22
+=========     by thread (0,0,0) in block (4,0,0)
+=========     Access to 0x7f89de808000 is out of bounds
+=========     and is 1 bytes after the nearest allocation at 0x7f89de804000 of size 16,384 bytes
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========
+========= Target application returned an error
+========= ERROR SUMMARY: 3 errors
+"""
+
+
+def test_the_2025_3_report_format_names_kernel_and_address():
+    """compute-sanitizer 2025.3.1 on the H200 says "Access to 0x..." where older versions said "Address 0x..."."""
+    from egg_mcp.evaluation.memcheck import result_from_report
+
+    result = result_from_report(REPORT_2025_3, "compute-sanitizer", 1.0)
+    assert result.verdict == "memory_error" and result.error_count == 3
+    error = result.errors[0]
+    assert error.kernel == "k" and error.address == "0x7f89de808000" and error.block == "4,0,0"
+    assert "1 bytes after the nearest allocation" in error.detail and "0x7f89de808000" in result.summary

@@ -12,10 +12,11 @@ Where the report comes from: the tool's `--log-file` in the judge's dir (the run
 private dir, cannot write there), else the tool's own stdout/stderr, which the judge captures to a
 file (the runner's prints go there too, so a log file wins when both exist). No report at all is a
 harness-side diagnosis (`fault="harness"`) with the tool's output tail, never the candidate's verdict.
-Why it failed on the H200 (session 4, status `unavailable`): the memcheck judge was itself confined
-(not a judge target), so its runner's PID namespace got no /proc (Landlock forbids mounts) and CUDA
-failed; and the runner's Landlock domain denied the TCP ports and abstract sockets through which the
-tool's injection talks to it (see tool_confine.py); the runner also left through os._exit.
+Why it failed on the H200 (status `unavailable`, sessions 4 and 5): the memcheck judge was itself
+confined (it was not a judge target), so compute-sanitizer's frontend, its child, ran inside the judge's
+Landlock domain (no TCP, no /tmp; the lead's probe shows the frontend writes its report when only the
+target is confined), and its runner's PID namespace got no /proc (Landlock forbids mounts), which
+CUDA needs. The runner also left through os._exit; it now exits normally under a tool.
 
 A clean report is "no error found", never a verdict of correctness (that comes from verify).
 """
@@ -88,13 +89,13 @@ def parse_report(text: str) -> tuple[list[MemoryAccessError], int | None]:
         block = text[m.end(): matches[i + 1].start() if i + 1 < len(matches) else len(text)]
         kernel = re.search(r"^=+\s+at (?:0x[0-9a-f]+ in )?([^\s(+]+)", block, re.M)
         thread = re.search(r"by thread \(([^)]*)\) in block \(([^)]*)\)", block)
-        address = re.search(r"Address (0x[0-9a-fA-F]+)", block)
+        address = re.search(r"(?:Address|Access to) (0x[0-9a-fA-F]+)", block)  # 2025.3 says "Access to"
         where = re.search(r"^=+\s+(?:and )?(is \d+ bytes (?:after|before|inside)[^\n]*)$", block, re.M)
-        out_of_bounds = re.search(r"Address 0x[0-9a-fA-F]+ (is [^\n]*)", block)
+        out_of_bounds = re.search(r"(?:Address|Access to) 0x[0-9a-fA-F]+ (is [^\n]*)", block)
         errors.append(MemoryAccessError(
             kernel=kernel.group(1) if kernel else "unknown kernel", access=m.group(1).strip(),
             address=address.group(1) if address else None,
-            detail=" ".join(x.group(1).strip() for x in (out_of_bounds, where) if x),
+            detail="; ".join(x.group(1).strip() for x in (out_of_bounds, where) if x),
             thread=thread.group(1) if thread else None, block=thread.group(2) if thread else None))
     summary = _SUMMARY.search(text)
     return errors, int(summary.group(1)) if summary else None
@@ -148,7 +149,9 @@ def memcheck_job(payload: dict[str, Any]) -> dict[str, Any]:
     log, output = here / f"memcheck-{token}.txt", here / f"memcheck-{token}.out"
     started = time.monotonic()
     mode = "interp" if os.environ.get("TRITON_INTERPRET") == "1" else "gpu"  # interp: the CPU tests' fake tool
-    runner = RunnerProcess(mode, here, extra_env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
+    from egg_mcp.evaluation.tool_confine import ipc_env
+
+    runner = RunnerProcess(mode, here, extra_env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", **ipc_env(os.environ)},
                            wrapper=sanitizer_argv(tool, log), output=output)
     sandbox, code = None, None
     try:
