@@ -153,6 +153,8 @@ def memcheck_job(payload: dict[str, Any]) -> dict[str, Any]:
 
     runner = RunnerProcess(mode, here, extra_env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", **ipc_env(os.environ)},
                            wrapper=sanitizer_argv(tool, log), output=output)
+    # The tool writes its report after its target exited: never kill it before it ends by itself.
+    runner.death_wait_s = EXIT_TIMEOUT_S
     sandbox, code = None, None
     try:
         runner.wait_ready()
@@ -165,8 +167,7 @@ def memcheck_job(payload: dict[str, Any]) -> dict[str, Any]:
                            max_blob_bytes=1 << 34)
         code = runner.finish(EXIT_TIMEOUT_S)
     except (RunnerGone, Exception):  # noqa: BLE001 - a crash still leaves the report written so far
-        runner.kill()
-        code = runner.proc.returncode
+        code = runner.finish(EXIT_TIMEOUT_S)  # the tool exits by itself once its target is gone
     text = log.read_text(errors="replace") if log.exists() else ""
     said = output.read_text(errors="replace")[-200_000:] if output.exists() else ""
     return result_from_report(text, tool, round(time.monotonic() - started, 3),

@@ -65,6 +65,7 @@ class RunnerProcess:
                 sink.close()
         self.sock = ours
         self.ready = False
+        self.death_wait_s = 5.0  # how long a dead channel waits for the process to exit (a wrapper: longer)
         self.started_at = time.monotonic()
 
     # -- talking ---------------------------------------------------------------------------------
@@ -104,7 +105,7 @@ class RunnerProcess:
     # -- ending ----------------------------------------------------------------------------------
     def _death(self) -> ErrorReport:
         try:
-            code = self.proc.wait(timeout=5.0)
+            code = self.proc.wait(timeout=self.death_wait_s)
         except subprocess.TimeoutExpired:
             self.kill()
             return ErrorReport(kind="exit", message="the runner closed its channel to the judge and kept running; "
