@@ -300,12 +300,16 @@ def create_server(
         stage: CommitStage | None = Field(
             None, description="stage this commit finalises (default: the candidate's; must be the current stage: "
             "pass it to carry an earlier kernel on unchanged)"),
+        skip_memcheck: str | None = Field(
+            None, max_length=limits.MAX_FORCE_REASON, description="GPU only: skip compute-sanitizer memcheck before "
+            "this commit, giving the reason (stored with the candidate); a memory_error already found still refuses"),
     ) -> CommitResult:
         """Finish the stage with a correct candidate and a structured decision. Refused if slower than the last
-        committed kernel beyond noise (SEEDS: not the fastest seed). A repeat returns the stored outcome.
+        committed kernel beyond noise (SEEDS: not the fastest seed), or (GPU with compute-sanitizer) if one
+        memcheck forward finds an out-of-bounds access. A repeat returns the stored outcome.
         Returns the next stage's brief."""
         return _out("commit_stage", await service.commit_stage(task_id, candidate_id, decision, force, force_reason,
-                                                               stage))
+                                                               stage, skip_memcheck))
 
     @mcp.tool()
     @_tool_errors

@@ -115,6 +115,24 @@ def test_ncu_path_builds_the_command_and_the_report(fake_ncu):
     assert messages[0].startswith("profiling: starting") and messages[-1] == "profiling: done"
 
 
+SANDBOX = {"level": "landlock", "env_allowlist": True, "landlock_abi": 7, "fs_confined": True,
+           "signals_scoped": True, "network_confined": True, "no_new_privs": True, "wrapped_by": "ncu",
+           "tcp_ports_allowed": [49152, 49153], "notes": []}
+
+
+def test_the_report_states_the_sandbox_the_profiled_worker_ran_in(fake_ncu):
+    report = profile(FakeEvaluator([(softmax_log(), JobOutcome(ok=True, result=TARGET_RESULT, sandbox=SANDBOX))]))
+    assert report.sandbox.startswith("landlock; Landlock ABI 7") and report.sandbox.endswith("wrapped by ncu")
+    from egg_mcp.profiling.compact import compact_report
+
+    assert compact_report(report, "egg://x").sandbox.startswith("landlock")
+    # ncu's injection broken under the sandbox: the fallback says so, with the level
+    broken = profile(FakeEvaluator([("==PROF== Connected to process 1\n", JobOutcome(ok=True, result=TARGET_RESULT,
+                                                                                       sandbox=SANDBOX))]))
+    assert broken.source == "fallback" and "under the job's sandbox (landlock" in broken.fallback_reason
+    assert broken.sandbox.startswith("landlock")
+
+
 def test_counter_permission_error_falls_back_without_a_second_job(fake_ncu):
     log = "==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters on the target device 0.\n"
     ev = FakeEvaluator([(log, JobOutcome(ok=True, result=TARGET_RESULT))])

@@ -249,6 +249,8 @@ class JobOutcome(BaseModel):
     stdout_tail: str = ""
     stderr_tail: str = ""
     wall_s: float = 0.0
+    sandbox: dict[str, Any] | None = Field(None, description="what confined the job's process (said before its "
+                                           "code ran); None for a judge job, which confines its runner instead")
 
 
 class Evaluator(Protocol):

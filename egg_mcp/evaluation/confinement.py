@@ -91,10 +91,12 @@ def spawn_prefix() -> list[str]:
     return []
 
 
-def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = ()) -> dict[str, Any]:
-    """Inside the runner, before any candidate code: the strongest confinement on offer; what was applied."""
+def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
+            **tool_rules: Any) -> dict[str, Any]:
+    """Inside the runner, before any candidate code: the strongest confinement on offer; what was applied.
+    `tool_rules` (tcp_ports, scope_abstract_sockets) are for a process a tool wraps (tool_confine.py)."""
     if _sandbox is not None:
-        return dict(_sandbox.confine_dict(private_dir, extra_read=extra_read, extra_write=extra_write))
+        return dict(_sandbox.confine_dict(private_dir, extra_read=extra_read, extra_write=extra_write, **tool_rules))
     nnp = _prctl(PR_SET_NO_NEW_PRIVS, 1)
     return {
         "level": "env", "env_allowlist": True, "landlock_abi": None, "fs_confined": False,

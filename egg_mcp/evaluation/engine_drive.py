@@ -35,6 +35,7 @@ QUIET = ("ready", "idle")
 class _JobState:
     phase: str = "starting"
     result_message: dict | None = None
+    sandbox: dict | None = None  # what the worker said it applied, before the job's code ran
     forged: list[str] = field(default_factory=list)
     timed_out: bool = False
     timeout_phase: str | None = None
@@ -107,6 +108,8 @@ class JobDriver:
                                     message.get("total"),
                                     message.get("message") or state.phase,
                                 )
+                    elif kind == "confined" and state.sandbox is None and state.result_message is None:
+                        state.sandbox = message.get("sandbox") if isinstance(message.get("sandbox"), dict) else None
                     elif kind == "result":
                         if state.result_message is not None:
                             state.forged.append("a second result message")
@@ -173,6 +176,7 @@ class JobDriver:
             stdout_tail=worker.stdout.text() if worker.stdout else "",
             stderr_tail=worker.stderr.text() if worker.stderr else "",
             wall_s=round(wall, 3),
+            sandbox=state.sandbox,
         )
         message = state.result_message
         if state.timed_out:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import egg_mcp
 from egg_mcp.evaluation import confinement
+from egg_mcp.evaluation.tool_confine import wrapped_worker_env
 from egg_mcp.evaluation.engine_results import LogCapture
 
 PACKAGE_PARENT = str(Path(egg_mcp.__file__).resolve().parent.parent)
@@ -133,8 +134,10 @@ class WorkerPool:
         else:
             argv = [sys.executable, "-m", "egg_mcp.evaluation.worker", *fds] + (
                 ["--prestart-runner"] if mode.endswith(RUNNER_POOL) else [])
-        if wrapper_argv:
-            argv = [*wrapper_argv, *argv, "--wrapped"]
+        env = self._worker_env(base_mode, workdir)
+        if wrapper_argv:  # the tool and the worker it wraps: allow-listed env, no token (tool_confine.py)
+            argv = [*wrapper_argv, *argv, "--wrapped", "--tool", wrapper_argv[0]]
+            env = wrapped_worker_env(os.environ, workdir, interpreter=base_mode == "interp", server_pid=os.getpid())
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -142,7 +145,7 @@ class WorkerPool:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=workdir,
-                env=self._worker_env(base_mode, workdir),
+                env=env,
                 start_new_session=True,
                 pass_fds=(job_r, res_w),
             )

@@ -94,4 +94,6 @@ def reach(payload: dict[str, Any]) -> dict[str, Any]:
             out[f"write {path}"] = "ok"
         except OSError as exc:
             out[f"write {path}"] = type(exc).__name__
+    for name in payload.get("env", []):  # which of these environment names the job can see
+        out[f"env {name}"] = "set" if name in os.environ else "unset"
     return out

@@ -139,7 +139,7 @@ class Judge(Verdicts):
             mismatch = self._trial({"seed": self.seed()}, trial, "correctness")
             _phase("trial", done=trial + 1, total=n, message=f"correctness trial {trial + 1}/{n}")
             if mismatch is not None:
-                return self._incorrect(mismatch, f"on correctness trial {trial + 1}/{n}", n)
+                return self._incorrect_or_memory(mismatch, f"on correctness trial {trial + 1}/{n}", n)
         self._report(forwards=n, check=True)
         base = {"kernels": self.kernels, "torch_ops": self.torch_ops,
                 "correctness_trials": n, "correctness_trials_passed": self.trials_passed}
@@ -304,6 +304,22 @@ class Judge(Verdicts):
         self.trials_passed += 1
         return None
 
+    def _incorrect_or_memory(self, mismatch, when: str, forwards: int) -> dict[str, Any]:
+        """Wrong outputs: first one guarded forward. An out-of-bounds write is the root cause (on a GPU a
+        row's write one past its end lands in the next row or a neighbouring tensor, so the trials come
+        out wrong before any guard ran): `memory_error` wins over `incorrect`, the mismatch is kept."""
+        self.clock("memory_guard", message="guarded-memory forward (outputs were wrong)")
+        try:
+            guard = self._ask({"type": "guard", "seed": self.seed()}, "guard")
+        except Rejected:  # the guarded forward failed too (crash, protocol): the mismatch is the verdict
+            guard = {}
+        if guard.get("violations") and not self._violations():
+            result = self._incorrect(mismatch, when, forwards)
+            out = {**result, **self._memory_error(guard["violations"])}
+            out["summary"] += f" The outputs were also wrong {when} (see mismatch), most likely from the same write."
+            return out
+        return self._incorrect(mismatch, when, forwards)
+
     # -- timing and re-check -----------------------------------------------------------------------
     def _time(self) -> TimingStats:
         self.timing_seeds = [self.seed() for _ in range(TIMING_SEEDS)]
@@ -332,7 +348,7 @@ class Judge(Verdicts):
             self._ask({"type": "calls", "seed": self.seed(), "n": RECHECK_CALLS}, "done")
         mismatch = self._trial({"seed": self.seed()}, self.trials_run, "re-check")
         if mismatch is not None:
-            return self._incorrect(mismatch, "when re-checked on fresh inputs after repeated calls (the kernel "
+            return self._incorrect_or_memory(mismatch, "when re-checked on fresh inputs after repeated calls (the kernel "
                                    "goes wrong after several calls: state kept between calls?)", 1)
         refill = self.seed()
         mismatch = self._trial({"seed": refill, "use_kept": True, "refill_seed": refill}, self.trials_run,

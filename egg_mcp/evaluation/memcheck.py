@@ -1,15 +1,24 @@
 """Out-of-bounds memory on the GPU: one forward of the candidate under NVIDIA compute-sanitizer.
 
-`memcheck_job` runs in a GPU worker (the judge): it starts the candidate's runner wrapped in
-`compute-sanitizer --tool memcheck` with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (without it, PyTorch's
-caching allocator hands out slices of large blocks and a write one element past a tensor lands
-inside the same block, invisible to the sanitizer), runs one correctness trial, lets the runner exit
-so the sanitizer writes its report, and parses that report into a `memory_error` verdict naming
-the kernel, the access and the address relative to the nearest allocation.
+`memcheck_job` runs in a GPU worker that is a judge (worker.JUDGE_TARGETS: unconfined, never imports the
+candidate): it starts the candidate's runner wrapped in `compute-sanitizer --tool memcheck` with
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 (without it, PyTorch's caching allocator hands out slices of large
+blocks and a write one element past a tensor lands inside the same block, invisible to the sanitizer),
+runs one correctness trial, lets the runner exit normally (so the tool's injection library hands over
+what it holds), and parses the report into a `memory_error` naming the kernel, the access and the
+address relative to the nearest allocation.
 
-The report file lives in the judge's directory, outside the runner's private dir; a candidate that
-can write there (no filesystem sandbox) could blank it, so a clean report is "no error found",
-never a verdict of correctness (that comes from verify).
+Where the report comes from: the tool's `--log-file` in the judge's dir (the runner, confined to its
+private dir, cannot write there), else the tool's own stdout/stderr, which the judge captures to a
+file (the runner's prints go there too, so a log file wins when both exist). No report at all is a
+harness-side diagnosis (`fault="harness"`) with the tool's output tail, never the candidate's verdict.
+Why it failed on the H200 (status `unavailable`, sessions 4 and 5): the memcheck judge was itself
+confined (it was not a judge target), so compute-sanitizer's frontend, its child, ran inside the judge's
+Landlock domain (no TCP, no /tmp; the lead's probe shows the frontend writes its report when only the
+target is confined), and its runner's PID namespace got no /proc (Landlock forbids mounts), which
+CUDA needs. The runner also left through os._exit; it now exits normally under a tool.
+
+A clean report is "no error found", never a verdict of correctness (that comes from verify).
 """
 
 from __future__ import annotations
@@ -26,6 +35,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 MEMCHECK_TIMEOUT_S = 300.0
+EXIT_TIMEOUT_S = 60.0
+"""the runner's exit (and the tool's report) after the trial"""
+TAIL_CHARS = 3000
 
 
 class MemoryAccessError(BaseModel):
@@ -45,6 +57,11 @@ class MemcheckResult(BaseModel):
     tool: str | None = None
     wall_s: float = 0.0
     sandbox: dict[str, Any] | None = None
+    fault: str | None = Field(None, description="'harness' when no report came back: the tool or egg-mcp, not the "
+                              "candidate")
+    report_source: str | None = Field(None, description="'log_file' or 'tool_output': where the report was read")
+    tool_output_tail: str = Field("", description="the end of the tool's stdout/stderr (diagnosis)")
+    runner_exit: int | None = None
 
 
 def find_compute_sanitizer(env: dict[str, str] | None = None) -> str | None:
@@ -72,33 +89,51 @@ def parse_report(text: str) -> tuple[list[MemoryAccessError], int | None]:
         block = text[m.end(): matches[i + 1].start() if i + 1 < len(matches) else len(text)]
         kernel = re.search(r"^=+\s+at (?:0x[0-9a-f]+ in )?([^\s(+]+)", block, re.M)
         thread = re.search(r"by thread \(([^)]*)\) in block \(([^)]*)\)", block)
-        address = re.search(r"Address (0x[0-9a-fA-F]+)", block)
+        address = re.search(r"(?:Address|Access to) (0x[0-9a-fA-F]+)", block)  # 2025.3 says "Access to"
         where = re.search(r"^=+\s+(?:and )?(is \d+ bytes (?:after|before|inside)[^\n]*)$", block, re.M)
-        out_of_bounds = re.search(r"Address 0x[0-9a-fA-F]+ (is [^\n]*)", block)
+        out_of_bounds = re.search(r"(?:Address|Access to) 0x[0-9a-fA-F]+ (is [^\n]*)", block)
         errors.append(MemoryAccessError(
             kernel=kernel.group(1) if kernel else "unknown kernel", access=m.group(1).strip(),
             address=address.group(1) if address else None,
-            detail=" ".join(x.group(1).strip() for x in (out_of_bounds, where) if x),
+            detail="; ".join(x.group(1).strip() for x in (out_of_bounds, where) if x),
             thread=thread.group(1) if thread else None, block=thread.group(2) if thread else None))
     summary = _SUMMARY.search(text)
     return errors, int(summary.group(1)) if summary else None
 
 
-def result_from_report(text: str, tool: str, wall_s: float, sandbox: dict | None = None) -> MemcheckResult:
+def result_from_report(text: str, tool: str, wall_s: float, sandbox: dict | None = None, *,
+                       tool_output: str = "", runner_exit: int | None = None) -> MemcheckResult:
+    """The verdict from the log file's text, else from the tool's captured output; neither: a harness-side
+    diagnosis with the tool's output tail."""
+    tail = tool_output[-TAIL_CHARS:]
+    source = "log_file"
     errors, count = parse_report(text)
+    if count is None and not errors and tool_output:
+        errors, count = parse_report(tool_output)
+        source = "tool_output"
+    common = dict(tool=tool, wall_s=wall_s, sandbox=sandbox, tool_output_tail=tail, runner_exit=runner_exit)
     if count is None and not errors:
-        return MemcheckResult(verdict="unavailable", tool=tool, wall_s=wall_s, sandbox=sandbox,
-                              summary="compute-sanitizer wrote no report (the runner died or was killed before "
-                              "it finished); see verify's verdict for the crash")
+        said = " ".join(tail.strip().splitlines()[-6:])[-600:] or "nothing"
+        return MemcheckResult(
+            verdict="unavailable", fault="harness", **common,
+            summary=(f"memcheck unavailable: not your kernel: compute-sanitizer wrote no report (runner exit "
+                     f"{runner_exit}); the tool said: {said}. Guarded allocations (every verify) still apply; "
+                     "run `python -m egg_mcp doctor` and check compute-sanitizer can run a CUDA program here."))
     if errors or count:
         first = errors[0] if errors else MemoryAccessError(kernel="unknown kernel", access="memory error")
         return MemcheckResult(
-            verdict="memory_error", errors=errors[:20], error_count=count or len(errors), tool=tool, wall_s=wall_s,
-            sandbox=sandbox,
+            verdict="memory_error", errors=errors[:20], error_count=count or len(errors), report_source=source,
+            **common,
             summary=f"memory_error: {first.access} in kernel {first.kernel} at {first.address} ({first.detail}); "
                     f"{count or len(errors)} error(s) in one forward. Fix the masks/offsets of that access.")
-    return MemcheckResult(verdict="clean", tool=tool, wall_s=wall_s, sandbox=sandbox,
+    return MemcheckResult(verdict="clean", report_source=source, **common,
                           summary="compute-sanitizer memcheck found no invalid access in one forward")
+
+
+def sanitizer_argv(tool: str, log: Path) -> list[str]:
+    """The wrapper: memcheck, up to 50 errors printed, the report to `log` (the judge's dir); a launch
+    timeout that covers the runner's Python + torch + CUDA start on a loaded host."""
+    return [tool, "--tool", "memcheck", "--print-limit", "50", "--launch-timeout", "120", "--log-file", str(log)]
 
 
 def memcheck_job(payload: dict[str, Any]) -> dict[str, Any]:
@@ -109,11 +144,18 @@ def memcheck_job(payload: dict[str, Any]) -> dict[str, Any]:
     if tool is None:
         return MemcheckResult(verdict="unavailable", summary="compute-sanitizer not found (install the CUDA toolkit "
                               "or set EGG_MCP_COMPUTE_SANITIZER)").model_dump()
-    log = Path(os.getcwd()) / f"memcheck-{secrets.token_hex(6)}.txt"
+    here = Path(os.getcwd())
+    token = secrets.token_hex(6)
+    log, output = here / f"memcheck-{token}.txt", here / f"memcheck-{token}.out"
     started = time.monotonic()
-    runner = RunnerProcess("gpu", Path(os.getcwd()), extra_env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
-                           wrapper=[tool, "--tool", "memcheck", "--print-limit", "50", "--log-file", str(log)])
-    sandbox = None
+    mode = "interp" if os.environ.get("TRITON_INTERPRET") == "1" else "gpu"  # interp: the CPU tests' fake tool
+    from egg_mcp.evaluation.tool_confine import ipc_env
+
+    runner = RunnerProcess(mode, here, extra_env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", **ipc_env(os.environ)},
+                           wrapper=sanitizer_argv(tool, log), output=output)
+    # The tool writes its report after its target exited: never kill it before it ends by itself.
+    runner.death_wait_s = EXIT_TIMEOUT_S
+    sandbox, code = None, None
     try:
         runner.wait_ready()
         sandbox = runner.request({"type": "confine"})[0].get("sandbox")
@@ -123,9 +165,11 @@ def memcheck_job(payload: dict[str, Any]) -> dict[str, Any]:
         if loaded.get("type") == "loaded":
             runner.request({"type": "trial", "seed": payload["seed"], "trial": 0, "stage": "memcheck"},
                            max_blob_bytes=1 << 34)
-        runner.finish(MEMCHECK_TIMEOUT_S)
+        code = runner.finish(EXIT_TIMEOUT_S)
     except (RunnerGone, Exception):  # noqa: BLE001 - a crash still leaves the report written so far
-        runner.kill()
+        code = runner.finish(EXIT_TIMEOUT_S)  # the tool exits by itself once its target is gone
     text = log.read_text(errors="replace") if log.exists() else ""
+    said = output.read_text(errors="replace")[-200_000:] if output.exists() else ""
     return result_from_report(text, tool, round(time.monotonic() - started, 3),
-                              sandbox if isinstance(sandbox, dict) else None).model_dump()
+                              sandbox if isinstance(sandbox, dict) else None, tool_output=said,
+                              runner_exit=code).model_dump()

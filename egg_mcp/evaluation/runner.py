@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--private", required=True)
     parser.add_argument("--mode", choices=["gpu", "interp"], required=True)
     parser.add_argument("--judge", type=int, required=True)
+    parser.add_argument("--tool", default=None, help="the tool wrapping this runner (compute-sanitizer): confine "
+                        "with what its injection needs, and exit normally so the tool can finish its report")
     args = parser.parse_args(argv)
     confinement.die_with_parent()
     if args.judge and os.getppid() != args.judge:  # the judge died before we could tie our life to it
@@ -43,7 +45,12 @@ def main(argv: list[str] | None = None) -> None:
         torch.cuda.init()
         torch.empty(1, device="cuda")
     try:
-        sandbox = confinement.confine(Path(args.private))
+        if args.tool:
+            from egg_mcp.evaluation.tool_confine import confine_wrapped
+
+            sandbox = confine_wrapped(Path(args.private), args.tool)
+        else:
+            sandbox = confinement.confine(Path(args.private))
         sandbox["capabilities_dropped"] = confinement.drop_capabilities() and sandbox.get(
             "capabilities_dropped", True)
     except OSError as exc:  # a step the kernel offers failed: never go on to import the candidate
@@ -69,6 +76,15 @@ def main(argv: list[str] | None = None) -> None:
                 stream.flush()
             except Exception:
                 pass
+        if args.tool and args.mode == "gpu":
+            # Under compute-sanitizer: finish the GPU work and leave through the normal exit path (atexit,
+            # CUDA's teardown), where the tool's injection library sends what it still holds to the tool.
+            # os._exit skipped that. The judge's finish() timeout bounds a candidate that hangs here.
+            try:
+                torch.cuda.synchronize()
+            except Exception:
+                code = code or 1
+            sys.exit(code)
         os._exit(code)
 
 

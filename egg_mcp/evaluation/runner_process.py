@@ -39,7 +39,9 @@ class RunnerProcess:
     """One untrusted runner: own process group, allow-listed env, private dir, one socket."""
 
     def __init__(self, mode: str, workdir: Path, *, wrapper: list[str] | None = None,
-                 extra_env: dict[str, str] | None = None):
+                 extra_env: dict[str, str] | None = None, output: Path | None = None):
+        """`wrapper`: a tool (compute-sanitizer) the runner runs under; `output`: a file in the judge's dir
+        for the stdout/stderr of the wrapper and the runner (the tool's messages), instead of the worker's."""
         self.mode = mode
         self.private = Path(workdir) / f"runner-{secrets.token_hex(4)}"
         self.private.mkdir(mode=0o700)
@@ -51,14 +53,19 @@ class RunnerProcess:
         argv = [*prefix, *(wrapper or []), sys.executable, "-m", "egg_mcp.evaluation.runner",
                 "--fd", str(theirs.fileno()), "--private", str(self.private), "--mode", mode,
                 # under a launcher or a wrapper, that process is the runner's parent, not the judge
-                "--judge", "0" if (wrapper or prefix) else str(os.getpid())]
+                "--judge", "0" if (wrapper or prefix) else str(os.getpid())] + (["--tool", wrapper[0]] if wrapper else [])
+        sink = open(output, "ab") if output is not None else None  # noqa: SIM115 - closed below, the child keeps it
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=self.private, env=env,
-                                         close_fds=True, pass_fds=(theirs.fileno(),), start_new_session=True)
+                                         close_fds=True, pass_fds=(theirs.fileno(),), start_new_session=True,
+                                         stdout=sink, stderr=subprocess.STDOUT if sink else None)
         finally:
             theirs.close()
+            if sink is not None:
+                sink.close()
         self.sock = ours
         self.ready = False
+        self.death_wait_s = 5.0  # how long a dead channel waits for the process to exit (a wrapper: longer)
         self.started_at = time.monotonic()
 
     # -- talking ---------------------------------------------------------------------------------
@@ -98,7 +105,7 @@ class RunnerProcess:
     # -- ending ----------------------------------------------------------------------------------
     def _death(self) -> ErrorReport:
         try:
-            code = self.proc.wait(timeout=5.0)
+            code = self.proc.wait(timeout=self.death_wait_s)
         except subprocess.TimeoutExpired:
             self.kill()
             return ErrorReport(kind="exit", message="the runner closed its channel to the judge and kept running; "

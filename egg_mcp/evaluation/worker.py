@@ -108,21 +108,28 @@ def _watch_server(server_pid: int, interval_s: float = 1.0) -> None:
             pass
 
 
-JUDGE_TARGETS = frozenset({"egg_mcp.evaluation.harness:evaluate_job", "egg_mcp.evaluation.harness:baselines_job"})
+JUDGE_TARGETS = frozenset({"egg_mcp.evaluation.harness:evaluate_job", "egg_mcp.evaluation.harness:baselines_job",
+                           "egg_mcp.evaluation.memcheck:memcheck_job"})
 """Jobs whose process is the trusted judge: it starts its own confined runner (namespaces need mounts,
-which a Landlock-confined process may not do), so the judge itself stays unconfined."""
+which a Landlock-confined process may not do: a confined memcheck judge left its runner without /proc,
+and CUDA without it), so the judge itself stays unconfined and never imports candidate code."""
 
 
-def _confine_job(target: str, *, wrapped: bool) -> dict | None:
+def _confine_job(target: str, *, wrapped: bool, tool: str | None = None) -> dict | None:
     """Every other job that may run user or candidate code in this process (profiling target, tiling
     trials, the compare job, reference analysis, calibration) confines this process to its private
-    dir first, so no job can read or write the workspace, the exports or the user's files. Jobs
-    wrapped by ncu / compute-sanitizer are not confined (their injection libraries talk to the tool over
-    IPC outside our dir): they only ever run a candidate that verify already judged, and decide no verdict."""
-    if target in JUDGE_TARGETS or wrapped:
+    dir first, so no job can read or write the workspace, the exports or the user's files. A job wrapped
+    by a tool (ncu) is confined too, with what the tool's injection library needs (tool_confine.py).
+    Returns what was applied; raises OSError when a step the kernel offers failed (the job then fails:
+    never silently unconfined)."""
+    if target in JUDGE_TARGETS:
         return None
     from pathlib import Path
 
+    if wrapped:
+        from egg_mcp.evaluation import tool_confine
+
+        return tool_confine.confine_wrapped(Path.cwd(), tool)
     from egg_mcp.evaluation import confinement
 
     return confinement.confine(Path.cwd())
@@ -145,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prestart-runner", action="store_true")
     parser.add_argument("--wrapped", action="store_true",
                         help="started under a tool (ncu, compute-sanitizer) whose injection needs IPC outside our dir")
+    parser.add_argument("--tool", default=None, help="the wrapping tool's executable (its install tree is readable)")
     args = parser.parse_args(argv)
     from egg_mcp.evaluation import confinement
 
@@ -173,7 +181,9 @@ def main(argv: list[str] | None = None) -> None:
         _channel.nonce = job["nonce"]
         _channel.send({"type": "started", "pid": os.getpid()})
         func = resolve_target(job["target"])
-        _confine_job(job["target"], wrapped=args.wrapped)
+        sandbox = _confine_job(job["target"], wrapped=args.wrapped, tool=args.tool)
+        if sandbox is not None:  # said by trusted code before the job imports anything it was given
+            _channel.send({"type": "confined", "sandbox": sandbox})
         result = func(job["payload"])
         _channel.send({"type": "result", "ok": True, "result": result})
     except BaseException as exc:  # noqa: BLE001 - report everything, SystemExit included

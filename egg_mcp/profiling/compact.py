@@ -42,6 +42,7 @@ class CompactProfile(BaseModel):
     kernels: list[CompactKernel] = Field(default_factory=list)
     kernels_left_out: int = 0
     warnings: list[str] = Field(default_factory=list)
+    sandbox: str | None = Field(None, description="the sandbox the profiled process ran in (level first)")
     full_report: str = Field(description="where every metric is: the report and raw-table resources, or detail=true")
 
 
@@ -78,7 +79,8 @@ def compact_report(report: ProfileReport, pointer: str, max_bytes: int = MAX_BYT
             roofline=_clip(report.roofline.summary, clip * 2) if report.roofline else None,
             kernels=[_kernel(k, wanted, clip, n_moves) for k in kernels],
             kernels_left_out=len(report.kernels) - len(kernels),
-            warnings=[_clip(w, clip) for w in report.warnings[:2]], full_report=pointer)
+            warnings=[_clip(w, clip) for w in report.warnings[:2]], full_report=pointer,
+            sandbox=_clip(report.sandbox, 90) if report.sandbox else None)
         if len(out.model_dump_json()) <= max_bytes:
             return out
     return out  # type: ignore[return-value]

@@ -348,6 +348,19 @@ def _job_text(outcome: JobOutcome, log_path: Path) -> str:
     return "\n".join([log_text, outcome.stdout_tail or "", outcome.stderr_tail or ""])
 
 
+def sandbox_line(sandbox: dict[str, Any] | None) -> str | None:
+    """One line for a job's sandbox report: level first, then what it holds (and the wrapping tool)."""
+    if not sandbox:
+        return None
+    try:
+        from egg_mcp.sandbox import SandboxReport
+
+        line = SandboxReport.model_validate(sandbox).summary()
+    except Exception:  # noqa: BLE001 - the sandbox package may be absent: the level alone
+        line = str(sandbox.get("level", "unknown"))
+    return line + (f"; wrapped by {sandbox['wrapped_by']}" if sandbox.get("wrapped_by") else "")
+
+
 def _candidate_failure(outcome: JobOutcome, timeout_s: float) -> ProfileError | None:
     if outcome.timed_out:
         return ProfileError(f"profiling timed out after {timeout_s:.0f} s: raise timeout_s, or profile at smaller sizes "
@@ -437,6 +450,9 @@ async def profile_candidate(
             problem = counter_access_problem(text)
             reason = problem or ("ncu profiled no kernel" + (f": {'; '.join(log.errors)[:400]}" if log.errors else
                                  f" (exit code {outcome.exit_code})"))
+            if not problem and (outcome.sandbox or {}).get("fs_confined"):
+                reason += (f" under the job's sandbox ({sandbox_line(outcome.sandbox)}): if ncu's injection needs a "
+                           "path or port the sandbox denies, its stderr above says which")
             if target_result is None:
                 report = await _fallback(evaluator, reference_source, candidate_source, options, stage, gpu, flops,
                                          min_bytes, compute_type, reason, has_gpu, deadline(), **roof_kw)
@@ -446,6 +462,7 @@ async def profile_candidate(
                                                min_bytes=min_bytes, compute_type=compute_type, **roof_kw)
                 report.warnings += w
             report.ncu_command = argv
+            report.sandbox = report.sandbox or sandbox_line(outcome.sandbox)
             report.metrics_requested, report.metrics_rejected = metrics_for_stage(stage), rejected
             report.warnings = warnings + report.warnings
             report.wall_s = time.perf_counter() - t0
@@ -456,6 +473,7 @@ async def profile_candidate(
                                   target_result=target_result, flops=flops, min_bytes=min_bytes,
                                   compute_type=compute_type, **roof_kw)
         report.ncu_command = argv
+        report.sandbox = sandbox_line(outcome.sandbox)
         report.ncu_wall_s = outcome.wall_s
         report.metrics_requested, report.metrics_rejected = metrics_for_stage(stage), rejected
         report.warnings = warnings + w + report.warnings + list((target_result or {}).get("warnings", []))
@@ -492,5 +510,6 @@ async def _fallback(evaluator: Evaluator, reference_source: str, candidate_sourc
     gpu_, w = resolve_gpu(gpu, (result or {}).get("device"))
     report = build_fallback_report(result, stage=stage, gpu=gpu_, reason=reason, flops=flops, min_bytes=min_bytes,
                                    compute_type=compute_type, floor_ms=floor_ms, has_dots=has_dots)
+    report.sandbox = sandbox_line(outcome.sandbox) if result is not None else None
     report.warnings = warnings + w + report.warnings
     return report

@@ -14,6 +14,7 @@ SYS_CAPSET = {"x86_64": 126, "aarch64": 91}.get(platform.machine())
 
 LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_RULE_NET_PORT = 2  # ABI 4
 LANDLOCK_RESTRICT_SELF_TSYNC = 1 << 3  # ABI 8: apply to every thread of the process
 
 # enum landlock_access_fs (include/uapi/linux/landlock.h)
@@ -67,6 +68,11 @@ class PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+class NetPortAttr(ctypes.Structure):
+    _pack_ = 1  # __attribute__((packed)) in the uapi header: 16 bytes
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 def _check(ret: int, what: str) -> int:
     if ret < 0:
         err = ctypes.get_errno()
@@ -105,6 +111,13 @@ def landlock_add_path(ruleset_fd: int, path: str, access: int) -> None:
                              ctypes.byref(attr), ctypes.c_uint32(0)), f"landlock_add_rule({path})")
     finally:
         os.close(fd)
+
+
+def landlock_add_port(ruleset_fd: int, port: int, access: int) -> None:
+    """Allow `access` (NET_BIND_TCP / NET_CONNECT_TCP) on one TCP port (ABI 4)."""
+    attr = NetPortAttr(access, port)
+    _check(_libc.syscall(SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset_fd), ctypes.c_int(LANDLOCK_RULE_NET_PORT),
+                         ctypes.byref(attr), ctypes.c_uint32(0)), f"landlock_add_rule(port {port})")
 
 
 def landlock_restrict_self(ruleset_fd: int, flags: int = 0) -> None:

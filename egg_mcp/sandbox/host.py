@@ -61,6 +61,7 @@ def probe() -> SandboxReport:
         report.fs_confined = True
         report.network_confined = abi >= 4
         report.signals_scoped = abi >= 6
+        report.abstract_sockets_scoped = abi >= 6
         if abi < 6:
             report.notes.append(f"Landlock ABI {abi}: signals and abstract sockets are not scoped (Linux >= 6.12 "
                                 "has ABI 6)" + ("; TCP is not restricted (Linux >= 6.7)" if abi < 4 else ""))

@@ -115,7 +115,8 @@ def _markers() -> tuple[bool, set[str]]:
 
 
 def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
-            network: bool = False) -> SandboxReport:
+            network: bool = False, tcp_ports: Sequence[int] = (), scope_abstract_sockets: bool = True
+            ) -> SandboxReport:
     """Confine the calling process (see module docstring); returns what was actually applied.
 
     Never raises for a missing kernel feature: the report says what is missing. Raises OSError only
@@ -123,16 +124,24 @@ def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: 
     """
     from egg_mcp.sandbox.report import SandboxReport
 
-    return SandboxReport(**confine_dict(private_dir, extra_read=extra_read, extra_write=extra_write, network=network))
+    return SandboxReport(**confine_dict(private_dir, extra_read=extra_read, extra_write=extra_write, network=network,
+                                        tcp_ports=tcp_ports, scope_abstract_sockets=scope_abstract_sockets))
 
 
 def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
-                 network: bool = False) -> dict[str, Any]:
+                 network: bool = False, tcp_ports: Sequence[int] = (), scope_abstract_sockets: bool = True
+                 ) -> dict[str, Any]:
     """`confine` without pydantic (a runner that starts in milliseconds need not import it): the same
-    fields as SandboxReport, as a JSON-ready dict; the judge validates it with SandboxReport(**d)."""
+    fields as SandboxReport, as a JSON-ready dict; the judge validates it with SandboxReport(**d).
+
+    For a process wrapped by a tool (ncu, compute-sanitizer) whose injection library talks to the tool's
+    frontend: `tcp_ports` are the TCP ports it may bind/connect (the tool's port range; every other port
+    stays denied) and `scope_abstract_sockets=False` leaves abstract unix sockets unscoped (the frontend
+    is outside our domain); signals stay scoped."""
     report = SimpleNamespace(level="none", env_allowlist=False, landlock_abi=None, fs_confined=False,
                              signals_scoped=False, pid_namespace=False, no_new_privs=False, network_confined=False,
-                             capabilities_dropped=False, unconfined_threads=0, notes=[])
+                             capabilities_dropped=False, unconfined_threads=0, abstract_sockets_scoped=False,
+                             tcp_ports_allowed=[], notes=[])
     report.env_allowlist, namespaces = _markers()
     report.pid_namespace = "pid" in namespaces
     if sys.platform != "linux":
@@ -157,8 +166,11 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
     else:
         report.notes.append(f"Landlock ABI {abi} < 4: TCP connect/bind not restricted (Linux >= 6.7)")
     if abi >= 6:
-        attr.scoped = S.SCOPE_SIGNAL | S.SCOPE_ABSTRACT_UNIX_SOCKET
+        attr.scoped = S.SCOPE_SIGNAL | (S.SCOPE_ABSTRACT_UNIX_SOCKET if scope_abstract_sockets else 0)
         size = 24
+        if not scope_abstract_sockets:
+            report.notes.append("abstract unix sockets not scoped: a tool wrapping this process (ncu, "
+                                "compute-sanitizer) may talk to its injection library through them")
     else:
         report.notes.append(f"Landlock ABI {abi} < 6: signals and abstract unix sockets not scoped "
                             "(Linux >= 6.12); a PID namespace is the remaining guard")
@@ -185,6 +197,9 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
                 S.landlock_add_path(ruleset, path, rights)
             except (PermissionError, FileNotFoundError):
                 continue  # open(O_PATH) refused: the runner's user cannot reach it anyway
+        ports = sorted({int(p) for p in tcp_ports}) if abi >= 4 and not network else []
+        for port in ports:
+            S.landlock_add_port(ruleset, port, S.NET_BIND_TCP | S.NET_CONNECT_TCP)
         threads = len(os.listdir("/proc/self/task"))
         flags = S.LANDLOCK_RESTRICT_SELF_TSYNC if abi >= 8 else 0
         try:
@@ -202,7 +217,12 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
         report.notes.append("Landlock ABI 1 denies every cross-directory rename (EXDEV); os.replace/os.rename "
                             "fall back to copy + unlink inside the runner (Triton's cache needs it)")
     report.signals_scoped = abi >= 6
+    report.abstract_sockets_scoped = abi >= 6 and scope_abstract_sockets
     report.network_confined = abi >= 4 and not network
+    report.tcp_ports_allowed = ports
+    if ports:
+        report.notes.append(f"TCP bind/connect allowed on ports {ports[0]}-{ports[-1]} only (the wrapping tool's "
+                            "port range), denied on every other port")
     if threads > 1 and not flags:
         report.unconfined_threads = threads - 1
         report.notes.append(f"{threads - 1} thread(s) started before confine (e.g. by import torch) stay outside "

@@ -28,6 +28,8 @@ class SandboxReport(BaseModel):
     network_confined: bool = False      # TCP bind/connect denied (Landlock ABI >= 4)
     capabilities_dropped: bool = False  # the runner holds no capability (a root runner's sets are emptied)
     unconfined_threads: int = 0         # threads that existed before confine and stay outside the Landlock domain
+    abstract_sockets_scoped: bool = False  # abstract unix sockets scoped to the domain (ABI >= 6; off when wrapped)
+    tcp_ports_allowed: list[int] = Field(default_factory=list)  # TCP ports a tool-wrapped process may use
     notes: list[str] = Field(default_factory=list)
 
     def summary(self) -> str:

@@ -157,6 +157,7 @@ def commit_stage(r) -> str:
         f"committed {c.stage}: candidate {c.candidate_id}, {_ms(c.time_ms)}, vs eager {_x(c.speedup_vs_eager)}, "
         f"vs torch.compile {_x(c.speedup_vs_compile)}; guard: {_clip(c.guard, 200)}",
         f"now in stage {r.new_stage} (task {r.task_id})",
+        *([_clip(r.memcheck.line(), 240)] if getattr(r, "memcheck", None) is not None else []),
         *(f"warning: {_clip(w, 220)}" for w in r.warnings[:3]),
         _brief_pointer(r.task_id, "code", r.new_stage, r.brief),
         f"handoff context: structuredContent.context or egg://tasks/{r.task_id}/context",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from egg_mcp.workflow import limits
+from egg_mcp.workflow import limits, memcheck_gate
 from egg_mcp.workflow.checks import evidence_mismatches
 from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check
 from egg_mcp.workflow.models import CommitResult, StageDecision
@@ -22,7 +22,7 @@ class Commits(ServiceCore):
     # -- commit_stage ---------------------------------------------------------------------------
     async def commit_stage(self, task_id: str, candidate_id: str, decision: StageDecision,
                            force: bool = False, force_reason: str | None = None,
-                           stage: str | None = None) -> CommitResult:
+                           stage: str | None = None, skip_memcheck: str | None = None) -> CommitResult:
         """Commit `stage` (default: the stage the candidate was verified in) and advance the task.
 
         A commit names the stage it finalises, so a repeated call cannot skip stages: the repeat of
@@ -30,6 +30,9 @@ class Commits(ServiceCore):
         the task is not in is refused. Racing commits are serialised by the repository's
         BEGIN IMMEDIATE transaction and the loser is told who won."""
         _check(limits.check_text, "force_reason", force_reason, limits.MAX_FORCE_REASON)
+        _check(limits.check_text, "skip_memcheck", skip_memcheck, limits.MAX_FORCE_REASON)
+        if skip_memcheck is not None and not skip_memcheck.strip():
+            raise WorkflowError("skip_memcheck needs a reason (it is stored with the candidate); omit it to run memcheck")
         _check_decision(decision)
         row = self._task_row(task_id)
         cand = self._candidate_row(task_id, candidate_id)
@@ -74,6 +77,9 @@ class Commits(ServiceCore):
             if n_correct < k:
                 warnings.append(f"only {n_correct} correct seed(s) of the {k} asked for were verified; EGG's seed stage "
                                 "explores k structurally different algorithms before choosing")
+        memcheck = await memcheck_gate.check_before_commit(self, row, cand, skip_memcheck)  # last: it is slow
+        if memcheck.status == "memory_error":
+            raise WorkflowError(memcheck_gate.refusal(memcheck, candidate_id))
         new = next_stage(current)
         try:
             self.repo.commit(task_id=task_id, stage=current.value, new_stage=new.value, candidate_id=candidate_id,
@@ -104,6 +110,7 @@ class Commits(ServiceCore):
         new = next_stage(committed_stage)
         committed = next(c for c in self._commits(row.id) if c.stage == committed_stage.value)
         return CommitResult(
+            memcheck=memcheck_gate.stored(self, row.id, committed.candidate_id),
             task_id=row.id, committed=committed, new_stage=new.value, warnings=warnings, repeated=repeated,
             brief="" if self._stage(row) is Stage.DONE else self._brief(row, self._stage(row), "code"),
             context=self.context(row.id), next_step=NEXT_STEP[self._stage(row)],

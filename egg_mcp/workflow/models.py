@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from egg_mcp.evaluation.api import BaselineResult, EvalResult, TolerancePolicy, Verdict
+from egg_mcp.workflow.memcheck_gate import MemcheckGate
 
 
 class TaskOptions(BaseModel):
@@ -122,6 +123,8 @@ class CommitResult(BaseModel):
     brief: str = Field(description="brief for the next stage's Code role ('' when DONE)")
     context: HandoffContext
     next_step: str
+    memcheck: MemcheckGate | None = Field(None, description="the committed candidate's compute-sanitizer memcheck "
+                                          "(GPU; run once per candidate before its commit; None on the CPU)")
 
 
 class CandidateSummary(BaseModel):
@@ -175,3 +178,4 @@ class CandidateDetail(BaseModel):
     candidate: CandidateSummary
     source: str
     result: EvalResult | None = None
+    memcheck: MemcheckGate | None = Field(None, description="its memcheck before commit, when one ran or was skipped")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from egg_mcp.workflow import limits
+from egg_mcp.workflow import limits, memcheck_gate
 from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check, _compile_ms, _eager_ms, _safe, _summary
 from egg_mcp.workflow.export import ExportError, write_export
 from egg_mcp.workflow.models import CandidateDetail, ExportResult, HandoffContext, TaskList, TaskStatus, TaskSummary
@@ -59,7 +59,7 @@ class Views(ServiceCore):
         self._task_row(task_id)
         cand = self._candidate_row(task_id, candidate_id)
         return CandidateDetail(task_id=task_id, candidate=_summary(cand), source=self._source(cand),
-                               result=self._result(cand))
+                               result=self._result(cand), memcheck=memcheck_gate.stored(self, task_id, candidate_id))
 
     def export_kernel(self, task_id: str, path: str | None = None) -> ExportResult:
         _check(limits.check_text, "path", path, limits.MAX_PATH)

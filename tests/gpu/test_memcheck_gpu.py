@@ -15,6 +15,7 @@ from egg_mcp.evaluation.api import EvalOptions
 from egg_mcp.evaluation.engine import WorkerEvaluator
 from egg_mcp.evaluation.memcheck import find_compute_sanitizer
 from egg_mcp.problems.builtin import builtin_source
+from egg_mcp.sandbox import probe
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -49,10 +50,15 @@ def test_memcheck_names_the_kernel_and_address_of_a_write_past_the_end_and_passe
         return bad, good, t1 - t0, time.monotonic() - t1
 
     bad, good, bad_s, good_s = _run(both, tmp_path)
-    print(f"memcheck cost on this GPU: {bad_s:.1f} s (error), {good_s:.1f} s (clean); tool wall {good.wall_s} s")
-    assert bad.verdict == "memory_error", bad.summary
+    print(f"memcheck cost on this GPU: {bad_s:.1f} s (error), {good_s:.1f} s (clean); tool wall {good.wall_s} s; "
+          f"report from {bad.report_source}; runner sandbox {(bad.sandbox or {}).get('level')}, "
+          f"wrapped by {(bad.sandbox or {}).get('wrapped_by')}; runner exit {bad.runner_exit}")
+    assert bad.verdict == "memory_error", f"{bad.summary}\n--- tool output tail ---\n{bad.tool_output_tail}"
+    assert bad.sandbox and bad.sandbox.get("wrapped_by") == "compute-sanitizer", bad.sandbox
+    if probe().landlock_abi is not None:
+        assert bad.sandbox["level"] in ("landlock", "landlock+ns") and bad.sandbox["fs_confined"], bad.sandbox
     assert bad.errors and bad.errors[0].kernel.startswith("softmax_kernel") and bad.errors[0].address
-    assert good.verdict == "clean", good.summary
+    assert good.verdict == "clean", f"{good.summary}\n--- tool output tail ---\n{good.tool_output_tail}"
 
 
 def test_verify_guards_catch_a_write_past_the_end_on_the_gpu(tmp_path):
@@ -60,3 +66,4 @@ def test_verify_guards_catch_a_write_past_the_end_on_the_gpu(tmp_path):
                                          EvalOptions(size_overrides=SIZES)), tmp_path)
     assert result.verdict == "memory_error", result.summary
     assert "[4096, 1000]" in result.summary
+    print(f"verify on the GPU: {result.summary} (mismatch kept: {result.mismatch is not None})")

@@ -1,0 +1,87 @@
+"""Confinement for a process that a tool wraps (ncu around a profiling worker, compute-sanitizer around
+a memcheck runner): the same Landlock domain as any job, plus read access to the tool's install tree.
+
+The tool's frontend (ncu, compute-sanitizer) is started by trusted code and stays outside the domain;
+its injection library runs inside the wrapped process and talks to the frontend. Measured on the H200
+(lead's probe, ncu and compute-sanitizer 2025.3.1, Landlock ABI 7): a target that initialised CUDA and
+then confined itself with the DEFAULT rules (TCP bind/connect denied, abstract unix sockets and signals
+scoped, writes only to its private dir) was still profiled, and the sanitizer still wrote its report.
+So the default is the full domain. For a tool version whose injection opens new connections after
+confinement, the operator sets EGG_MCP_TOOL_IPC=open in the server's environment: the wrapped process
+then may bind/connect TCP on the tool's port range only (49152 + 64, or its --port/--max-connections)
+and abstract unix sockets are left unscoped (signals stay scoped); the sandbox report says so.
+Writes: only the process's own dir (the tools' temporary files follow TMPDIR, which points there).
+Stdlib only: runners import this before torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+PORT_BASE = 49152
+"""ncu's and compute-sanitizer's default base port for frontend <-> target connections."""
+MAX_CONNECTIONS = 64
+"""ports tried from the base (ncu's default --max-connections)."""
+
+
+def tool_ports(argv: Sequence[str] = ()) -> list[int]:
+    """The TCP ports the tool may use: its --port / --max-connections when given, else the defaults."""
+    base, count = PORT_BASE, MAX_CONNECTIONS
+    args = list(argv)
+    for i, arg in enumerate(args[:-1]):
+        if arg == "--port" and args[i + 1].isdigit():
+            base = int(args[i + 1])
+        elif arg == "--max-connections" and args[i + 1].isdigit():
+            count = max(count, int(args[i + 1]))
+    return list(range(base, min(base + count, 65536)))
+
+
+def tool_root(tool: str | None, avoid: Sequence[str] = ()) -> str | None:
+    """The install tree of a tool executable (the dir above its bin/, or its own dir): read+execute. Never
+    a tree that holds one of `avoid` (the job's dir, the user's home): a tool installed in ~/bin gets its
+    bin dir only, not the home."""
+    if not tool:
+        return None
+    real = Path(os.path.realpath(tool))
+    guarded = [Path(os.path.realpath(a)) for a in avoid if a]
+    for root in ((real.parent.parent, real.parent) if real.parent.name == "bin" else (real.parent,)):
+        if str(root) in ("/", "/usr", "/bin"):
+            return None
+        if not any(g == root or root in g.parents for g in guarded):
+            return str(root)
+    return None
+
+
+IPC_VAR = "EGG_MCP_TOOL_IPC"
+"""'open': let the tool's injection use its TCP ports and abstract sockets (see the module docstring)."""
+
+
+def confine_wrapped(private_dir: Path, tool: str | None, tool_argv: Sequence[str] = ()) -> dict[str, Any]:
+    """Confine the calling process, wrapped by `tool` (see module docstring); what was applied (a dict)."""
+    from egg_mcp.evaluation import confinement
+
+    ipc_open = os.environ.pop(IPC_VAR, "") == "open"
+    root = tool_root(tool, avoid=[str(private_dir), os.path.expanduser("~")])
+    rules: dict[str, Any] = {"tcp_ports": tool_ports(tool_argv), "scope_abstract_sockets": False} if ipc_open else {}
+    report = confinement.confine(Path(private_dir), extra_read=[Path(root)] if root else [], **rules)
+    report["wrapped_by"] = os.path.basename(tool) if tool else "unknown tool"
+    return report
+
+
+def ipc_env(base_env: Mapping[str, str]) -> dict[str, str]:
+    """The operator's EGG_MCP_TOOL_IPC, passed on to a wrapped process (it pops it before any job code)."""
+    return {IPC_VAR: base_env[IPC_VAR]} if base_env.get(IPC_VAR) else {}
+
+
+def wrapped_worker_env(base_env: Mapping[str, str], workdir: Path, *, interpreter: bool,
+                       server_pid: int) -> dict[str, str]:
+    """The whole environment of a tool-wrapped worker and its tool: the runners' allow-list (no token, no
+    EGG_MCP_* but the server's pid for the watchdog) and private HOME/TMPDIR/caches under `workdir`."""
+    from egg_mcp.evaluation import confinement
+
+    env = confinement.runner_env(base_env, Path(workdir) / "private", interpreter=interpreter,
+                                 extra={"EGG_MCP_SERVER_PID": str(server_pid), **ipc_env(base_env)})
+    return env
