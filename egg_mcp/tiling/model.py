@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from egg_mcp.hardware import GpuSpec
 from egg_mcp.tiling.dims import next_pow2
-from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate, TilingConfig, TunableParam
+from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate, KernelCall, TilingConfig, TunableParam
 from egg_mcp.tiling.space import persistent_programs
 
 KB = 1024
@@ -105,10 +105,49 @@ def _resolve(values: dict[str, int], space: CandidateSpace) -> _Knobs:
 
 
 def compute_type(dtype: str, space: CandidateSpace) -> str:
-    """Peak-FLOP key of GpuSpec for the kernel's dots: fp32 inputs use TF32 unless told 'ieee'."""
+    """Peak-FLOP key of GpuSpec for the kernel's dots: fp32 inputs use TF32 unless told 'ieee' (CUDA-core FMAs)
+    or 'tf32x3' (three TF32 tensor-core products per fp32 product)."""
     if dtype in ("float16", "bfloat16"):
         return "fp16" if dtype == "float16" else "bf16"
-    return "fp32" if any(k.ieee_dot for k in space.kernels) else "tf32"
+    precisions = {k.dot_precision for k in space.kernels}
+    if "ieee" in precisions or any(k.ieee_dot and k.dot_precision is None for k in space.kernels):
+        return "fp32"
+    return "tf32x3" if "tf32x3" in precisions else "tf32"
+
+
+FMA_DOT_EFFICIENCY = 0.45
+"""An IEEE fp32 tl.dot runs as FMAs with its operands re-read from shared memory: a Triton IEEE GEMM reached
+~22 TFLOP/s on the H200 against cuBLAS's ~51 (issue 18)."""
+SPLIT_OPS = 8
+"""CUDA-core instructions per operand element per K step for the tf32x3 split (cvt.rna, subtract, layout moves,
+done by every warp that reads the element)."""
+SPILL_EFFICIENCY = 0.6
+"""Rate kept when a tile's live registers exceed 255 per thread (local-memory traffic in the K loop): on the
+H200 a tf32x3 128x128x32 tile ran 3.05 ms at 4 warps (accumulators + hi/lo operands ~ 288 registers) and
+1.80 ms at 8 (issue 18)."""
+
+
+def dot_step_s(bm: int, bn: int, bk: int, w: int, ctype: str, gpu: GpuSpec, dtype: str, notes: list[str],
+               what: str = "tile") -> float:
+    """Seconds of one BM x BN x BK dot step on one SM at the compute type's rate, with the precision's own
+    costs: the tf32x3 split (CUDA cores) and its register pressure, the FMA path of IEEE fp32."""
+    peak_sm = gpu.peak_flops.get(ctype, gpu.peak_flops["fp32"]) / gpu.sm_count
+    eff = 1.0
+    acc = bm * bn / (32 * w)
+    regs = acc + 32
+    if ctype == "tf32x3":
+        regs += 2 * (bm + bn) * bk / (32 * w)  # hi and lo of both operands live in registers
+    elif ctype == "fp32":
+        eff *= FMA_DOT_EFFICIENCY
+    if regs > MAX_REGS:
+        eff *= SPILL_EFFICIENCY
+        notes.append(f"{what}: ~{regs:.0f} live registers per thread ({ctype} at {w} warps) > {MAX_REGS}: spills "
+                     "in the K loop; more warps or a smaller tile")
+    t = 2 * bm * bn * bk / (peak_sm * eff)
+    if ctype == "tf32x3":
+        lanes = 128 * (gpu.sm_clock_mhz or 1500) * 1e6  # fp32 lanes per SM per second
+        t += SPLIT_OPS * (bm + bn) * bk / lanes
+    return t
 
 
 def _ctas_per_sm(gpu: GpuSpec, threads: int, regs: int, smem: int) -> int:
@@ -179,7 +218,6 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
     if fired:
         return fired
 
-    peak_sm = gpu.peak_flops[compute_type(dtype, space)] / gpu.sm_count
     l2_sm = L2_OVER_DRAM * gpu.dram_bytes_per_s / gpu.sm_count
     eff = 1.0
     hopper = gpu.arch == "sm_90"
@@ -192,7 +230,7 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
     s_eff = (s - 1) * max(c, 1) + 1  # co-resident programs hide latency like extra stages
     eff *= {1: 0.45, 2: 0.75, 3: 0.95}.get(s_eff, 1.0)
     k_iters = math.ceil(math.ceil(K / k.split) / bk)
-    t_math = 2 * bm * bn * bk / (peak_sm * eff)
+    t_math = dot_step_s(bm, bn, bk, w, compute_type(dtype, space), gpu, dtype, est.notes) / eff
     t_load = (bm + bn) * bk * nbytes / l2_sm
     t_tile = GEMM_TILE_FIXED_S / max(c, 1) + k_iters * max(t_math, t_load)
     t_compute = math.ceil(tiles / gpu.sm_count) * t_tile
@@ -329,16 +367,17 @@ def _persistent(est: ConfigEstimate, space: CandidateSpace, gpu: GpuSpec, values
     return cap
 
 
-def estimate(values: dict[str, int], space: CandidateSpace, *, gpu: GpuSpec, dims: dict[str, int], kind: str,
-             dtype: str = "float32") -> ConfigEstimate:
-    """Feasibility and predicted time of one config (`dims` canonical, see dims.normalize_dims)."""
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}")
+def _estimate_one(values: dict[str, int], space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int], kind: str,
+                  dtype: str) -> ConfigEstimate:
     knobs = _resolve(values, space)
     est = ConfigEstimate(config=TilingConfig(values=dict(values)), feasible=True)
     fired = _common_rules(knobs, space, values, gpu, dims)
     if kind == "gemm":
         fired += _gemm(values, knobs, space, gpu, dims, dtype, est)
+    elif kind == "attention":
+        from egg_mcp.tiling.attention import attention
+
+        fired += attention(values, knobs, space, gpu, dims, dtype, est)
     else:
         fired += _stream(values, knobs, space, gpu, dims, dtype, kind, est)
     if fired:
@@ -346,6 +385,63 @@ def estimate(values: dict[str, int], space: CandidateSpace, *, gpu: GpuSpec, dim
         est.predicted_ms = None
         est.rules = [rule for rule, _ in fired]
         est.reasons = [reason for _, reason in fired]
+    return est
+
+
+def call_view(space: CandidateSpace, call: KernelCall) -> CandidateSpace:
+    """The space as one launch sees it: only its own parameters, each with the role and axis of the name the
+    kernel knows it by (LIN_BLOCK_M passed as BLOCK_M tiles the GEMM's M), its fixed launch values as
+    one-choice parameters, and only its own kernel's facts."""
+    from egg_mcp.tiling.dims import axis_for
+    from egg_mcp.tiling.space import role_of
+
+    params: list[TunableParam] = []
+    for seen, name in call.params.items():
+        p = space.param(name)
+        if p is None:
+            continue
+        role = role_of(seen) if role_of(seen) != "other" else p.role
+        axis = axis_for(seen, call.kind, call.dims) or axis_for(name, call.kind, call.dims)
+        if call.dims_from == "task" and seen == name and p.axis:
+            axis = p.axis
+        params.append(p.model_copy(update={"role": role, "axis": axis}))
+    names = {q.name for q in params}
+    for seen, value in call.fixed.items():
+        if seen not in names:
+            params.append(TunableParam(name=seen, role=role_of(seen), current=value, choices=[value], applicable=False,
+                                       axis=axis_for(seen, call.kind, call.dims)))
+    kernels = [k for k in space.kernels if k.name == call.kernel] or space.kernels
+    return space.model_copy(update={"params": params, "kernels": kernels, "calls": []})
+
+
+def estimate(values: dict[str, int], space: CandidateSpace, *, gpu: GpuSpec, dims: dict[str, int], kind: str,
+             dtype: str = "float32") -> ConfigEstimate:
+    """Feasibility and predicted time of one config (`dims` canonical, see dims.normalize_dims): the sum over
+    the candidate's launches (`space.calls`, see tiling/kernels.py), each priced with its own kind, dims and
+    parameters; a rule that fires names its kernel when there are several."""
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}")
+    if not space.calls:
+        return _estimate_one(values, space, gpu, dims, kind, dtype)
+    parts = [(call, _estimate_one(values, call_view(space, call), gpu, call.dims, call.kind, dtype))
+             for call in space.calls]
+    several = len({c.kernel for c in space.calls}) > 1 or len(space.calls) > 1
+    est = ConfigEstimate(config=TilingConfig(values=dict(values)), feasible=all(e.feasible for _, e in parts))
+    for call, e in parts:
+        tag = f"{call.kernel} ({call.kind} {', '.join(f'{k}={v}' for k, v in call.dims.items())}): " if several else ""
+        for rule, reason in zip(e.rules, e.reasons):
+            if tag + reason not in est.reasons:
+                est.rules.append(rule)
+                est.reasons.append(tag + reason)
+        est.notes += [tag + n for n in e.notes if tag + n not in est.notes]
+    if est.feasible:
+        est.predicted_ms = sum(e.predicted_ms for _, e in parts)
+        heavy = max((e for _, e in parts), key=lambda e: e.predicted_ms)
+    else:
+        heavy = next(e for _, e in parts if not e.feasible)
+    for field in ("smem_bytes", "regs_per_thread", "ctas_per_sm", "occupancy", "grid", "waves", "tail_waste",
+                  "intensity"):
+        setattr(est, field, getattr(heavy, field))
     return est
 
 
