@@ -118,6 +118,8 @@ class MeasuredConfig(BaseModel):
     kernels: list[KernelInfo] = Field(default_factory=list)
     timing_method: str | None = None
     timing_cv: float | None = Field(None, description="coefficient of variation of the timed runs (GPU only)")
+    sm_clock_mhz: int | None = Field(None, description="lowest SM clock NVML read around the timed runs")
+    throttle_reasons: list[str] = Field(default_factory=list, description="NVML throttle reasons around the runs")
 
 
 class PrunedGroup(BaseModel):

@@ -14,6 +14,10 @@ BLOCK_K = 32
 GROUP_M = 8
 NUM_WARPS = 8
 NUM_STAGES = 3
+TUNING_SPACE = {  # what propose_tiling searches (and the tiling_search benchmark samples)
+    "BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [16, 32, 64],
+    "NUM_WARPS": [4, 8], "NUM_STAGES": [2, 3, 4],
+}
 
 
 @triton.jit

@@ -23,6 +23,11 @@ ATTN_BLOCK_M = 64
 ATTN_BLOCK_N = 64
 ATTN_WARPS = 4
 ATTN_STAGES = 2
+TUNING_SPACE = {  # each kernel's own knobs: LIN_* reach only linear_kernel, ATTN_* only attn_kernel
+    "LIN_BLOCK_M": [64, 128], "LIN_BLOCK_N": [64, 128, 256], "LIN_BLOCK_K": [16, 32],
+    "LIN_WARPS": [4, 8], "LIN_STAGES": [2, 3],
+    "ATTN_BLOCK_M": [32, 64, 128], "ATTN_BLOCK_N": [32, 64], "ATTN_WARPS": [4, 8], "ATTN_STAGES": [1, 2],
+}
 
 
 @triton.jit
