@@ -204,6 +204,19 @@ def suite_tiling_exhaustive(out: Path, quick: bool) -> dict[str, Any]:
             "report": str(tiling_out / "tiling_bench.md"), "tiling_bench": data}
 
 
+def suite_guidance(out: Path, quick: bool) -> dict[str, Any]:
+    """benchmarks/guidance_suite.py: the real server in-process on KernelBench 76 (GEMM+bias+ReLU) and 43 (causal
+    attention, batch 32) at fp32 1e-4 with own IEEE and 3xTF32 kernels: seed brief, verdicts, profile sizes,
+    tiling rank correlation (issue 18's Done-when; < 5 min)."""
+    from benchmarks.guidance_suite import run_all
+
+    result = asyncio.run(run_all(Path(tempfile.mkdtemp(prefix="egg-guidance-ws-")), quick))
+    for p in result["problems"]:
+        print(json.dumps({"problem": p["problem"], "checks": p.get("checks"), "error": p.get("error")}))
+    print(f"all guidance checks pass: {result['all_checks_pass']}")
+    return result  # all_checks_pass false makes run.py exit non-zero
+
+
 def _script(name: str, argv_tail: list[str], timeout: int) -> Callable[[Path, bool], dict[str, Any]]:
     def run(out: Path, quick: bool) -> dict[str, Any]:
         target = out / f"{name}.raw.json"
@@ -222,6 +235,7 @@ SUITES: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
     "tiling_agreement": suite_tiling_agreement,
     "tiling_search": suite_tiling_search,
     "tiling_exhaustive": suite_tiling_exhaustive,
+    "guidance": suite_guidance,
     "verify": _script("verify", ["bench_verify.py"], 200),
     "ncu_agreement": _script("ncu_agreement", ["bench_ncu_agreement.py"], 240),
     "profiling": _script("profiling", ["profiling_bench.py"], 240),
@@ -251,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         try:
             record["result"] = SUITES[name](out, args.quick)
+            if isinstance(record["result"], dict) and record["result"].get("all_checks_pass") is False:
+                failed += 1
         except Exception as exc:  # noqa: BLE001 - recorded; the other suites still run
             record["error"] = f"{type(exc).__name__}: {exc}"
             failed += 1
