@@ -149,3 +149,15 @@ def test_propose_tiling_reports_rank_correlation_when_three_or_more_measured():
     assert proposal.rank_correlation_n == 5 and proposal.rank_correlation == pytest.approx(rho) and 0 < rho < 1
     assert f"rank correlation (Spearman) {rho:.2f} over 5 configs" in proposal.note
     assert proposal.kernels[0].kernel == "gemm_add_relu_kernel" and proposal.kernels[0].precision == "tf32x3"
+
+
+def test_kb76_predictions_match_issue_18s_measurements():
+    """KernelBench 76 (1024x8192x8192 fp32): the old model said 0.419 ms for the tf32x3 kernel (it priced plain
+    TF32), the H200 measured 1.56 ms; an IEEE Triton GEMM ran ~22 TFLOP/s (~6.2 ms)."""
+    dims = normalize_dims("gemm", {"M": 1024, "N": 8192, "K": 8192})
+    config = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "NUM_WARPS": 8, "NUM_STAGES": 3}
+    ms = {p: estimate(config, _gemm_space(GEMM.replace('"tf32x3"', f'"{p}"'), dims), gpu=H200, dims=dims,
+                      kind="gemm").predicted_ms for p in ("tf32", "tf32x3", "ieee")}
+    assert 0.35 < ms["tf32"] < 0.5
+    assert 1.1 < ms["tf32x3"] < 2.0
+    assert 4.5 < ms["ieee"] < 8.0
