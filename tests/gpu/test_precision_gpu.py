@@ -2,7 +2,7 @@
 
 For the GEMM shapes of a GEMM-with-epilogue task (K=768, 2304) and an attention block (K=64, 1024), a
 Triton tl.dot kernel runs each path (ieee, tf32x3, tf32) on the GPU; its max error against the fp64
-product must agree with the emulated error within a factor of 4, and the admission at fp32 1e-4 (what
+product must agree with the emulated error within 0.4-2.5x, and the admission at fp32 1e-4 (what
 the seed brief says) must be the same: ieee and tf32x3 pass, tf32 fails. The emulation truncates the TF32
 operands (what mma.tf32 does with the raw fp32 registers Triton hands it); each line also prints the
 round-to-nearest emulation beside it, so a run shows which model the tensor cores follow.
@@ -77,5 +77,7 @@ def test_emulated_error_and_admission_match_the_tensor_cores(m, n, k, kind):
               f"ladder's) / {rn_abs:.3g} (round-to-nearest); GPU/trunc {gpu_abs / emu_abs:.2f}, GPU/rn {gpu_abs / rn_abs:.2f}")
         # the admission at fp32 1e-4 (what the seed brief says) is the same on the GPU as emulated
         assert (gpu_need <= 1e-4 / SAFETY) == (emu_need <= 1e-4 / SAFETY), (path, gpu_abs, emu_abs)
-        if path == "tf32":  # the rounding model itself: same order of magnitude (emulation samples 32x32 outputs)
-            assert 0.25 <= gpu_abs / emu_abs <= 4.0, (path, gpu_abs, emu_abs)
+        if path == "tf32":  # the rounding model itself (the emulation samples 32x32 outputs, the GPU 512x512: its
+            # max runs ~1.4x higher). Round-to-nearest read 4.05x / 3.5x at K=768 / 2304 on the H200 (session 4);
+            # truncation, the ladder's model, is expected at ~0.75-1.65x.
+            assert 0.4 <= gpu_abs / emu_abs <= 2.5, (path, gpu_abs, emu_abs, "round-to-nearest", rn_abs)
