@@ -112,30 +112,50 @@ def _agreement_case(name: str) -> tuple[str, str, dict[str, int]]:
 
 
 def suite_tiling_agreement(out: Path, quick: bool) -> dict[str, Any]:
-    """The same config timed as a tiling trial and by verify, in the same run: must agree within 1 %."""
+    """The same config timed as a tiling trial and by verify, in the same run: must agree within 1 %.
+
+    Ordered trial, verify, trial: the first H200 run read 0.9851 on the bf16 GEMM (softmax 1.0035, layernorm
+    0.9999) with the trial timed first. Both paths use the same GpuTimer, input distribution, graph/event
+    choice and L2 flush; what differed was when they ran: a GEMM at full tensor-core rate is power-bound,
+    so its clock sinks as the die warms (1000 timed runs each). Bracketing verify between two trials and
+    recording each reading's SM clock and throttle reasons separates that drift from a timer difference."""
     from benchmarks.engine_jobs import evaluator
     from egg_mcp.evaluation.api import EvalOptions, default_tolerance
 
-    async def case(ev, name: str) -> dict[str, Any]:
-        source, dtype, overrides = _agreement_case(name)
-        tol = default_tolerance(dtype)
-        rows: dict[str, Any] = {"case": name, "dtype": dtype, "sizes": overrides}
+    async def trial_once(ev, source, dtype, overrides, tol) -> dict[str, Any]:
         trial = await ev.run_job("egg_mcp.tiling.measure:measure_configs", {
             "reference_source": source, "dtype": dtype, "size_overrides": overrides, "atol": tol.atol, "rtol": tol.rtol,
             "device": "cuda", "compile_workers": 0, "candidates": [{"config": {}, "source": source}]},
             timeout_s=240, uses_gpu=True)
         if not trial.ok:
-            return {**rows, "error": f"tiling trial failed: {trial.error.message if trial.error else trial.stderr_tail}"}
-        measured = trial.result["results"][0]
+            return {"error": f"tiling trial failed: {trial.error.message if trial.error else trial.stderr_tail}"}
+        return trial.result["results"][0]
+
+    async def case(ev, name: str) -> dict[str, Any]:
+        source, dtype, overrides = _agreement_case(name)
+        tol = default_tolerance(dtype)
+        rows: dict[str, Any] = {"case": name, "dtype": dtype, "sizes": overrides, "order": "trial, verify, trial"}
+        first = await trial_once(ev, source, dtype, overrides, tol)
+        if "error" in first:
+            return {**rows, **first}
         verified = await ev.evaluate(source, source, EvalOptions(dtype=dtype, tolerance=tol, size_overrides=overrides))
-        rows.update(trial_ms=measured.get("median_ms"), trial_cv=measured.get("timing_cv"),
-                    trial_method=measured.get("timing_method"), verify_verdict=verified.verdict,
-                    verify_ms=verified.timing.median_ms if verified.timing else None,
-                    verify_cv=verified.timing.cv if verified.timing else None,
-                    verify_method=verified.timing.method if verified.timing else None)
+        second = await trial_once(ev, source, dtype, overrides, tol)
+        t = verified.timing
+        rows.update(trial_ms=first.get("median_ms"), trial_cv=first.get("timing_cv"),
+                    trial_clock_mhz=first.get("sm_clock_mhz"), trial_throttle=first.get("throttle_reasons"),
+                    trial_method=first.get("timing_method"), verify_verdict=verified.verdict,
+                    verify_ms=t.median_ms if t else None, verify_cv=t.cv if t else None,
+                    verify_method=t.method if t else None, verify_clock_mhz=t.sm_clock_mhz if t else None,
+                    verify_throttle=t.throttle_reasons if t else None,
+                    trial2_ms=second.get("median_ms"), trial2_clock_mhz=second.get("sm_clock_mhz"),
+                    trial2_throttle=second.get("throttle_reasons"))
         if rows["trial_ms"] and rows["verify_ms"]:
             rows["ratio"] = rows["trial_ms"] / rows["verify_ms"]
             rows["within_1pct"] = abs(rows["ratio"] - 1) <= AGREEMENT_TOLERANCE
+            if rows["trial2_ms"]:
+                rows["ratio_bracketed"] = (rows["trial_ms"] + rows["trial2_ms"]) / 2 / rows["verify_ms"]
+                rows["within_1pct_bracketed"] = abs(rows["ratio_bracketed"] - 1) <= AGREEMENT_TOLERANCE
+                rows["trial_drift"] = rows["trial2_ms"] / rows["trial_ms"]
         return rows
 
     async def go():
@@ -147,16 +167,33 @@ def suite_tiling_agreement(out: Path, quick: bool) -> dict[str, Any]:
 
     rows = asyncio.run(go())
     for r in rows:
-        print(f"[{r['case']}] trial {r.get('trial_ms')} ms, verify {r.get('verify_ms')} ms, ratio {r.get('ratio')}"
-              + (f" ERROR {r['error']}" if "error" in r else ""))
+        print(f"[{r['case']}] trial {r.get('trial_ms')} ms ({r.get('trial_clock_mhz')} MHz), verify {r.get('verify_ms')} "
+              f"ms ({r.get('verify_clock_mhz')} MHz), trial again {r.get('trial2_ms')} ms; ratio {r.get('ratio')}, "
+              f"bracketed {r.get('ratio_bracketed')}" + (f" ERROR {r['error']}" if "error" in r else ""))
     return {"cases": rows, "tolerance": AGREEMENT_TOLERANCE,
-            "all_within": all(r.get("within_1pct") for r in rows)}
+            "all_within": all(r.get("within_1pct") for r in rows),
+            "all_within_bracketed": all(r.get("within_1pct_bracketed") for r in rows)}
 
 
 def suite_tiling_search(out: Path, quick: bool) -> dict[str, Any]:
-    """benchmarks/tiling_bench.py on its ten cases through the engine and GpuTimer (quick: fewer timed runs
-    per config, no autotune comparison, a 230 s budget)."""
+    """benchmarks/tiling_search.py: the model's rank vs measured time (Spearman per case), its pick vs the
+    measured best, on the ten tiling cases and the multi-kernel KernelBench cases, through the engine and
+    GpuTimer (< 4 min; quick: fewer configs per case and 10 timed runs, < 2.5 min)."""
     tiling_out = out / "tiling_search"
+    argv = [sys.executable, str(REPO / "benchmarks" / "tiling_search.py"), str(tiling_out)]
+    argv += ["--quick", "--max-wall-s", "140"] if quick else ["--max-wall-s", "225"]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    print(proc.stdout[-3000:])
+    data_path = tiling_out / "tiling_search.json"
+    data = json.loads(data_path.read_text()) if data_path.exists() else None
+    return {"argv": argv[1:], "exit_code": proc.returncode, "stderr_tail": proc.stderr[-2000:],
+            "report": str(tiling_out / "tiling_search.md"), "tiling_search": data}
+
+
+def suite_tiling_exhaustive(out: Path, quick: bool) -> dict[str, Any]:
+    """benchmarks/tiling_bench.py: every config of the ten tiling cases measured, the search replayed on
+    them (quick: fewer timed runs per config, no autotune comparison, a 230 s budget)."""
+    tiling_out = out / "tiling_exhaustive"
     argv = [sys.executable, str(REPO / "benchmarks" / "tiling_bench.py"), str(tiling_out)]
     argv += ["--autotune", "", "--max-wall-s", "230", "--timing-trials", "10"] if quick else ["--max-wall-s", "540"]
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -165,6 +202,19 @@ def suite_tiling_search(out: Path, quick: bool) -> dict[str, Any]:
     data = json.loads(data_path.read_text()) if data_path.exists() else None
     return {"argv": argv[1:], "exit_code": proc.returncode, "stderr_tail": proc.stderr[-2000:],
             "report": str(tiling_out / "tiling_bench.md"), "tiling_bench": data}
+
+
+def suite_guidance(out: Path, quick: bool) -> dict[str, Any]:
+    """benchmarks/guidance_suite.py: the real server in-process on KernelBench 76 (GEMM+bias+ReLU) and 43 (causal
+    attention, batch 32) at fp32 1e-4 with own IEEE and 3xTF32 kernels: seed brief, verdicts, profile sizes,
+    tiling rank correlation (issue 18's Done-when; < 5 min)."""
+    from benchmarks.guidance_suite import run_all
+
+    result = asyncio.run(run_all(Path(tempfile.mkdtemp(prefix="egg-guidance-ws-")), quick))
+    for p in result["problems"]:
+        print(json.dumps({"problem": p["problem"], "checks": p.get("checks"), "error": p.get("error")}))
+    print(f"all guidance checks pass: {result['all_checks_pass']}")
+    return result  # all_checks_pass false makes run.py exit non-zero
 
 
 def _script(name: str, argv_tail: list[str], timeout: int) -> Callable[[Path, bool], dict[str, Any]]:
@@ -191,6 +241,8 @@ SUITES: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
     "calibrate": suite_calibrate,
     "tiling_agreement": suite_tiling_agreement,
     "tiling_search": suite_tiling_search,
+    "tiling_exhaustive": suite_tiling_exhaustive,
+    "guidance": suite_guidance,
     "verify": _script("verify", ["bench_verify.py"], 200),
     "ncu_agreement": _script("ncu_agreement", ["bench_ncu_agreement.py"], 240),
     "profiling": _script("profiling", ["profiling_bench.py"], 240),
@@ -221,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         try:
             record["result"] = SUITES[name](out, args.quick)
+            if isinstance(record["result"], dict) and record["result"].get("all_checks_pass") is False:
+                failed += 1
         except Exception as exc:  # noqa: BLE001 - recorded; the other suites still run
             record["error"] = f"{type(exc).__name__}: {exc}"
             failed += 1

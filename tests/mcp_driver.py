@@ -53,6 +53,8 @@ async def drive_to_done(client) -> dict[str, Any]:
         if stage == "TILING":
             tiling = await call(client, "propose_tiling", task_id=tid, candidate_id=best)
             assert tiling["proposal"]["measured"] is False
+            # the launch probe (meta device, a worker job) gave the kernel its own dims from its launch
+            assert tiling["proposal"]["kernels"][0]["dims_from"] == "launch", tiling["proposal"]["warnings"]
         if stage == "MEMORY":
             prof = await call(client, "profile_ncu", task_id=tid, candidate_id=best)
             assert prof["report"]["source"] == "fallback"

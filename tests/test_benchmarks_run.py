@@ -56,3 +56,53 @@ def test_verify_latency_quick_runs_both_judge_paths_through_mcp(tmp_path):
     assert len({c["judge"]["pid"] for c in calls}) == 1
     oneshot = [c for s in ("back_to_back", "think") for c in result["paths"]["oneshot"][s]["calls"]]
     assert len({c["judge"]["pid"] for c in oneshot}) == len(oneshot)
+
+
+def test_guidance_suite_checks_the_issue_18_rules():
+    """The GPU guidance suite's checks (benchmarks/guidance_suite.py), on canned texts."""
+    from benchmarks import guidance_suite as g
+
+    reply = {"summary": "ok", "result": {"review": ["1.82 ms is below the floor 2.70 ms of the fastest admissible"]},
+             "report": {"kernels": [{"verdict": "104% of the floor 7.5 ms (tf32x3 dots): at the roof: stop here"}]}}
+    texts = g.floor_texts(reply)
+    assert len(texts) == 2
+    assert any("below the floor" in p for p in g.verdict_problems(texts, "tf32x3", "tf32x3"))
+    roof_only = [texts[1]]
+    assert g.verdict_problems(roof_only, "tf32x3", "tf32x3") == []  # already on the fastest admissible path
+    assert g.verdict_problems(roof_only, "fp32", "tf32x3")  # an IEEE kernel "at the roof" while tf32x3 passes
+    good = ["-   tf32x3: PASSES (err 6.5e-07 abs, 3.3e-07 rel; 0.043% of atol (limit 25%)); rate 35.7 TFLOP/s, "
+            "measured here"]
+    assert g.brief_check(good) and not g.brief_check([good[0].replace("35.7 TFLOP/s, measured here", "no GPU")])
+    assert not g.brief_check([good[0].replace("PASSES", "fails")])
+    v = g.variants((g.KB / "mingpt_attention_triton.py").read_text())
+    assert "tf32x3" not in v["fp32"].split('"""', 2)[2] and v["fp32"].split('"""', 2)[2].count('input_precision="ieee"') == 3
+    assert {"guidance", "tiling_exhaustive"} <= set(_load().SUITES)
+
+
+def test_tiling_search_reports_rho_per_case_and_overall(tmp_path):
+    """benchmarks/tiling_search.py end to end with a fake engine: the multi-kernel case is probed (its GEMMs at
+    K=768, its attention kernel apart), a set of configs measured, rho / pick / gain per case and overall."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import tiling_search as ts
+
+    from egg_mcp.evaluation.api import JobOutcome
+    from egg_mcp.tiling.launches import probe_launches
+
+    def fake_run_job(target, payload, timeout_s, uses_gpu):
+        if target == ts.PROBE:
+            return JobOutcome(ok=True, result=probe_launches(payload))
+        results = [{"config": {"values": c["config"]}, "median_ms": 1.0 + 0.1 * i, "correct": True}
+                   for i, c in enumerate(payload["candidates"])]  # measured in the model's order, then the sample
+        return JobOutcome(ok=True, result={"results": results, "wall_s": 1.0})
+
+    assert ts.main([str(tmp_path), "--cases", "softmax_b,kb43_attention_block", "--quick"], run_job=fake_run_job) == 0
+    data = json.loads((tmp_path / "tiling_search.json").read_text())
+    attn = next(c for c in data["cases"] if c["case"] == "kb43_attention_block")
+    assert [k["kind"] for k in attn["kernels"]] == ["gemm", "attention", "gemm"]
+    assert attn["kernels"][0]["dims"]["K"] == 768 and attn["kernels"][0]["dims_from"] == "launch"
+    for case in data["cases"]:
+        assert case["rho"] is not None and case["pick_over_best"] == 1.0 and case["measured_configs"] >= 10
+    assert data["summary"]["with_rho"] == 2 and data["summary"]["rho_median"] is not None
+    assert "| kb43_attention_block |" in (tmp_path / "tiling_search.md").read_text()

@@ -8,7 +8,9 @@ import torch
 from egg_mcp.analysis.models import OpInfo
 from egg_mcp.analysis.precision import (
     SAFETY,
+    _path_product,
     _tf32,
+    _tf32_trunc,
     gemm_shapes,
     measure_path_errors,
     precision_ladder,
@@ -27,6 +29,27 @@ SDPA = OpInfo(op="aten._scaled_dot_product_efficient_attention", op_class="atten
 def test_tf32_rounding_keeps_ten_mantissa_bits():
     x = torch.tensor([1.0 + 2**-10, 1.0 + 2**-11 + 2**-12, 1.0 + 2**-12], dtype=torch.float32)
     assert _tf32(x).tolist() == [1.0 + 2**-10, 1.0 + 2**-10, 1.0]  # representable / rounds up / rounds down
+
+
+def test_tf32_operands_are_truncated_as_mma_tf32_reads_them():
+    x = torch.tensor([1.0 + 2**-11 + 2**-12, -(1.0 + 2**-11 + 2**-12), 1.0 + 2**-10], dtype=torch.float32)
+    assert _tf32_trunc(x).tolist() == [1.0, -1.0, 1.0 + 2**-10]  # toward zero, both signs; representable kept
+
+
+def test_truncating_tf32_emulation_is_the_conservative_one():
+    """On the H200 the tensor-core TF32 error at K=768 was 2.1e-3 where round-to-nearest emulation said 5.3e-4:
+    the ladder emulates truncation (larger error), and 3xTF32's hi part is rounded to nearest as Triton does."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(32, 768, generator=gen), (torch.rand(768, 32, generator=gen) * 2 - 1) / 768 ** 0.5
+    ref = a.double() @ b.double()
+    err = {r: float((_path_product(a, b, "tf32", r).double() - ref).abs().max()) for r in ("trunc", "rn")}
+    assert err["trunc"] > 1.8 * err["rn"] and err["trunc"] > 1e-3
+    assert float((_path_product(a, b, "tf32x3").double() - ref).abs().max()) < 5e-6
+    assert errors_default_is_trunc(a, b, ref, err["trunc"])
+
+
+def errors_default_is_trunc(a, b, ref, trunc_err):
+    return float((_path_product(a, b, "tf32").double() - ref).abs().max()) == trunc_err
 
 
 def test_gemm_shapes_are_the_references_own_k_including_both_attention_products():

@@ -10,9 +10,14 @@ this GPU's ceilings (`hardware.ceiling`, with provenance) into a ladder (`precis
 Emulation method (said in every ladder): a bounded sample of each distinct GEMM of the reference
 (ROWS x COLS outputs at the task's full reduction length K, K capped at K_CAP), inputs drawn like
 KernelBench's (activations ~ N(0,1), weights ~ U(+-1/sqrt(K)), attention probabilities = softmax
-rows); each path rounds its inputs (TF32: round-to-nearest to 10 mantissa bits; 3xTF32: a = hi + lo
-split, hi*hi + hi*lo + lo*hi; bf16/fp16/fp8-e4m3: casts, fp8 with a per-tensor scale), accumulates in
-fp32, and is compared with the fp32 product computed in fp64. A path is admissible when its worst
+rows); each path rounds its inputs the way Triton's lowering feeds the tensor cores (TF32: the fp32 bits
+go to mma.tf32 as they are and the hardware drops the low 13 mantissa bits, i.e. truncation toward zero;
+3xTF32, Triton's F32DotTC pass: hi = cvt.rna.tf32(a) (round to nearest, ties away), lo = a - hi, the
+three tf32 products lo*hi + hi*lo + hi*hi with lo truncated by the hardware; bf16/fp16/fp8-e4m3: casts,
+fp8 with a per-tensor scale), accumulates in fp32, and is compared with the fp32 product computed in
+fp64. Truncation is the conservative reading (its error is ~2x round-to-nearest's; on the H200 the
+tensor-core TF32 error at K=768 was 4x the round-to-nearest emulation's, see
+tests/gpu/test_precision_gpu.py); `TF32_ROUNDING` = "rn" gives the round-to-nearest emulation beside it. A path is admissible when its worst
 error uses at most 1/SAFETY of the policy's atol + rtol*|ref| (margin for the GPU's other
 accumulation order and for errors compounding across chained ops).
 """
@@ -46,6 +51,7 @@ MAX_SHAPES = 4
 
 METHOD = (f"CPU emulation of each path's input rounding on up to {MAX_SHAPES} of the reference's GEMM shapes "
           f"({ROWS}x{COLS} outputs at the task's K, K capped at {K_CAP}; activations N(0,1), weights U(+-1/sqrt(K))), "
+          "TF32 operands truncated to 10 mantissa bits as mma.tf32 reads them (3xTF32: hi rounded to nearest, lo truncated), "
           "fp32 accumulation, compared with the fp32 product computed in fp64; admissible when the worst error "
           f"is <= 1/{SAFETY:g} of atol + rtol*|ref|")
 
@@ -187,24 +193,39 @@ def gemm_shapes(ops: list[Any]) -> list[tuple[int, int, int, str]]:
     return distinct[:MAX_SHAPES]
 
 
+TF32_ROUNDING = "trunc"
+"""How the emulation turns an fp32 operand into what mma.tf32 multiplies: "trunc" (the hardware ignores the
+low 13 mantissa bits of the fp32 register Triton hands it: round toward zero; conservative) or "rn"."""
+
+
 def _tf32(x: Any) -> Any:
+    """cvt.rna.tf32.f32: round to nearest (ties away from zero) to 10 mantissa bits."""
     import torch
 
     i = x.contiguous().view(torch.int32)
     return ((i + 0x1000) & ~0x1FFF).view(torch.float32)
 
 
-def _path_product(a: Any, b: Any, path: str) -> Any:
+def _tf32_trunc(x: Any) -> Any:
+    """What mma.tf32 reads from a raw fp32 register: the low 13 mantissa bits dropped (toward zero)."""
     import torch
 
+    i = x.contiguous().view(torch.int32)
+    return (i & ~0x1FFF).view(torch.float32)
+
+
+def _path_product(a: Any, b: Any, path: str, rounding: str | None = None) -> Any:
+    import torch
+
+    feed = _tf32_trunc if (rounding or TF32_ROUNDING) == "trunc" else _tf32
     if path == "fp32":
         return a @ b
     if path == "tf32":
-        return _tf32(a) @ _tf32(b)
-    if path == "tf32x3":
+        return feed(a) @ feed(b)
+    if path == "tf32x3":  # Triton's F32DotTC: big = cvt.rna(a), small = a - big; small*big + big*small + big*big
         ah, bh = _tf32(a), _tf32(b)
-        al, bl = _tf32(a - ah), _tf32(b - bh)
-        return ah @ bl + al @ bh + ah @ bh
+        al, bl = feed(a - ah), feed(b - bh)
+        return ((al @ bh) + (ah @ bl)) + ah @ bh
     if path in ("bf16", "fp16"):
         dt = torch.bfloat16 if path == "bf16" else torch.float16
         return a.to(dt).float() @ b.to(dt).float()

@@ -16,6 +16,8 @@ _ALIASES = {
              "K": ("k", "in_features", "reduction")},
     "rows": {"n_rows": ("rows", "m", "batch", "n_rows"), "n_cols": ("cols", "n", "dim", "n_cols", "hidden")},
     "flat": {"n": ("n", "numel", "n_elements", "size")},
+    "attention": {"BH": ("bh", "z_h", "batch_heads"), "T": ("t", "n_ctx", "seq_len", "seqlen", "q_len"),
+                  "S": ("s", "kv_len", "n_keys"), "D": ("d", "head_dim", "hs")},
 }
 
 
@@ -37,6 +39,8 @@ def normalize_dims(kind: str, dims: dict[str, int]) -> dict[str, int]:
             raise ValueError(f"dimension {key}={value!r} must be a positive int")
     if kind == "gemm":
         tables = [_ALIASES["gemm"]]
+    elif kind == "attention":
+        tables = [_ALIASES["attention"]]
     elif kind == "elementwise":
         tables = [_ALIASES["flat"], _ALIASES["rows"]]
     else:
@@ -54,6 +58,12 @@ def normalize_dims(kind: str, dims: dict[str, int]) -> dict[str, int]:
         )
     if kind == "elementwise" and not ({"n"} <= out.keys() or {"n_rows", "n_cols"} <= out.keys()):
         raise ValueError(f"an elementwise kernel needs dims n (flat) or n_rows and n_cols (got {sorted(dims)})")
+    if kind == "attention":
+        if not {"T", "D"} <= out.keys():
+            raise ValueError(f"an attention kernel needs dims T (sequence) and D (head dim), optionally BH (batch x heads) "
+                             f"and S (keys; default T) (got {sorted(dims)}); pass e.g. dims={{'BH': 1024, 'T': 512, 'D': 64}}")
+        out.setdefault("S", out["T"])
+        out.setdefault("BH", 1)
     if kind in ("softmax", "norm", "reduction"):
         out.setdefault("n_rows", 1)
     if kind == "elementwise" and "n" not in out:
@@ -89,6 +99,8 @@ def axis_for(name: str, kind: str, dims: dict[str, int]) -> str | None:
         return None
     if kind == "gemm":
         wanted = {"M": ["M"], "N": ["N"], "K": ["K"]}.get(suffix, [])
+    elif kind == "attention":
+        wanted = {"M": ["T"], "N": ["S"], "D": ["D"], "DMODEL": ["D"]}.get(suffix, [])
     elif suffix in ("M", "ROWS", "ROW", "X", "Y"):
         wanted = ["n_rows"]
     elif suffix in ("N", "COLS", "COL", "D", "R"):

@@ -222,10 +222,11 @@ class _Clock:
             self._inputs[k] = self.problem.problem.inputs(self.problem.seed + 1 + k)
         return self._inputs[k]
 
-    def time(self, model) -> tuple[float, float | None, str]:
+    def time(self, model) -> tuple[float, float | None, str, int | None, list[str]]:
         torch = self.problem.torch
         if self.problem.device != "cuda":
-            return _cpu_wall_ms(lambda: model(*self.problem.inputs)) + (None, "cpu interpreter wall clock (not a GPU time)")
+            return _cpu_wall_ms(lambda: model(*self.problem.inputs)) + (None, "cpu interpreter wall clock (not a GPU time)",
+                                                                         None, [])
         if self.timer is None:
             from egg_mcp.evaluation.timing import GpuTimer
 
@@ -238,7 +239,8 @@ class _Clock:
         finally:
             torch.set_grad_enabled(grad)
         flush = "read-flushed" if stats.l2_flushed else "warm (inputs fit L2)"
-        return stats.median_ms, stats.cv, TIMING_METHOD.format(method=stats.method, flush=flush)
+        return (stats.median_ms, stats.cv, TIMING_METHOD.format(method=stats.method, flush=flush), stats.sm_clock_mhz,
+                list(stats.throttle_reasons or []))
 
 
 def _cpu_wall_ms(fn) -> tuple[float]:
@@ -298,7 +300,8 @@ def _measure_one(problem: _Problem, clock: _Clock, config: dict[str, int], path:
             result.error = result.error or f"max abs error {max_err:.3g} beyond atol={payload.atol}, rtol={payload.rtol}"
             return result
 
-        result.median_ms, result.timing_cv, result.timing_method = clock.time(model)
+        (result.median_ms, result.timing_cv, result.timing_method, result.sm_clock_mhz,
+         result.throttle_reasons) = clock.time(model)
     except BaseException as exc:  # noqa: BLE001 - recorded per config
         result.error_kind, result.error, result.correct = _error_kind(exc), _short(exc), False
         if not result.kernels:

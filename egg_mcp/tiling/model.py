@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from egg_mcp.hardware import GpuSpec
 from egg_mcp.tiling.dims import next_pow2
-from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate, TilingConfig, TunableParam
+from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate, KernelCall, TilingConfig, TunableParam
 from egg_mcp.tiling.space import persistent_programs
 
 KB = 1024
@@ -105,10 +105,49 @@ def _resolve(values: dict[str, int], space: CandidateSpace) -> _Knobs:
 
 
 def compute_type(dtype: str, space: CandidateSpace) -> str:
-    """Peak-FLOP key of GpuSpec for the kernel's dots: fp32 inputs use TF32 unless told 'ieee'."""
+    """Peak-FLOP key of GpuSpec for the kernel's dots: fp32 inputs use TF32 unless told 'ieee' (CUDA-core FMAs)
+    or 'tf32x3' (three TF32 tensor-core products per fp32 product)."""
     if dtype in ("float16", "bfloat16"):
         return "fp16" if dtype == "float16" else "bf16"
-    return "fp32" if any(k.ieee_dot for k in space.kernels) else "tf32"
+    precisions = {k.dot_precision for k in space.kernels}
+    if "ieee" in precisions or any(k.ieee_dot and k.dot_precision is None for k in space.kernels):
+        return "fp32"
+    return "tf32x3" if "tf32x3" in precisions else "tf32"
+
+
+FMA_DOT_EFFICIENCY = 0.45
+"""An IEEE fp32 tl.dot runs as FMAs with its operands re-read from shared memory: a Triton IEEE GEMM reached
+~22 TFLOP/s on the H200 against cuBLAS's ~51 (issue 18)."""
+SPLIT_OPS = 8
+"""CUDA-core instructions per operand element per K step for the tf32x3 split (cvt.rna, subtract, layout moves,
+done by every warp that reads the element)."""
+SPILL_EFFICIENCY = 0.6
+"""Rate kept when a tile's live registers exceed 255 per thread (local-memory traffic in the K loop): on the
+H200 a tf32x3 128x128x32 tile ran 3.05 ms at 4 warps (accumulators + hi/lo operands ~ 288 registers) and
+1.80 ms at 8 (issue 18)."""
+
+
+def dot_step_s(bm: int, bn: int, bk: int, w: int, ctype: str, gpu: GpuSpec, dtype: str, notes: list[str],
+               what: str = "tile") -> float:
+    """Seconds of one BM x BN x BK dot step on one SM at the compute type's rate, with the precision's own
+    costs: the tf32x3 split (CUDA cores) and its register pressure, the FMA path of IEEE fp32."""
+    peak_sm = gpu.peak_flops.get(ctype, gpu.peak_flops["fp32"]) / gpu.sm_count
+    eff = 1.0
+    acc = bm * bn / (32 * w)
+    regs = acc + 32
+    if ctype == "tf32x3":
+        regs += 2 * (bm + bn) * bk / (32 * w)  # hi and lo of both operands live in registers
+    elif ctype == "fp32":
+        eff *= FMA_DOT_EFFICIENCY
+    if regs > MAX_REGS:
+        eff *= SPILL_EFFICIENCY
+        notes.append(f"{what}: ~{regs:.0f} live registers per thread ({ctype} at {w} warps) > {MAX_REGS}: spills "
+                     "in the K loop; more warps or a smaller tile")
+    t = 2 * bm * bn * bk / (peak_sm * eff)
+    if ctype == "tf32x3":
+        lanes = 128 * (gpu.sm_clock_mhz or 1500) * 1e6  # fp32 lanes per SM per second
+        t += SPLIT_OPS * (bm + bn) * bk / lanes
+    return t
 
 
 def _ctas_per_sm(gpu: GpuSpec, threads: int, regs: int, smem: int) -> int:
@@ -179,7 +218,6 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
     if fired:
         return fired
 
-    peak_sm = gpu.peak_flops[compute_type(dtype, space)] / gpu.sm_count
     l2_sm = L2_OVER_DRAM * gpu.dram_bytes_per_s / gpu.sm_count
     eff = 1.0
     hopper = gpu.arch == "sm_90"
@@ -192,7 +230,7 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
     s_eff = (s - 1) * max(c, 1) + 1  # co-resident programs hide latency like extra stages
     eff *= {1: 0.45, 2: 0.75, 3: 0.95}.get(s_eff, 1.0)
     k_iters = math.ceil(math.ceil(K / k.split) / bk)
-    t_math = 2 * bm * bn * bk / (peak_sm * eff)
+    t_math = dot_step_s(bm, bn, bk, w, compute_type(dtype, space), gpu, dtype, est.notes) / eff
     t_load = (bm + bn) * bk * nbytes / l2_sm
     t_tile = GEMM_TILE_FIXED_S / max(c, 1) + k_iters * max(t_math, t_load)
     t_compute = math.ceil(tiles / gpu.sm_count) * t_tile
@@ -212,109 +250,6 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
     return fired
 
 
-def _stream(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int],
-            dtype: str, kind: str, est: ConfigEstimate) -> list[tuple[str, str]]:
-    fired: list[tuple[str, str]] = []
-    nbytes = DTYPE_BYTES[dtype]
-    w = k.warps
-    loops = any(kn.has_loop for kn in space.kernels)
-    if kind == "elementwise" and "n_cols" not in k.blocks and "n_rows" not in k.blocks:
-        n_rows, n_cols = 1, dims["n"]
-        br, bc = 1, k.blocks.get("n", 1024)
-    else:
-        n_rows, n_cols = dims.get("n_rows", 1), dims.get("n_cols", dims.get("n", 1))
-        br = k.blocks.get("n_rows", 1)
-        bc = k.blocks.get("n_cols", next_pow2(n_cols))
-    cols_name = k.block_params.get("n_cols", k.block_params.get("n", "BLOCK"))
-    if kind != "elementwise" and not loops and bc < n_cols:
-        fired.append(("single_pass", f"the kernel has no loop over n_cols: {cols_name}={bc} < n_cols={n_cols} "
-                                     "leaves columns unprocessed"))
-    per_thread = br * bc / (32 * w)
-    looping = loops and kind != "elementwise" and bc < n_cols
-    live = (_LIVE_PER_ELEMENT_LOOPING if looping else _LIVE_PER_ELEMENT)[kind]
-    est.regs_per_thread = min(MAX_REGS + 1, _round_up(24 + per_thread * live, 8))
-    if 24 + per_thread * live > MAX_REGS:
-        fired.append(("spill", f"{cols_name}={bc}" + (f", {k.block_params['n_rows']}={br}" if "n_rows" in k.block_params
-                      else "") + f", {k.names.get('warps', 'num_warps')}={w}: {per_thread:.0f} elements per thread "
-                      f"x {live:g} live values ~ {24 + per_thread * live:.0f} registers > {MAX_REGS}: spills"))
-    if per_thread < 1 and any(p.role == "warps" and p.choices and min(p.choices) < w for p in space.params):
-        fired.append(("idle_threads", f"{br * bc} elements per program for {32 * w} threads "
-                                      f"({k.names.get('warps', 'num_warps')}={w}): threads sit idle; fewer warps do the "
-                                      "same work"))
-    threads = 32 * w
-    est.smem_bytes = br * w * 4 * 2 if _REDUCTIONS[kind] and w > 1 else 0
-    if est.regs_per_thread * threads > gpu.regs_per_sm:
-        cap = gpu.regs_per_sm // threads
-        fired.append(("regs_per_block", f"{est.regs_per_thread} registers x {threads} threads > "
-                                        f"{gpu.regs_per_sm} registers per SM"))
-        if not any(rule == "spill" for rule, _ in fired):
-            # the compiler caps each thread at regs_per_sm / threads and spills the rest (seen on the
-            # H200: BLOCK_M=8, BLOCK_N=8192, 16 warps spilled at ~184 estimated registers, cap 128)
-            fired.append(("spill", f"{threads} threads leave at most {cap} registers per thread; "
-                                   f"~{est.regs_per_thread} needed: spills"))
-    c = _ctas_per_sm(gpu, threads, min(est.regs_per_thread, MAX_REGS), est.smem_bytes)
-    est.ctas_per_sm = c
-    est.occupancy = c * threads / gpu.max_threads_per_sm
-
-    if kind == "elementwise":
-        grid = [math.ceil(n_rows / br), math.ceil(n_cols / bc)]
-        iters = 1
-    else:
-        grid = [math.ceil(n_rows / br)]
-        iters = math.ceil(n_cols / bc) if loops else 1
-    programs = math.prod(grid)
-    est.grid = grid
-    est.waves = programs / (gpu.sm_count * max(c, 1))
-    launched = _persistent(est, space, gpu, values, programs, c)
-    covered = grid[0] * br * (grid[1] * bc if kind == "elementwise" else iters * bc)
-    est.tail_waste = max(0.0, 1 - n_rows * n_cols / covered)
-    est.intensity = 0.0
-    if fired:
-        return fired
-
-    # bytes one program moves: reads (a second pass over a row re-reads it, from L2 when it fits) + writes
-    row_elems = br * (bc if kind == "elementwise" else n_cols)
-    reads = row_elems * nbytes
-    passes = 2 if kind in ("softmax", "norm") and iters > 1 else 1
-    if passes > 1:
-        working_set = gpu.sm_count * c * row_elems * nbytes
-        reads += reads * (1 / L2_OVER_DRAM if working_set < gpu.l2_bytes else 1.0)
-    writes = row_elems * nbytes if kind != "reduction" else br * 4
-    if kind == "elementwise" and n_rows > 1:
-        reads += bc * nbytes  # the broadcast operand, one row per program
-    program_bytes = reads + writes
-    active = min(gpu.sm_count, programs)
-    share = min(SM_MAX_SHARE * gpu.dram_bytes_per_s / gpu.sm_count, gpu.dram_bytes_per_s / active)
-    # narrow accesses: 32-byte sectors wasted below one sector per row, and scalar instructions below 16 B
-    sector = min(1.0, bc * nbytes / 32)
-    vector = 1.0 if per_thread * nbytes >= 16 else 0.9
-    per_sm_programs = programs / active
-    t_bandwidth = per_sm_programs * program_bytes / (share * sector * vector)
-    chain = iters * passes * DRAM_LATENCY_S + PROGRAM_FIXED_S + _REDUCTIONS[kind] * REDUCTION_STEP_S * math.log2(
-        max(w, 1) * 2) * (iters * passes if kind == "softmax" and iters > 1 else 1)
-    t_latency = math.ceil(math.ceil(per_sm_programs) / max(c, 1)) * chain
-    # instruction issue: every launched lane (masked ones too) costs ~ops instructions; a scheduler
-    # needs ~4 resident warps to hide ALU / MUFU latency
-    calls = {c.split(".")[-1] for kn in space.kernels for c in kn.tl_calls}
-    ops = _BASE_OPS[kind] + TRANSCENDENTAL_OPS * len(calls & _TRANSCENDENTAL)
-    lanes = covered * (passes if kind in ("softmax", "norm") else 1)
-    warps_per_scheduler = min(c * w, gpu.max_threads_per_sm // 32) / 4
-    issue_rate = 4 * 32 * (gpu.sm_clock_mhz or 1500) * 1e6 * min(1.0, warps_per_scheduler / 4)
-    t_issue = lanes / active * ops / issue_rate
-    # smooth max: near the boundary neither bandwidth, latency nor issue is fully hidden behind the others
-    t_sm = sum(t ** OVERLAP_P for t in (t_bandwidth, t_latency, t_issue)) ** (1 / OVERLAP_P) * (1 + 0.1 * est.tail_waste)
-    w_exact = est.waves
-    if w_exact > 1:
-        t_sm *= 1 + 0.3 * (math.ceil(w_exact) - w_exact) / math.ceil(w_exact)
-    est.predicted_ms = (t_sm + LAUNCH_OVERHEAD_S) * 1e3
-    if t_latency > t_bandwidth:
-        est.notes.append(f"latency-bound: {math.ceil(per_sm_programs)} programs per SM, {c} resident, "
-                         f"{iters * passes} dependent loads each")
-    if launched < gpu.sm_count:
-        est.notes.append(f"only {launched} programs for {gpu.sm_count} SMs")
-    return fired
-
-
 def _persistent(est: ConfigEstimate, space: CandidateSpace, gpu: GpuSpec, values: dict[str, int], tiles: int,
                 c: int) -> int:
     """A persistent grid launches its own program count and loops over the tiles: the grid and the
@@ -329,23 +264,83 @@ def _persistent(est: ConfigEstimate, space: CandidateSpace, gpu: GpuSpec, values
     return cap
 
 
-def estimate(values: dict[str, int], space: CandidateSpace, *, gpu: GpuSpec, dims: dict[str, int], kind: str,
-             dtype: str = "float32") -> ConfigEstimate:
-    """Feasibility and predicted time of one config (`dims` canonical, see dims.normalize_dims)."""
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}")
+def _estimate_one(values: dict[str, int], space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int], kind: str,
+                  dtype: str) -> ConfigEstimate:
     knobs = _resolve(values, space)
     est = ConfigEstimate(config=TilingConfig(values=dict(values)), feasible=True)
     fired = _common_rules(knobs, space, values, gpu, dims)
     if kind == "gemm":
         fired += _gemm(values, knobs, space, gpu, dims, dtype, est)
+    elif kind == "attention":
+        from egg_mcp.tiling.attention import attention
+
+        fired += attention(values, knobs, space, gpu, dims, dtype, est)
     else:
-        fired += _stream(values, knobs, space, gpu, dims, dtype, kind, est)
+        from egg_mcp.tiling.stream import stream
+
+        fired += stream(values, knobs, space, gpu, dims, dtype, kind, est)
     if fired:
         est.feasible = False
         est.predicted_ms = None
         est.rules = [rule for rule, _ in fired]
         est.reasons = [reason for _, reason in fired]
+    return est
+
+
+def call_view(space: CandidateSpace, call: KernelCall) -> CandidateSpace:
+    """The space as one launch sees it: only its own parameters, each with the role and axis of the name the
+    kernel knows it by (LIN_BLOCK_M passed as BLOCK_M tiles the GEMM's M), its fixed launch values as
+    one-choice parameters, and only its own kernel's facts."""
+    from egg_mcp.tiling.dims import axis_for
+    from egg_mcp.tiling.space import role_of
+
+    params: list[TunableParam] = []
+    for seen, name in call.params.items():
+        p = space.param(name)
+        if p is None:
+            continue
+        role = role_of(seen) if role_of(seen) != "other" else p.role
+        axis = axis_for(seen, call.kind, call.dims) or axis_for(name, call.kind, call.dims)
+        if call.dims_from == "task" and seen == name and p.axis:
+            axis = p.axis
+        params.append(p.model_copy(update={"role": role, "axis": axis}))
+    names = {q.name for q in params}
+    for seen, value in call.fixed.items():
+        if seen not in names:
+            params.append(TunableParam(name=seen, role=role_of(seen), current=value, choices=[value], applicable=False,
+                                       axis=axis_for(seen, call.kind, call.dims)))
+    kernels = [k for k in space.kernels if k.name == call.kernel] or space.kernels
+    return space.model_copy(update={"params": params, "kernels": kernels, "calls": []})
+
+
+def estimate(values: dict[str, int], space: CandidateSpace, *, gpu: GpuSpec, dims: dict[str, int], kind: str,
+             dtype: str = "float32") -> ConfigEstimate:
+    """Feasibility and predicted time of one config (`dims` canonical, see dims.normalize_dims): the sum over
+    the candidate's launches (`space.calls`, see tiling/kernels.py), each priced with its own kind, dims and
+    parameters; a rule that fires names its kernel when there are several."""
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}")
+    if not space.calls:
+        return _estimate_one(values, space, gpu, dims, kind, dtype)
+    parts = [(call, _estimate_one(values, call_view(space, call), gpu, call.dims, call.kind, dtype))
+             for call in space.calls]
+    several = len({c.kernel for c in space.calls}) > 1 or len(space.calls) > 1
+    est = ConfigEstimate(config=TilingConfig(values=dict(values)), feasible=all(e.feasible for _, e in parts))
+    for call, e in parts:
+        tag = f"{call.kernel} ({call.kind} {', '.join(f'{k}={v}' for k, v in call.dims.items())}): " if several else ""
+        for rule, reason in zip(e.rules, e.reasons):
+            if tag + reason not in est.reasons:
+                est.rules.append(rule)
+                est.reasons.append(tag + reason)
+        est.notes += [tag + n for n in e.notes if tag + n not in est.notes]
+    if est.feasible:
+        est.predicted_ms = sum(e.predicted_ms for _, e in parts)
+        heavy = max((e for _, e in parts), key=lambda e: e.predicted_ms)
+    else:
+        heavy = next(e for _, e in parts if not e.feasible)
+    for field in ("smem_bytes", "regs_per_thread", "ctas_per_sm", "occupancy", "grid", "waves", "tail_waste",
+                  "intensity"):
+        setattr(est, field, getattr(heavy, field))
     return est
 
 

@@ -11,8 +11,8 @@ from egg_mcp.evaluation.api import KernelInfo
 
 ParamRole = Literal["block", "warps", "stages", "group", "split", "other"]
 ParamSource = Literal["module_constant", "tuning_space", "autotune", "launch_keyword", "constexpr", "inferred"]
-KernelKind = Literal["gemm", "reduction", "elementwise", "softmax", "norm"]
-KERNEL_KINDS: tuple[str, ...] = ("gemm", "reduction", "elementwise", "softmax", "norm")
+KernelKind = Literal["gemm", "reduction", "elementwise", "softmax", "norm", "attention"]
+KERNEL_KINDS: tuple[str, ...] = ("gemm", "reduction", "elementwise", "softmax", "norm", "attention")
 
 
 class TunableParam(BaseModel):
@@ -42,6 +42,24 @@ class KernelFacts(BaseModel):
     tl_calls: list[str] = Field(default_factory=list, description="tl.* functions it calls")
     autotuned: bool = False
     line: int | None = None
+    dot_precision: str | None = Field(None, description="input_precision of its tl.dot calls (None: Triton's default)")
+    n_dots: int = 0
+    bindings: dict[str, str] = Field(
+        default_factory=dict, description="constexpr / launch option (num_warps, num_stages) -> the parameter that "
+                                          "sets it at this kernel's launch sites")
+    launch_sites: int = 0
+
+
+class KernelCall(BaseModel):
+    """One launch of one kernel as the cost model sees it: its own kind, dims and parameters."""
+
+    kernel: str
+    kind: str
+    dims: dict[str, int]
+    params: dict[str, str] = Field(default_factory=dict, description="name the kernel sees -> parameter of the space")
+    fixed: dict[str, int] = Field(default_factory=dict, description="values set at the launch that are not tunable")
+    precision: str | None = None
+    dims_from: str = Field("task", description="'launch' (read from the probe of this launch) or 'task'")
 
 
 class CandidateSpace(BaseModel):
@@ -53,6 +71,7 @@ class CandidateSpace(BaseModel):
         default_factory=dict, description="constexprs set at launch from an expression: name -> expression"
     )
     warnings: list[str] = Field(default_factory=list)
+    calls: list[KernelCall] = Field(default_factory=list, description="per launch: kernel, kind, dims (kernels.py)")
 
     def param(self, name: str) -> TunableParam | None:
         return next((p for p in self.params if p.name == name), None)
@@ -99,12 +118,25 @@ class MeasuredConfig(BaseModel):
     kernels: list[KernelInfo] = Field(default_factory=list)
     timing_method: str | None = None
     timing_cv: float | None = Field(None, description="coefficient of variation of the timed runs (GPU only)")
+    sm_clock_mhz: int | None = Field(None, description="lowest SM clock NVML read around the timed runs")
+    throttle_reasons: list[str] = Field(default_factory=list, description="NVML throttle reasons around the runs")
 
 
 class PrunedGroup(BaseModel):
     rule: str
     count: int
     example: str
+
+
+class KernelSummary(BaseModel):
+    """What the model took each launched kernel to be (told apart: own dims, kind, launch, precision)."""
+
+    kernel: str
+    kind: str
+    dims: dict[str, int]
+    dims_from: str
+    precision: str | None = None
+    parameters: dict[str, str] = Field(default_factory=dict)
 
 
 class RankedConfig(BaseModel):
@@ -139,5 +171,9 @@ class TilingProposal(BaseModel):
     measured: bool = False
     note: str = ""
     trials_used: int = 0
+    kernels: list[KernelSummary] = Field(default_factory=list, description="one per launch the model priced")
+    rank_correlation: float | None = Field(
+        None, description="Spearman rho of predicted vs measured time over the measured correct configs (>= 3)")
+    rank_correlation_n: int = 0
     wall_s: float = 0.0
     warnings: list[str] = Field(default_factory=list)

@@ -14,8 +14,10 @@ from egg_mcp.hardware import GpuSpec, gpu_status, spec_for
 STAND_IN_GPU = "H200"
 from egg_mcp.tiling.dims import check_kind, normalize_dims
 from egg_mcp.tiling.model import estimate_all, infer_kind
+from egg_mcp.tiling.kernels import kernel_calls, spearman
 from egg_mcp.tiling.models import (
     ConfigEstimate,
+    KernelSummary,
     MeasuredConfig,
     PrunedGroup,
     RankedConfig,
@@ -26,6 +28,26 @@ from egg_mcp.tiling.plan import config_key
 from egg_mcp.tiling.space import DEFAULT_MAX_CONFIGS, apply_config, enumerate_configs, extract_space
 
 MEASURE_TARGET = "egg_mcp.tiling.measure:measure_configs"
+PROBE_TARGET = "egg_mcp.tiling.launches:probe_launches"
+
+
+async def probe_launches(evaluator: Any, *, reference_source: str, candidate_source: str,
+                         options: EvalOptions) -> tuple[list[dict] | None, str | None]:
+    """Each launch of the candidate (kernel, grid, int args, tensor shapes, constexprs, num_warps / num_stages),
+    from one forward on the meta device in a worker (`launches.py`; no GPU needed). (records, None) or
+    (None, why not)."""
+    payload = {"reference_source": reference_source, "candidate_source": candidate_source, "dtype": options.dtype,
+               "size_overrides": dict(options.size_overrides)}
+    try:
+        outcome = await evaluator.run_job(PROBE_TARGET, payload, timeout_s=120.0, uses_gpu=False)
+    except Exception as exc:  # noqa: BLE001 - the ranking still works on the task's dims
+        return None, f"launch probe failed ({type(exc).__name__}: {exc})"
+    if not outcome.ok or not outcome.result:
+        return None, f"launch probe failed ({outcome.error.message if outcome.error else 'no result'})"
+    records = outcome.result.get("launches") or []
+    if outcome.result.get("error") and not records:
+        return None, f"launch probe failed on the meta device ({outcome.result['error']})"
+    return records, None
 TABLE_ROWS = 24  # unmeasured rows shown after the measured ones
 RANKED_SENT = 4096  # ranked configs handed to the worker (it walks only near the top)
 JOB_STARTUP_S = 30.0  # worker start + torch import, beyond the measuring budget
@@ -79,13 +101,15 @@ async def propose_tiling(
     measure: bool = True,
     progress=None,
     max_configs: int = DEFAULT_MAX_CONFIGS,
+    launches: list[dict] | None = None,
 ) -> TilingProposal:
     """Hardware-aware search of the candidate's tile configurations.
 
     `dims`: problem dimensions (GEMM: M, N, K; softmax / norm / reduction: n_rows, n_cols with
     n_cols reduced; elementwise: n or n_rows, n_cols) for the sizes being tuned — those of
     `options.size_overrides` when given. `kind` picks the cost model (inferred from the kernels'
-    tl.* calls when None). With `measure` and a GPU, up to `max_trials` configs are compiled,
+    tl.* calls when None). `launches` (from `probe_launches`) gives each kernel launch its own dims; without
+    it the task's dims are used. With `measure` and a GPU, up to `max_trials` configs are compiled,
     checked on one input and timed in one GPU job; otherwise the ranking is analytic only.
     """
     started = time.perf_counter()
@@ -95,6 +119,8 @@ async def propose_tiling(
     kind = check_kind(kind) if kind is not None else infer_kind(first_look)
     canonical = normalize_dims(kind, dict(dims))
     space = extract_space(candidate_source, kind=kind, dims=canonical)
+    calls, call_notes = kernel_calls(space, kind, canonical, launches)
+    space.calls = calls
     tunable = [p for p in space.params if p.applicable and len(p.choices) > 1]
     if not tunable:
         raise ValueError(
@@ -112,13 +138,17 @@ async def propose_tiling(
     configs, total, truncated = enumerate_configs(space, max_configs=max_configs)
     estimates = estimate_all(configs, space, gpu=gpu, dims=canonical, kind=kind, dtype=options.dtype)
     feasible = [e for e in estimates if e.feasible]
-    warnings = list(space.warnings) + ([stand_in] if stand_in else [])
+    warnings = list(space.warnings) + call_notes + ([stand_in] if stand_in else [])
     if truncated:
         warnings.append(f"space of {total} configs sampled down to {len(configs)} (seeded, uniform)")
     proposal = TilingProposal(
         kind=kind, dims=canonical, gpu=gpu.name, dtype=options.dtype, parameters=space.params, space_size=total,
         enumerated=len(configs), truncated=truncated, feasible_count=len(feasible),
         pruned_count=len(estimates) - len(feasible), pruned=_pruned_groups(estimates), warnings=warnings,
+        kernels=[KernelSummary(kernel=c.kernel, kind=c.kind, dims=c.dims, dims_from=c.dims_from, precision=c.precision,
+                               parameters={k: v for k, v in c.params.items() if space.param(v) is not None
+                                           and space.param(v).applicable and len(space.param(v).choices) > 1})
+                 for c in calls],
     )
     by_key = {config_key(e.config.values): e for e in estimates}
 
@@ -149,6 +179,13 @@ async def propose_tiling(
     proposal.measured = bool(measured)
 
     correct = [m for m in ordered if m.correct and m.median_ms is not None]
+    pairs = [(by_key[config_key(m.config.values)].predicted_ms, m.median_ms) for m in correct
+             if config_key(m.config.values) in by_key and by_key[config_key(m.config.values)].predicted_ms]
+    proposal.rank_correlation = spearman([p for p, _ in pairs], [t for _, t in pairs])
+    proposal.rank_correlation_n = len(pairs)
+    if proposal.rank_correlation is not None:
+        proposal.note += (f"; model vs measured rank correlation (Spearman) {proposal.rank_correlation:.2f} over "
+                          f"{len(pairs)} configs")
     if correct:
         best = correct[0]
         proposal.recommended = best.config

@@ -29,10 +29,10 @@ _LAUNCH_OPTIONS = ("num_warps", "num_stages")
 
 
 def role_of(name: str) -> ParamRole:
-    upper = name.upper()
-    if upper in ("NUM_WARPS", "WARPS"):
+    upper = name.upper().rsplit(".", 1)[-1]  # "attn_kernel.num_warps": one kernel's launch option
+    if upper in ("NUM_WARPS", "WARPS") or upper.endswith("_WARPS"):
         return "warps"
-    if upper in ("NUM_STAGES", "STAGES"):
+    if upper in ("NUM_STAGES", "STAGES") or upper.endswith("_STAGES"):
         return "stages"
     if upper.startswith("GROUP"):
         return "group"
@@ -113,6 +113,7 @@ class _SourceIndex:
     autotune: list[_AutotuneSite] = field(default_factory=list)
     launch_literals: dict[str, list[ast.AST]] = field(default_factory=dict)  # param -> literal nodes
     launch_names: dict[str, set[str]] = field(default_factory=dict)  # kw -> module constants passed
+    sites: list[tuple[str, dict[str, ast.AST]]] = field(default_factory=list)  # (kernel, kw -> value) per launch
     derived: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -156,7 +157,15 @@ def _kernel_facts(fn: ast.FunctionDef, autotuned: bool) -> KernelFacts:
     args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
     calls = sorted({_dotted(n.func).split(".", 1)[1] for n in ast.walk(fn)
                     if isinstance(n, ast.Call) and _dotted(n.func).startswith("tl.")})
+    dots = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and _dotted(n.func).split(".")[-1] == "dot"]
+    precisions = {kw.value.value for d in dots for kw in d.keywords
+                  if kw.arg in ("input_precision", "allow_tf32") and isinstance(kw.value, ast.Constant)}
+    precision = next((p for p in ("ieee", "tf32x3", "tf32") if p in precisions), None)
+    if precision is None and False in precisions:  # allow_tf32=False
+        precision = "ieee"
     return KernelFacts(
+        dot_precision=precision,
+        n_dots=len(dots),
         name=fn.name,
         constexprs=[a.arg for a in args if _is_constexpr(a.annotation)],
         has_loop=any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(fn)),
@@ -215,10 +224,19 @@ def _index(source: str) -> _SourceIndex:
                 index.autotune.append(site)
 
     kernel_names = {k.name: k for k in index.kernels}
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)):
-            continue
+    launches = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)]
+    # a launch option (num_warps=4) given as a literal at the sites of several kernels is one knob per kernel
+    option_kernels: dict[str, set[str]] = {}
+    for node in launches:
         kernel = kernel_names.get(_dotted(node.func.value).split(".")[-1])
+        for kw in node.keywords:
+            if kernel is not None and kw.arg in _LAUNCH_OPTIONS and _int_literal(kw.value) is not None:
+                option_kernels.setdefault(kw.arg, set()).add(kernel.name)
+    for node in launches:
+        kernel = kernel_names.get(_dotted(node.func.value).split(".")[-1])
+        if kernel is not None:
+            index.sites.append((kernel.name, {kw.arg: kw.value for kw in node.keywords if kw.arg}))
+            kernel.launch_sites += 1
         for kw in node.keywords:
             if kw.arg is None:
                 continue
@@ -226,7 +244,10 @@ def _index(source: str) -> _SourceIndex:
             if not (constexpr or kw.arg in _LAUNCH_OPTIONS):
                 continue
             if _int_literal(kw.value) is not None:
-                index.launch_literals.setdefault(kw.arg, []).append(kw.value)
+                key = kw.arg
+                if kernel is not None and kw.arg in _LAUNCH_OPTIONS and len(option_kernels.get(kw.arg, ())) > 1:
+                    key = f"{kernel.name}.{kw.arg}"
+                index.launch_literals.setdefault(key, []).append(kw.value)
             elif isinstance(kw.value, ast.Name) and kw.value.id in index.constants:
                 index.launch_names.setdefault(kw.arg, set()).add(kw.value.id)
             else:
@@ -260,8 +281,8 @@ def _inferred_choices(name: str, role: ParamRole, current: int | None, axis: str
         return ([1, 4, 8, 16], "L2 grouping of output tiles") if kind == "gemm" else ([current or 1], "")
     if role == "block" and axis is not None:
         extent = next_pow2(dims[axis])
-        if kind == "gemm":
-            lo, hi = 16, min(128 if axis == "K" else 256, extent)
+        if kind in ("gemm", "attention"):
+            lo, hi = 16, min(128 if axis in ("K", "D") else 256, extent)
         elif axis == "n_rows":
             lo, hi = 1, min(64, extent)
         else:
@@ -365,7 +386,38 @@ def extract_space(source: str, *, kind: str | None = None, dims: dict[str, int] 
             param.note = param.note or note
         if param.current is not None and param.current not in param.choices and param.choices_from == "inferred":
             param.choices = sorted(set(param.choices) | {param.current})
+    _bind(index, params)
     return CandidateSpace(params=list(params.values()), kernels=index.kernels, derived=index.derived, warnings=warnings)
+
+
+def _bind(index: _SourceIndex, params: dict[str, TunableParam]) -> None:
+    """Each kernel's own knobs: which parameter sets each constexpr / launch option at its launch sites (a
+    literal, or the module constant passed), else the module constant of the constexpr's own name."""
+    for kernel in index.kernels:
+        bound: dict[str, str] = {}
+        for name, kws in index.sites:
+            if name != kernel.name:
+                continue
+            for kw, node in kws.items():
+                if kw not in kernel.constexprs and kw not in _LAUNCH_OPTIONS:
+                    continue
+                if _int_literal(node) is not None:
+                    key = f"{kernel.name}.{kw}" if f"{kernel.name}.{kw}" in index.launch_literals else kw
+                elif isinstance(node, ast.Name):
+                    key = node.id
+                else:
+                    continue
+                if key in params:
+                    bound.setdefault(kw, key)
+        for constexpr in kernel.constexprs:
+            if constexpr not in bound and constexpr in params:
+                bound[constexpr] = constexpr
+        for site in index.autotune:
+            if site.kernel == kernel.name:
+                for key in site.configs[0]:
+                    if key in params:
+                        bound.setdefault(key, key)
+        kernel.bindings = bound
 
 
 def space_size(space: CandidateSpace) -> int:

@@ -40,15 +40,19 @@ async def profile(service: EggService, task_id: str, candidate_id: str, progress
 
 async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_trials: int, time_budget_s: float,
                  dims: dict[str, int] | None, kind: str | None, measure: bool, progress: ProgressFn | None = None):
-    from egg_mcp.tiling.search import propose_tiling
+    from egg_mcp.tiling.search import probe_launches, propose_tiling
 
     row, stage, _cand, source = service.correct_candidate("propose_tiling", task_id, candidate_id)
     analysis = service._analysis(row) or {}
     derived_dims, derived_kind = problem_dims(analysis)
+    eval_options = service._eval_options(service._options(row), service._baselines(row))
+    # each kernel launch's own dims (meta-device forward in a worker): a K=768 projection is not the task's K
+    launches, probe_note = await probe_launches(service.evaluator, reference_source=service._reference(row),
+                                                candidate_source=source, options=eval_options)
     try:
         proposal = await propose_tiling(
             service.evaluator, reference_source=service._reference(row), candidate_source=source,
-            options=service._eval_options(service._options(row), service._baselines(row)),
+            options=eval_options, launches=launches,
             gpu=service._gpu_for_roofline(),
             dims=dims or derived_dims, kind=kind or derived_kind, max_trials=max_trials, time_budget_s=time_budget_s,
             measure=measure and service.timing_available(), progress=progress,
@@ -62,6 +66,8 @@ async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_tr
         proposal.note = ("unmeasured: measure=true, but there is no GPU here (the CPU interpreter cannot time "
                          "kernels); the ranking is the cost model's prediction only, for "
                          f"{target.name if target else 'a stand-in GPU (see warnings)'}")
+    if probe_note:
+        proposal.warnings.append(f"{probe_note}: every kernel priced at the task's dims")
     tie = tie_note([r.predicted_ms for r in proposal.ranked if r.measured_ms is None])
     if tie and not proposal.measured:
         proposal.warnings.append(tie)

@@ -2,8 +2,10 @@
 
 For the GEMM shapes of a GEMM-with-epilogue task (K=768, 2304) and an attention block (K=64, 1024), a
 Triton tl.dot kernel runs each path (ieee, tf32x3, tf32) on the GPU; its max error against the fp64
-product must agree with the emulated error within a factor of 4, and the admission at fp32 1e-4 (what
-the seed brief says) must be the same: ieee and tf32x3 pass, tf32 fails.
+product must agree with the emulated error within 0.4-2.5x, and the admission at fp32 1e-4 (what
+the seed brief says) must be the same: ieee and tf32x3 pass, tf32 fails. The emulation truncates the TF32
+operands (what mma.tf32 does with the raw fp32 registers Triton hands it); each line also prints the
+round-to-nearest emulation beside it, so a run shows which model the tensor cores follow.
 
 Run: python -m pytest tests/gpu/test_precision_gpu.py -q -m gpu -s   (well under a minute on an H200)
 """
@@ -56,11 +58,11 @@ def _gpu_error(m, n, k, prec, kind):
     return float(err.max()), float((err - 1e-4 * ref.abs()).clamp_min(0).max())
 
 
-def _emulated(m, n, k, path, kind):
+def _emulated(m, n, k, path, kind, rounding=None):
     """The analysis worker's emulation (precision._operands / _path_product) on the same shape and kind."""
     a, b = _operands(m, n, k, kind, torch.Generator().manual_seed(0))
     ref = a.double() @ b.double()
-    err = (_path_product(a, b, path).double() - ref).abs()
+    err = (_path_product(a, b, path, rounding).double() - ref).abs()
     return float(err.max()), float((err - 1e-4 * ref.abs()).clamp_min(0).max())
 
 
@@ -70,8 +72,12 @@ def test_emulated_error_and_admission_match_the_tensor_cores(m, n, k, kind):
     for prec, path in (("ieee", "fp32"), ("tf32x3", "tf32x3"), ("tf32", "tf32")):
         gpu_abs, gpu_need = _gpu_error(m, n, k, prec, kind)
         emu_abs, emu_need = _emulated(m, n, k, path, kind)
-        print(f"K={k} {kind} {path}: GPU max abs err {gpu_abs:.3g}, emulated {emu_abs:.3g}")
+        rn_abs, _ = _emulated(m, n, k, path, kind, "rn")
+        print(f"K={k} {kind} {path}: GPU max abs err {gpu_abs:.3g}, emulated {emu_abs:.3g} (truncating TF32, the "
+              f"ladder's) / {rn_abs:.3g} (round-to-nearest); GPU/trunc {gpu_abs / emu_abs:.2f}, GPU/rn {gpu_abs / rn_abs:.2f}")
         # the admission at fp32 1e-4 (what the seed brief says) is the same on the GPU as emulated
         assert (gpu_need <= 1e-4 / SAFETY) == (emu_need <= 1e-4 / SAFETY), (path, gpu_abs, emu_abs)
-        if path == "tf32":  # the rounding model itself: same order of magnitude (emulation samples 32x32 outputs)
-            assert 0.25 <= gpu_abs / emu_abs <= 4.0, (path, gpu_abs, emu_abs)
+        if path == "tf32":  # the rounding model itself (the emulation samples 32x32 outputs, the GPU 512x512: its
+            # max runs ~1.4x higher). Round-to-nearest read 4.05x / 3.5x at K=768 / 2304 on the H200 (session 4);
+            # truncation, the ladder's model, is expected at ~0.75-1.65x.
+            assert 0.4 <= gpu_abs / emu_abs <= 2.5, (path, gpu_abs, emu_abs, "round-to-nearest", rn_abs)

@@ -1,0 +1,178 @@
+"""A candidate's kernels told apart: each launch with its own kind, dims, parameters and dot precision.
+
+A multi-kernel candidate (an attention block: a qkv projection GEMM, a flash-attention kernel, an output
+projection GEMM) is priced launch by launch: each launch gets the dims it was launched with (read by the
+meta-device probe, `launches.py`), the kind its own tl.* calls say, and only the parameters bound to
+its own launch sites (`KernelFacts.bindings`), so no rule mixes ATTN_BLOCK_M with a GEMM's BLOCK_N and no
+kernel inherits another's num_warps (a kernel launched without num_warps gets Triton's default, 4).
+Without a probe (it failed, or none was run) a single-kernel candidate keeps the task's dims and kind;
+in a multi-kernel one, only the kernels whose kind matches the task's are priced, and the reply says so.
+"""
+
+from __future__ import annotations
+
+import math
+
+from egg_mcp.tiling.dims import _ALIASES, check_kind, next_pow2, normalize_dims
+from egg_mcp.tiling.models import CandidateSpace, KernelCall, KernelFacts
+
+TRITON_DEFAULTS = {"num_warps": 4, "num_stages": 3}
+
+
+def kernel_kind(facts: KernelFacts) -> str:
+    """The cost model for one kernel, from its own tl.* calls."""
+    calls = set(facts.tl_calls)
+    if facts.uses_dot and facts.n_dots >= 2 and ({"exp", "exp2"} & calls) and facts.has_loop:
+        return "attention"
+    if facts.uses_dot:
+        return "gemm"
+    if {"exp", "exp2"} & calls and "max" in calls and "sum" in calls:
+        return "softmax"
+    if {"rsqrt", "sqrt"} & calls and "sum" in calls:
+        return "norm"
+    if {"sum", "max", "min", "reduce", "argmax", "argmin", "cumsum"} & calls:
+        return "reduction"
+    return "elementwise"
+
+
+def _int_named(ints: dict[str, int], names: tuple[str, ...]) -> int | None:
+    lowered = {k.lower(): v for k, v in ints.items()}
+    return next((lowered[n.lower()] for n in names if n.lower() in lowered), None)
+
+
+def _prod(xs) -> int:
+    return math.prod(xs) if xs else 1
+
+
+def launch_dims(kind: str, record: dict) -> dict[str, int] | None:
+    """A launch's own dims (canonical names) from its int arguments, else its tensor shapes; None if unknown."""
+    ints = dict(record.get("ints") or {})
+    tensors = [s for s in (record.get("tensors") or {}).values() if s]
+    constexprs = record.get("constexprs") or {}
+    if kind == "gemm":
+        m = _int_named(ints, ("M", *_ALIASES["gemm"]["M"]))
+        n = _int_named(ints, ("N", *_ALIASES["gemm"]["N"]))
+        k = _int_named(ints, ("K", *_ALIASES["gemm"]["K"]))
+        mats = [s for s in tensors if len(s) >= 2]
+        if (m is None or k is None) and mats:
+            m, k = _prod(mats[0][:-1]), mats[0][-1]
+        if n is None and len(mats) >= 2:
+            n = mats[1][0] if mats[1][-1] == k else mats[1][-1]
+        return {"M": m, "N": n, "K": k} if None not in (m, n, k) else None
+    if kind == "attention":
+        t = _int_named(ints, ("T", "N_CTX", "seq_len", "seqlen", "S", "L"))
+        d = _int_named(ints, ("HEAD_DIM", "D", "head_dim", "hs"))
+        q = next((s for s in tensors if len(s) >= 3), None)
+        if t is None and q is not None:
+            t = q[-2]
+        if d is None and q is not None:
+            d = q[-1]
+        grid = record.get("grid") or []
+        bh = grid[1] if len(grid) >= 2 and grid[1] > 1 else None
+        if bh is None:
+            heads = _int_named(ints, ("H", "n_head", "heads", "num_heads")) or 1
+            batch = _int_named(ints, ("B", "Z", "batch")) or (q[0] if q is not None and len(q) >= 4 else 1)
+            bh = heads * batch
+        if t is None or d is None:
+            return None
+        block_d = next((v for k, v in constexprs.items() if k.upper() in ("BLOCK_D", "BLOCK_DMODEL", "HEAD_DIM")
+                        and isinstance(v, int)), next_pow2(d))
+        return {"BH": bh, "T": t, "S": t, "D": max(d, block_d)}
+    rows = _int_named(ints, ("n_rows", *_ALIASES["rows"]["n_rows"]))
+    cols = _int_named(ints, ("n_cols", *_ALIASES["rows"]["n_cols"]))
+    if kind == "elementwise":
+        n = _int_named(ints, ("n", *_ALIASES["flat"]["n"]))
+        if n is not None and cols is None:
+            return {"n": n}
+    if cols is None and tensors:
+        cols, rows = tensors[0][-1], _prod(tensors[0][:-1])
+    if cols is None:
+        return None
+    return normalize_dims(kind, {"n_rows": rows or 1, "n_cols": cols})
+
+
+def _params_of(facts: KernelFacts, space: CandidateSpace, single: bool) -> dict[str, str]:
+    if single:  # one kernel: every parameter is its own (the source may launch it through an alias)
+        return {p.name: p.name for p in space.params}
+    params = dict(facts.bindings)
+    bound_anywhere = {v for k in space.kernels for v in k.bindings.values()}
+    for p in space.params:  # knobs bound to no kernel's launch (e.g. set through a **meta dict) apply to all
+        if p.name not in bound_anywhere and p.role in ("warps", "stages", "group", "split"):
+            params.setdefault({"warps": "num_warps", "stages": "num_stages"}.get(p.role, p.name), p.name)
+    return params
+
+
+def kernel_calls(space: CandidateSpace, kind: str, dims: dict[str, int],
+                 launches: list[dict] | None = None) -> tuple[list[KernelCall], list[str]]:
+    """The launches the model prices: from the probe's records when given, else one per kernel at the task's
+    dims (only kernels whose own kind is the task's when there are several). Returns (calls, notes)."""
+    check_kind(kind)
+    facts = {k.name: k for k in space.kernels}
+    single = len(space.kernels) <= 1
+    notes: list[str] = []
+    calls: list[KernelCall] = []
+    for record in launches or []:
+        fact = facts.get(record.get("kernel", ""))
+        if fact is None:
+            continue
+        own_kind = kernel_kind(fact) if not single else kind
+        own = launch_dims(own_kind, record)
+        if own is None:
+            notes.append(f"{fact.name}: its launch did not show its dims; priced at the task's dims")
+            own, own_kind = dims, kind
+        fixed = {k: v for k, v in (record.get("constexprs") or {}).items()
+                 if isinstance(v, int) and not isinstance(v, bool) and k not in fact.bindings}
+        for option in ("num_warps", "num_stages"):
+            if option not in fact.bindings:
+                value = record.get(option)
+                fixed[option] = value if isinstance(value, int) else TRITON_DEFAULTS[option]
+        calls.append(KernelCall(kernel=fact.name, kind=own_kind, dims=own, params=_params_of(fact, space, single),
+                                fixed=fixed, precision=fact.dot_precision, dims_from="launch"))
+    if calls:
+        return calls, notes
+    chosen = space.kernels if single else [k for k in space.kernels if kernel_kind(k) == kind]
+    if not chosen and space.kernels:
+        chosen = space.kernels[:1]
+    if not single and len(chosen) < len(space.kernels):
+        skipped = [k.name for k in space.kernels if k not in chosen]
+        notes.append(f"no launch probe: kernels {', '.join(skipped)} are not priced (their dims are unknown); "
+                     "the ranking covers " + ", ".join(k.name for k in chosen))
+    for fact in chosen or [None]:
+        if fact is None:
+            calls.append(KernelCall(kernel="kernel", kind=kind, dims=dims, params={p.name: p.name for p in space.params}))
+            continue
+        fixed = {} if single else {o: TRITON_DEFAULTS[o] for o in ("num_warps", "num_stages") if o not in fact.bindings}
+        calls.append(KernelCall(kernel=fact.name, kind=kind, dims=dims, params=_params_of(fact, space, single),
+                                fixed=fixed, precision=fact.dot_precision))
+    return calls, notes
+
+
+# ------------------------------------------------------------------------------------------ ranks
+
+
+def _ranks(xs: list[float]) -> list[float]:
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    ranks = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for t in range(i, j + 1):
+            ranks[order[t]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(predicted: list[float], measured: list[float]) -> float | None:
+    """Spearman's rho (average ranks for ties; Pearson on the ranks), pure Python; None below 3 pairs or
+    when either side is constant."""
+    if len(predicted) != len(measured) or len(predicted) < 3:
+        return None
+    a, b = _ranks(predicted), _ranks(measured)
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
+    va, vb = sum((x - ma) ** 2 for x in a), sum((y - mb) ** 2 for y in b)
+    if va == 0 or vb == 0:
+        return None
+    return cov / math.sqrt(va * vb)

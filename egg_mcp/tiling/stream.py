@@ -1,0 +1,120 @@
+"""The streaming cost model (softmax, norm, reduction, elementwise): the busiest SM's time is a smooth max of
+the bytes it moves over its bandwidth share, the chains of dependent memory latencies it cannot overlap,
+and its instruction issue — Little's law at the granularity of programs. Constants and their evidence
+live in model.py (shared with the GEMM model)."""
+
+from __future__ import annotations
+
+import math
+
+from egg_mcp.hardware import GpuSpec
+from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate
+
+
+def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int],
+            dtype: str, kind: str, est: ConfigEstimate) -> list[tuple[str, str]]:
+    from egg_mcp.tiling.model import (  # one set of constants for both models
+        _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, DRAM_LATENCY_S,
+        DTYPE_BYTES, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE,
+        TRANSCENDENTAL_OPS, _ctas_per_sm, _persistent, _round_up, next_pow2,
+    )
+
+    fired: list[tuple[str, str]] = []
+    nbytes = DTYPE_BYTES[dtype]
+    w = k.warps
+    loops = any(kn.has_loop for kn in space.kernels)
+    if kind == "elementwise" and "n_cols" not in k.blocks and "n_rows" not in k.blocks:
+        n_rows, n_cols = 1, dims["n"]
+        br, bc = 1, k.blocks.get("n", 1024)
+    else:
+        n_rows, n_cols = dims.get("n_rows", 1), dims.get("n_cols", dims.get("n", 1))
+        br = k.blocks.get("n_rows", 1)
+        bc = k.blocks.get("n_cols", next_pow2(n_cols))
+    cols_name = k.block_params.get("n_cols", k.block_params.get("n", "BLOCK"))
+    if kind != "elementwise" and not loops and bc < n_cols:
+        fired.append(("single_pass", f"the kernel has no loop over n_cols: {cols_name}={bc} < n_cols={n_cols} "
+                                     "leaves columns unprocessed"))
+    per_thread = br * bc / (32 * w)
+    looping = loops and kind != "elementwise" and bc < n_cols
+    live = (_LIVE_PER_ELEMENT_LOOPING if looping else _LIVE_PER_ELEMENT)[kind]
+    est.regs_per_thread = min(MAX_REGS + 1, _round_up(24 + per_thread * live, 8))
+    if 24 + per_thread * live > MAX_REGS:
+        fired.append(("spill", f"{cols_name}={bc}" + (f", {k.block_params['n_rows']}={br}" if "n_rows" in k.block_params
+                      else "") + f", {k.names.get('warps', 'num_warps')}={w}: {per_thread:.0f} elements per thread "
+                      f"x {live:g} live values ~ {24 + per_thread * live:.0f} registers > {MAX_REGS}: spills"))
+    if per_thread < 1 and any(p.role == "warps" and p.choices and min(p.choices) < w for p in space.params):
+        fired.append(("idle_threads", f"{br * bc} elements per program for {32 * w} threads "
+                                      f"({k.names.get('warps', 'num_warps')}={w}): threads sit idle; fewer warps do the "
+                                      "same work"))
+    threads = 32 * w
+    est.smem_bytes = br * w * 4 * 2 if _REDUCTIONS[kind] and w > 1 else 0
+    if est.regs_per_thread * threads > gpu.regs_per_sm:
+        cap = gpu.regs_per_sm // threads
+        fired.append(("regs_per_block", f"{est.regs_per_thread} registers x {threads} threads > "
+                                        f"{gpu.regs_per_sm} registers per SM"))
+        if not any(rule == "spill" for rule, _ in fired):
+            # the compiler caps each thread at regs_per_sm / threads and spills the rest (seen on the
+            # H200: BLOCK_M=8, BLOCK_N=8192, 16 warps spilled at ~184 estimated registers, cap 128)
+            fired.append(("spill", f"{threads} threads leave at most {cap} registers per thread; "
+                                   f"~{est.regs_per_thread} needed: spills"))
+    c = _ctas_per_sm(gpu, threads, min(est.regs_per_thread, MAX_REGS), est.smem_bytes)
+    est.ctas_per_sm = c
+    est.occupancy = c * threads / gpu.max_threads_per_sm
+
+    if kind == "elementwise":
+        grid = [math.ceil(n_rows / br), math.ceil(n_cols / bc)]
+        iters = 1
+    else:
+        grid = [math.ceil(n_rows / br)]
+        iters = math.ceil(n_cols / bc) if loops else 1
+    programs = math.prod(grid)
+    est.grid = grid
+    est.waves = programs / (gpu.sm_count * max(c, 1))
+    launched = _persistent(est, space, gpu, values, programs, c)
+    covered = grid[0] * br * (grid[1] * bc if kind == "elementwise" else iters * bc)
+    est.tail_waste = max(0.0, 1 - n_rows * n_cols / covered)
+    est.intensity = 0.0
+    if fired:
+        return fired
+
+    # bytes one program moves: reads (a second pass over a row re-reads it, from L2 when it fits) + writes
+    row_elems = br * (bc if kind == "elementwise" else n_cols)
+    reads = row_elems * nbytes
+    passes = 2 if kind in ("softmax", "norm") and iters > 1 else 1
+    if passes > 1:
+        working_set = gpu.sm_count * c * row_elems * nbytes
+        reads += reads * (1 / L2_OVER_DRAM if working_set < gpu.l2_bytes else 1.0)
+    writes = row_elems * nbytes if kind != "reduction" else br * 4
+    if kind == "elementwise" and n_rows > 1:
+        reads += bc * nbytes  # the broadcast operand, one row per program
+    program_bytes = reads + writes
+    active = min(gpu.sm_count, programs)
+    share = min(SM_MAX_SHARE * gpu.dram_bytes_per_s / gpu.sm_count, gpu.dram_bytes_per_s / active)
+    # narrow accesses: 32-byte sectors wasted below one sector per row, and scalar instructions below 16 B
+    sector = min(1.0, bc * nbytes / 32)
+    vector = 1.0 if per_thread * nbytes >= 16 else 0.9
+    per_sm_programs = programs / active
+    t_bandwidth = per_sm_programs * program_bytes / (share * sector * vector)
+    chain = iters * passes * DRAM_LATENCY_S + PROGRAM_FIXED_S + _REDUCTIONS[kind] * REDUCTION_STEP_S * math.log2(
+        max(w, 1) * 2) * (iters * passes if kind == "softmax" and iters > 1 else 1)
+    t_latency = math.ceil(math.ceil(per_sm_programs) / max(c, 1)) * chain
+    # instruction issue: every launched lane (masked ones too) costs ~ops instructions; a scheduler
+    # needs ~4 resident warps to hide ALU / MUFU latency
+    calls = {c.split(".")[-1] for kn in space.kernels for c in kn.tl_calls}
+    ops = _BASE_OPS[kind] + TRANSCENDENTAL_OPS * len(calls & _TRANSCENDENTAL)
+    lanes = covered * (passes if kind in ("softmax", "norm") else 1)
+    warps_per_scheduler = min(c * w, gpu.max_threads_per_sm // 32) / 4
+    issue_rate = 4 * 32 * (gpu.sm_clock_mhz or 1500) * 1e6 * min(1.0, warps_per_scheduler / 4)
+    t_issue = lanes / active * ops / issue_rate
+    # smooth max: near the boundary neither bandwidth, latency nor issue is fully hidden behind the others
+    t_sm = sum(t ** OVERLAP_P for t in (t_bandwidth, t_latency, t_issue)) ** (1 / OVERLAP_P) * (1 + 0.1 * est.tail_waste)
+    w_exact = est.waves
+    if w_exact > 1:
+        t_sm *= 1 + 0.3 * (math.ceil(w_exact) - w_exact) / math.ceil(w_exact)
+    est.predicted_ms = (t_sm + LAUNCH_OVERHEAD_S) * 1e3
+    if t_latency > t_bandwidth:
+        est.notes.append(f"latency-bound: {math.ceil(per_sm_programs)} programs per SM, {c} resident, "
+                         f"{iters * passes} dependent loads each")
+    if launched < gpu.sm_count:
+        est.notes.append(f"only {launched} programs for {gpu.sm_count} SMs")
+    return fired
