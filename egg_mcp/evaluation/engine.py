@@ -131,7 +131,9 @@ class WorkerEvaluator:
         log_limit_bytes: int = 64 * 1024,
         max_cpu_jobs: int | None = None,
         protect_server_memory: bool = True,
+        device: str | None = None,
     ):
+        self.device = device  # CUDA_VISIBLE_DEVICES of this engine's workers: a lane pinned to one GPU (None: inherit)
         self.scratch_dir = Path(scratch_dir)
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
         self.force_interpreter = force_interpreter
@@ -327,6 +329,8 @@ class WorkerEvaluator:
         if mode == "interp":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
+        elif self.device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.device
         return env
 
     async def _spawn(self, mode: str, wrapper_argv: list[str] | None = None) -> _Worker:
