@@ -167,3 +167,25 @@ def test_a_remote_wrapped_job_carries_its_log_back(tmp_path):
     assert not server_path.exists()
     jobs.decode(spec, reply)
     assert server_path.read_text() == "ncu,csv\n"
+
+
+def test_task_status_says_where_each_job_ran_and_shows_the_lanes(tmp_path):
+    from egg_mcp.config import ServerConfig
+    from egg_mcp.problems.builtin import builtin_source
+    from egg_mcp.workflow.service import EggService
+    from egg_mcp.workspace.store import Workspace
+    from tests.test_service_concurrency import SEED
+
+    pool = LanePool([lane(0, "GPU-X"), lane(1, "GPU-X")])
+    service = EggService(ServerConfig(workspace=tmp_path / "ws"), Workspace(tmp_path / "ws"), pool, None)
+
+    async def scenario():
+        task = await service.start_task(builtin_source("softmax"))
+        await asyncio.gather(*(service.verify(task.task_id, SEED + f"\n# variant {i}\n") for i in range(3)))
+        return service.status(task.task_id)
+
+    status = run(scenario())
+    ran_on = [c.ran_on for c in status.candidates_in_stage]
+    assert len(ran_on) == 3 and all(r and "(GPU-X) via local lane local/gpu" in r for r in ran_on)
+    assert status.baselines_ran_on and "GPU-X" in status.baselines_ran_on
+    assert status.cluster["gpus_by_model"] == {"GPU-X": 2} and status.cluster["queue_depth"] == 0

@@ -13,6 +13,7 @@ import os
 import socket
 from typing import Any, Literal
 
+from egg_mcp.cluster.build import describe as describe_lanes
 from egg_mcp.config import ServerConfig, derived_run_timeout
 from egg_mcp.evaluation.api import (
     BaselineResult,
@@ -612,9 +613,21 @@ class EggService:
             eager_ms=_eager_ms(base),
             compile_ms=_compile_ms(base),
             history=self._commits(task_id),
-            candidates_in_stage=[_summary(c) for c in self.repo.candidates_in_stage(task_id, stage.value)],
+            candidates_in_stage=[_summary(c, self._ran_on(c)) for c in self.repo.candidates_in_stage(task_id, stage.value)],
             running_jobs=self.repo.running_count(task_id), reports=reports,
+            baselines_ran_on=base.placement.label() if base is not None and base.placement else None,
+            cluster=describe_lanes(self.evaluator),
         )
+
+    def _ran_on(self, cand: CandidateRow) -> str | None:
+        """Where a finished candidate's verify ran (its stored result's placement; None from a bare engine)."""
+        if cand.status != "done" or not cand.result_sha:
+            return None
+        try:
+            result = self._result(cand)
+        except WorkflowError:
+            return None
+        return result.placement.label() if result is not None and result.placement else None
 
     def list_tasks(self) -> TaskList:
         return TaskList(workspace=str(self.ws.root), tasks=[
@@ -755,9 +768,9 @@ def _ratio(base_ms: float | None, t_ms: float | None) -> float | None:
     return round(base_ms / t_ms, 4)
 
 
-def _summary(c: CandidateRow) -> CandidateSummary:
+def _summary(c: CandidateRow, ran_on: str | None = None) -> CandidateSummary:
     return CandidateSummary(candidate_id=c.id, stage=c.stage, verdict=c.verdict, status=c.status,
-                            time_ms=c.time_ms, note=c.note)
+                            time_ms=c.time_ms, note=c.note, ran_on=ran_on)
 
 
 def _safe(name: str) -> str:
