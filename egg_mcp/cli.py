@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="what this machine offers: GPUs, Triton, ncu, interpreter; workspace health")
     _add_common(doctor)
+    _add_ray(doctor)
     doctor.add_argument("--start-empty", action="store_true",
                         help="recovery: move a damaged workspace database to <workspace>/damaged/ and start empty")
 

@@ -189,3 +189,20 @@ def test_task_status_says_where_each_job_ran_and_shows_the_lanes(tmp_path):
     assert len(ran_on) == 3 and all(r and "(GPU-X) via local lane local/gpu" in r for r in ran_on)
     assert status.baselines_ran_on and "GPU-X" in status.baselines_ran_on
     assert status.cluster["gpus_by_model"] == {"GPU-X": 2} and status.cluster["queue_depth"] == 0
+
+
+def test_doctor_lists_the_lanes_and_names_the_extra_without_ray(tmp_path, monkeypatch):
+    from egg_mcp import doctor
+    from egg_mcp.cluster import lanes as lanes_mod, ray_lanes
+    from egg_mcp.config import ServerConfig
+
+    monkeypatch.setattr(lanes_mod, "visible_gpus", lambda: [("0", "NVIDIA H200"), ("1", "NVIDIA H200")])
+    lines = doctor.lane_lines(ServerConfig(workspace=tmp_path))
+    assert lines == [(doctor.OK, "lanes", "2 local lane(s), one per GPU: gpu0 NVIDIA H200, gpu1 NVIDIA H200")]
+
+    def no_ray():
+        raise ray_lanes.ClusterError('--ray needs Ray: pip install "egg-mcp[ray]"')
+
+    monkeypatch.setattr(ray_lanes, "require_ray", no_ray)
+    lines = doctor.lane_lines(ServerConfig(workspace=tmp_path, ray_address="auto"))
+    assert lines[-1][0] == doctor.FAIL and 'egg-mcp[ray]' in lines[-1][2]
