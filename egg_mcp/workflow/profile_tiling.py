@@ -1,0 +1,96 @@
+"""profile_ncu and propose_tiling: advisory tools that measure through the same evaluator as verify."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from egg_mcp.evaluation.api import ProgressFn
+from egg_mcp.workflow.core import WorkflowError
+
+if TYPE_CHECKING:
+    from egg_mcp.workflow.service import EggService
+
+
+async def profile(service: EggService, task_id: str, candidate_id: str, progress: ProgressFn | None = None,
+                  size_overrides: dict[str, int] | None = None):
+    from egg_mcp.profiling.runner import ProfileError, profile_candidate
+
+    row, stage, _cand, source = service.correct_candidate("profile_ncu", task_id, candidate_id)
+    analysis = service._analysis(row) or {}
+    opts = service._options(row)
+    sizes = service.check_sizes(row, size_overrides)
+    notes: list[str] = []
+    if sizes is not None:
+        opts = opts.model_copy(update={"size_overrides": sizes})
+        notes.append(f"profiled at the size_overrides {sizes}, not the task's sizes")
+    try:
+        report = await profile_candidate(
+            service.evaluator, reference_source=service._reference(row), candidate_source=source,
+            options=service._eval_options(opts, service._baselines(row)), stage=stage,
+            gpu=service.gpu if service.timing_available() else None,
+            flops=analysis.get("flops"), min_bytes=analysis.get("min_bytes"), progress=progress,
+            floor=analysis.get("floor"), tensor_core_flops=analysis.get("tensor_core_flops"),
+        )
+    except (ProfileError, ValueError) as exc:
+        raise WorkflowError(f"profiling failed: {exc}") from None
+    report.warnings = notes + report.warnings
+    report_id = service.save_report(task_id, candidate_id, "profile", report.model_dump(mode="json"))
+    return report_id, report, service._brief(row, stage, "profile")
+
+
+async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_trials: int, time_budget_s: float,
+                 dims: dict[str, int] | None, kind: str | None, measure: bool, progress: ProgressFn | None = None):
+    from egg_mcp.tiling.search import propose_tiling
+
+    row, stage, _cand, source = service.correct_candidate("propose_tiling", task_id, candidate_id)
+    analysis = service._analysis(row) or {}
+    derived_dims, derived_kind = problem_dims(analysis)
+    try:
+        proposal = await propose_tiling(
+            service.evaluator, reference_source=service._reference(row), candidate_source=source,
+            options=service._eval_options(service._options(row), service._baselines(row)),
+            gpu=service._gpu_for_roofline(),
+            dims=dims or derived_dims, kind=kind or derived_kind, max_trials=max_trials, time_budget_s=time_budget_s,
+            measure=measure and service.timing_available(), progress=progress,
+        )
+    except ValueError as exc:  # no tunables, unknown dims: the client can fix the candidate or pass dims
+        raise WorkflowError(str(exc)) from None
+    from egg_mcp.tiling.plan import tie_note
+
+    if measure and not service.timing_available() and not proposal.measured:
+        target = service._gpu_for_roofline()
+        proposal.note = ("unmeasured: measure=true, but there is no GPU here (the CPU interpreter cannot time "
+                         "kernels); the ranking is the cost model's prediction only, for "
+                         f"{target.name if target else 'a stand-in GPU (see warnings)'}")
+    tie = tie_note([r.predicted_ms for r in proposal.ranked if r.measured_ms is None])
+    if tie and not proposal.measured:
+        proposal.warnings.append(tie)
+    report_id = service.save_report(task_id, candidate_id, "tiling", proposal.model_dump(mode="json"))
+    return report_id, proposal
+
+
+def problem_dims(analysis: dict[str, Any]) -> tuple[dict[str, int], str | None]:
+    """Problem dimensions for the tiling model, from the dominant operator of the reference analysis:
+    GEMM-like ops give M, N, K; everything else n_rows (all but the last dim) and n_cols (the last)."""
+    ops = analysis.get("ops") or []
+    if not ops:
+        return {}, None
+    main = max(ops, key=lambda op: (op.get("flops") or 0, op.get("bytes") or 0))
+    op_class = main.get("op_class")
+    shapes = [s for s in (main.get("input_shapes") or []) if s]
+    out = main.get("output_shape") or []
+    if op_class in ("gemm", "batched_gemm") and len(shapes) >= 2 and out:
+        a = shapes[0]
+        k = a[-1]
+        m = 1
+        for d in out[:-1]:
+            m *= d
+        return {"M": m, "N": out[-1], "K": k}, "gemm"
+    shape = out or (shapes[0] if shapes else [])
+    if not shape:
+        return {}, op_class
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    kind = {"softmax": "softmax", "normalization": "norm", "reduction": "reduction"}.get(op_class or "", "elementwise")
+    return {"n_rows": rows, "n_cols": shape[-1]}, kind

@@ -1,0 +1,144 @@
+"""verify: the candidate contract check, single-flight evaluation (one future per identical verify in
+this server, the running candidate row across servers), the verify cache and its reply."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from egg_mcp.evaluation.api import ErrorReport, EvalResult, ProgressFn
+from egg_mcp.problems.loader import ProblemError, check_candidate_contract
+from egg_mcp.workflow import limits
+from egg_mcp.workflow.checks import reuse_blocker
+from egg_mcp.workflow.core import (
+    ServiceCore,
+    WorkflowError,
+    _check,
+    _compile_ms,
+    _eager_ms,
+    _owner_alive,
+    _quick_prefix,
+    _ratio,
+)
+from egg_mcp.workflow.models import VerifyResult
+from egg_mcp.workflow.stages import Stage
+from egg_mcp.workspace.repo import QUICK_PREFIX, CandidateRow, TaskRow
+
+
+class Verification(ServiceCore):
+    # -- verify ---------------------------------------------------------------------------------
+    async def verify(self, task_id: str, source: str, note: str | None = None,
+                     progress: ProgressFn | None = None, size_overrides: dict[str, int] | None = None) -> VerifyResult:
+        """Identical concurrent verifies share one evaluation: in this server through a future keyed by
+        (task, source hash, sizes); across servers the running candidate row is the lock (polled until done).
+        A quick check (size_overrides) is cached apart from the full-size result and never stands for it."""
+        _check(limits.check_text, "note", note, limits.MAX_NOTE)
+        _check(limits.check_text, "source", source, self.config.max_source_bytes)
+        row = self._task_row(task_id)
+        stage = self._require("verify", row)
+        sizes = self.check_sizes(row, size_overrides)
+        try:
+            check = check_candidate_contract(source, self.config.max_source_bytes)
+        except ProblemError as exc:
+            raise WorkflowError(str(exc)) from None
+        source_sha = self.ws.put_text(source)
+        if sizes is not None:
+            note = f"{_quick_prefix(sizes)}{note or ''}"
+        key = (task_id, source_sha, json.dumps(sizes, sort_keys=True))
+        shared = self._inflight.get(key)
+        if shared is not None:
+            cand_id = await asyncio.shield(shared)
+            return self._verify_result(self._task_row(task_id), self._candidate_row(task_id, cand_id), cached=True)
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            cand_id, cached = await self._verify_once(row, stage, source, source_sha, check, note, progress, sizes)
+            future.set_result(cand_id)
+        except BaseException as exc:
+            future.set_exception(exc if isinstance(exc, Exception) else WorkflowError("the verify was cancelled"))
+            future.exception()  # retrieved: sharers see it through shield; nobody else must warn
+            raise
+        finally:
+            self._inflight.pop(key, None)
+        return self._verify_result(self._task_row(task_id), self._candidate_row(task_id, cand_id), cached=cached)
+
+    def _same_sizes(self, row: TaskRow, sizes: dict[str, int] | None):
+        """Predicate for the verify cache: a row evaluated at these sizes (full size when sizes is None)."""
+        def same(cand: CandidateRow) -> bool:
+            if cand.status == "done":  # a timing taken while the GPU throttled is measured again
+                result = self._result(cand)
+                return self._quick_sizes_of(row, result) == sizes and reuse_blocker(result) is None
+            quick = (cand.note or "").startswith(QUICK_PREFIX)
+            return (cand.note or "").startswith(_quick_prefix(sizes)) if sizes is not None else not quick
+        return same
+
+    async def _verify_once(self, row: TaskRow, stage: Stage, source: str, source_sha: str, check, note: str | None,
+                           progress: ProgressFn | None, sizes: dict[str, int] | None) -> tuple[str, bool]:
+        while True:
+            claim = self.repo.claim_candidate(row.id, stage.value, source_sha, note, _owner_alive,
+                                              same=self._same_sizes(row, sizes))
+            if claim.kind == "done":
+                return claim.candidate.id, True
+            if claim.kind == "new":
+                break
+            await asyncio.sleep(0.5)  # another server is evaluating this exact source: wait for its row
+        cand_id = claim.candidate.id
+        try:
+            if not check.ok:
+                result = EvalResult(
+                    verdict="compile_error",
+                    summary=f"the source does not parse ({check.syntax_error} at line {check.syntax_error_line}); "
+                            "fix the syntax and verify again",
+                    error=ErrorReport(kind="SyntaxError", message=check.syntax_error or "",
+                                      candidate_line=check.syntax_error_line),
+                )
+            else:
+                base = await self._ensure_baselines(row, progress)
+                opts = self._options(row)
+                if sizes is not None:
+                    opts = opts.model_copy(update={"size_overrides": sizes})
+                eval_opts = self._eval_options(opts, base, roofline_floor_ms=self._floor_ms(self._analysis(row)),
+                                               timing=self.timing_available(),
+                                               isolated_timing=self.config.isolated_timing)
+                result = await self.evaluator.evaluate(self._reference(row), source, eval_opts, progress)
+        except BaseException:
+            self.repo.interrupt_candidate(cand_id)
+            raise
+        # A quick check's time is at other sizes: kept in its result, never in the row guards compare.
+        time_ms = result.timing.median_ms if result.timing and result.verdict == "correct" and sizes is None else None
+        # A harness fault (our side or the environment, not the candidate) is stored but never served from the cache.
+        self.repo.finish_candidate(cand_id, result.verdict, time_ms, self.ws.put_text(result.model_dump_json()),
+                                   status="harness_fault" if result.fault == "harness" else "done")
+        return cand_id, False
+
+    def _verify_result(self, row: TaskRow, cand: CandidateRow, *, cached: bool) -> VerifyResult:
+        result = self._result(cand)
+        if result is None:
+            raise WorkflowError(f"candidate {cand.id} has no result ({cand.status}); verify the source again")
+        base = self._baselines(row)
+        time_ms = cand.time_ms
+        last = self._last_commit(row.id)
+        stage = self._stage(row)
+        best = self.repo.best_time_in_stage(row.id, cand.stage)
+        failed = result.verdict != "correct"
+        quick = self._quick_sizes_of(row, result)
+        if failed:
+            nxt = (f"the candidate is {result.verdict}: read the summary and the mismatch/error report, fix it and "
+                   "verify again (the debug_brief has the checklist)")
+        elif quick is not None:
+            nxt = (f"correct at the quick-check sizes {quick}; verify it without size_overrides (the task's sizes) "
+                   "before commit_stage")
+        elif time_ms is None:
+            nxt = "correct (no timing without a GPU); " + self.next_step(row)
+        else:
+            nxt = self.next_step(row)
+        return VerifyResult(
+            task_id=row.id, candidate_id=cand.id, stage=cand.stage, cached=cached,
+            verdict=result.verdict, summary=result.summary, time_ms=time_ms,
+            speedup_vs_eager=_ratio(_eager_ms(base), time_ms),
+            speedup_vs_compile=_ratio(_compile_ms(base), time_ms),
+            speedup_vs_committed=_ratio(last.time_ms if last else None, time_ms),
+            best_in_stage=time_ms is not None and best is not None and time_ms <= best,
+            result=result, debug_brief=self._brief(row, stage, "debug") if failed else None, next_step=nxt,
+            size_overrides=quick,
+        )
