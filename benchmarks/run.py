@@ -237,7 +237,25 @@ def suite_verify_latency(out: Path, quick: bool) -> dict[str, Any]:
     return run(out, quick)
 
 
+def suite_lanes(out: Path, quick: bool) -> dict[str, Any]:
+    """CPU + Ray: candidates/hour through a local Ray cluster with two lanes vs one (target >= 1.5x)."""
+    from benchmarks.bench_lanes import throughput
+
+    return throughput(n_jobs=4 if quick else 8)
+
+
+def suite_lanes_gpu(out: Path, quick: bool) -> dict[str, Any]:
+    """GPU: the lane path a Ray node runs vs the plain engine: same verdicts, medians within 3 %."""
+    from benchmarks.bench_lanes import lane_path_vs_plain
+
+    result = asyncio.run(lane_path_vs_plain(rounds=2 if quick else 3))
+    print(json.dumps(result["summary"], indent=1))
+    return result
+
+
 SUITES: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
+    "lanes": suite_lanes,
+    "lanes_gpu": suite_lanes_gpu,
     "calibrate": suite_calibrate,
     "tiling_agreement": suite_tiling_agreement,
     "tiling_search": suite_tiling_search,

@@ -42,6 +42,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="largest estimated problem size size_overrides may ask for (default 16; $EGG_MCP_MAX_EVAL_GIB)")
 
 
+def _add_ray(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ray", metavar="auto|ADDRESS", default=os.environ.get("EGG_MCP_RAY"),
+                   help="cluster mode: evaluation jobs run on one lane per GPU of this Ray cluster ('auto': the "
+                        "cluster this machine belongs to; or HEAD:6379 / ray://HEAD:10001; or $EGG_MCP_RAY). "
+                        'Needs pip install "egg-mcp[ray]" here and on every node')
+
+
 def _seconds(raw: str) -> float:
     try:
         value = float(raw)
@@ -67,6 +74,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                         ("run_timeout_floor", "run_timeout_floor_s"), ("analysis_timeout", "analysis_timeout_s")):
         if getattr(args, flag, None) is not None:
             updates[field] = getattr(args, flag)
+    if getattr(args, "ray", None):
+        updates["ray_address"] = args.ray
     if getattr(args, "max_eval_gib", None) is not None:
         updates["max_eval_bytes"] = int(args.max_eval_gib * 2**30)
     return cfg.model_copy(update=updates)
@@ -79,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the MCP server (stdio by default)")
     _add_common(serve)
+    _add_ray(serve)
     serve.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default loopback)")
     serve.add_argument("--port", type=int, default=8765, help="HTTP port with --http (default 8765)")
@@ -89,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="what this machine offers: GPUs, Triton, ncu, interpreter; workspace health")
     _add_common(doctor)
+    _add_ray(doctor)
     doctor.add_argument("--start-empty", action="store_true",
                         help="recovery: move a damaged workspace database to <workspace>/damaged/ and start empty")
 
@@ -109,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--problems", type=Path, help="folder of problems (default: --kernelbench-dir)")
     bench.add_argument("--out", type=Path, default=Path("egg-bench-results"), help="output folder")
     bench.add_argument("--level", action="append", default=[], help="restrict to these levels (repeatable)")
+    _add_ray(bench)
     return parser
 
 
@@ -140,16 +152,28 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(run_bench_cli(args, config_from_args(args)))
 
 
-def serve(args: argparse.Namespace) -> int:
+def _create_server(config: ServerConfig):
+    """The server, or None after a clear message when cluster mode cannot start (no Ray, no cluster)."""
+    from egg_mcp.cluster.ray_lanes import ClusterError
     from egg_mcp.server import create_server
 
+    try:
+        return create_server(config)
+    except ClusterError as exc:
+        print(f"egg-mcp serve: {exc}", file=sys.stderr)
+        return None
+
+
+def serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if not args.http:
         import anyio
 
         from egg_mcp.transport import run_stdio
 
-        mcp = create_server(config)
+        mcp = _create_server(config)
+        if mcp is None:
+            return 2
         anyio.run(run_stdio, mcp)  # answers malformed JSON-RPC lines (the SDK's stdio drops them)
         return 0
     if args.host not in LOOPBACK and not args.token:
@@ -158,7 +182,9 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     import uvicorn
 
-    mcp = create_server(config)
+    mcp = _create_server(config)
+    if mcp is None:
+        return 2
     app = build_http_app(mcp, host=args.host, port=args.port, token=args.token, extra_hosts=args.allowed_host)
     logging.getLogger(__name__).info("serving MCP over HTTP at http://%s:%d/mcp", args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -78,6 +78,8 @@ class ServerConfig(BaseModel):
         default_factory=lambda: os.environ.get("EGG_MCP_FORCE_INTERPRETER", "") not in ("", "0")
     )
     """Evaluate with TRITON_INTERPRET=1 on the CPU even when a GPU is present (tests, debugging)."""
+    ray_address: str | None = Field(default_factory=lambda: os.environ.get("EGG_MCP_RAY") or None)
+    """Cluster mode (`--ray auto|ADDRESS`, $EGG_MCP_RAY): evaluation jobs go to lanes on this Ray cluster."""
     isolated_timing: bool = Field(
         default_factory=lambda: os.environ.get("EGG_MCP_ISOLATED_TIMING", "1").strip() not in ("0", "false", "no")
     )

@@ -65,6 +65,34 @@ def hardware_lines(names: list[str], uuids: list[str], workspace) -> list[tuple[
     return out
 
 
+def lane_lines(config: ServerConfig) -> list[tuple[str, str, str]]:
+    """How `serve` would evaluate: one local lane per visible GPU, or the Ray cluster's GPUs by model."""
+    from egg_mcp.cluster.lanes import visible_gpus
+
+    gpus = [] if config.force_interpreter else visible_gpus()
+    local = (f"{len(gpus)} local lane(s), one per GPU: " + ", ".join(f"gpu{d} {m}" for d, m in gpus)) if gpus \
+        else "no GPU lane: one CPU engine (interpreter)"
+    out = [(OK, "lanes", local)]
+    if not config.ray_address:
+        return out
+    from egg_mcp.cluster.ray_lanes import EXTRA, ClusterError, describe_cluster, require_ray
+
+    try:
+        ray = require_ray()
+        if not ray.is_initialized():
+            ray.init(address=config.ray_address, logging_level="ERROR", log_to_driver=False)
+        view = describe_cluster()
+    except ClusterError as exc:
+        return out + [(FAIL, "ray cluster", str(exc))]
+    except Exception as exc:
+        return out + [(FAIL, "ray cluster", f"cannot join {config.ray_address!r}: {exc}"[:300])]
+    models = ", ".join(f"{n:g} x {m}" for m, n in view["gpus_by_model"].items()) or "no GPU (CPU lanes, interpreter)"
+    out.append((OK, "ray cluster", f"{config.ray_address}: {view['nodes_alive']} node(s) alive "
+                f"({view['nodes_dead']} dead), GPUs {models}; free now: {view['gpus_free']:g} GPU(s)"))
+    out.append((OK, "", f"every node needs egg-mcp, torch and triton installed ({EXTRA}); jobs carry their sources"))
+    return out
+
+
 def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
     failures = 0
     _line(OK, "python", sys.version.split()[0])
@@ -93,6 +121,9 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
         return 1
     for status, what, detail in hardware_lines(nvml_gpu_names(), nvml_gpu_uuids(), config.workspace):
         _line(status, what, detail)
+    for status, what, detail in lane_lines(config):
+        _line(status, what, detail)
+        failures += status == FAIL
     try:
         import triton
 

@@ -147,19 +147,26 @@ def create_server(
     analysis_evaluator = None
     auto_calibrate = evaluator is None and not config.force_interpreter
     if evaluator is None:
+        from egg_mcp.cluster.build import build_evaluator
         from egg_mcp.evaluation.engine import WorkerEvaluator
 
-        evaluator = WorkerEvaluator(scratch_dir=workspace.root / "scratch", force_interpreter=config.force_interpreter)
+        # a plain engine (no GPU), one lane per visible GPU, or lanes on a Ray cluster (config.ray_address)
+        evaluator = build_evaluator(workspace.root / "scratch", force_interpreter=config.force_interpreter,
+                                    ray_address=config.ray_address)
         # start_task's analysis gets its own engine (own CPU slots, no spare pool) so it never waits
-        # behind queued interpreter verifies holding every CPU slot of the main engine.
-        try:
+        # behind queued interpreter verifies holding every CPU slot of the main engine; in cluster mode it
+        # goes to the cluster's lanes with the other jobs (CPU-only jobs never wait for a busy lane).
+        if not config.ray_address:
             analysis_evaluator = WorkerEvaluator(scratch_dir=workspace.root / "scratch",
                                                  force_interpreter=config.force_interpreter, spare_workers=0,
                                                  burst_spares=0, max_cpu_jobs=2)
-        except TypeError:  # an engine without these options: analysis shares the main engine's queue
-            log.warning("analysis shares the evaluation engine: start_task may wait behind queued verifies")
     if gpu is None and not config.force_interpreter:
         gpu = detect_gpu(workspace_root=workspace.root)
+        lanes = getattr(evaluator, "lanes", None)
+        if gpu is None and lanes:  # cluster mode on a server without a GPU: the lanes' model sets the roofline
+            from egg_mcp.hardware import gpu_for
+
+            gpu = gpu_for(lanes[0].device_model, None, workspace.root)
     service = EggService(config, workspace, evaluator, gpu, analysis_evaluator=analysis_evaluator)
 
     @asynccontextmanager

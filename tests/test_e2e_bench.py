@@ -254,19 +254,43 @@ def test_bench_fixtures_with_the_engine_on_the_interpreter(tmp_path):
     assert again.returncode == 0 and "0 to evaluate" in again.stderr
 
 
-@pytest.mark.slow
-def test_one_worker_process_per_gpu_splits_the_problems(tmp_path, monkeypatch):
-    """The multi-GPU path, run on the CPU: two shard processes (CUDA_VISIBLE_DEVICES=0 and 1) each take
-    every other problem and write their own results file; the parent merges them."""
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    items, _ = discover(BENCH / "problems", BENCH / "solutions")
-    out = tmp_path / "out"
-    out.mkdir()
-    progress = bench.Progress(len(items), enabled=False)
-    bench._run_sharded(items, out, ServerConfig(workspace=tmp_path / "ws"), 2, progress)
-    assert progress.done == len(items)
-    shard0 = [json.loads(x)["key"] for x in (out / "results.gpu0.jsonl").read_text().splitlines()]
-    shard1 = [json.loads(x)["key"] for x in (out / "results.gpu1.jsonl").read_text().splitlines()]
-    assert shard0 == [i.key for i in items[0::2]] and shard1 == [i.key for i in items[1::2]]
-    merged = bench.load_results(out)
-    assert merged["level1/1_Softmax"].verdict == "correct" and merged["level1/3_RowSum"].verdict == "incorrect"
+def test_lanes_evaluate_problems_side_by_side_one_per_device(tmp_path):
+    """bench with a LanePool (what several GPUs or --ray give): both lanes take problems, no lane runs
+    two at once, the baselines are measured once per problem and GPU model, results say where they ran."""
+    from egg_mcp.cluster.lanes import LanePool, LocalLane
+
+    class SlowFake(FakeEvaluator):
+        def __init__(self):
+            super().__init__()
+            self.running = self.max_running = 0
+
+        async def evaluate(self, reference_source, candidate_source, options, progress=None):
+            import asyncio
+
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
+            await asyncio.sleep(0.05)
+            self.running -= 1
+            return await super().evaluate(reference_source, candidate_source, options, progress)
+
+    probs, sols = _fake_set(tmp_path)
+    fakes = [SlowFake(), SlowFake()]
+    pool = LanePool([LocalLane(f, device_index=i, device_model="GPU-X", host="h") for i, f in enumerate(fakes)])
+    s = bench.run_bench(probs, sols, tmp_path / "out", config=ServerConfig(workspace=tmp_path / "ws"),
+                        evaluator=pool, show_progress=False)
+    assert all(f.evaluated for f in fakes) and all(f.max_running == 1 for f in fakes)
+    assert sum(f.baseline_calls for f in fakes) == 1
+    ran = {x.key: x.ran_on for x in s.results if x.verdict != "missing"}
+    assert all(r and "(GPU-X) via local" in r for r in ran.values()) and len(set(ran.values())) == 2
+    assert any("2 lanes" in n for n in s.notes) and any("candidates/hour" in n for n in s.notes)
+
+
+def test_progress_shows_throughput():
+    import io
+
+    stream = io.StringIO()
+    p = bench.Progress(2, stream=stream, lanes=2)
+    p.t0 -= 10.0  # ten seconds in
+    p.update(ProblemResult(key="a", level="all", name="a", verdict="correct"))
+    assert "1/2" in stream.getvalue() and "360/h on 2 lane(s)" in stream.getvalue()
+    assert bench.per_hour(0, 5.0) is None and bench.per_hour(3, 3600.0) == 3.0

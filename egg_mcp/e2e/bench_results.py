@@ -35,6 +35,7 @@ class ProblemResult(BaseModel):
     problem_sha: str = Field("", description="hash of the problem source (baselines are reused across solutions)")
     mode: str = Field("", description="'gpu' or 'interpreter'")
     device: str | None = None
+    ran_on: str | None = Field(None, description="host, GPU index, model and lane the solution was verified on")
     size_overrides: dict[str, int] = Field(default_factory=dict)
     wall_s: float = 0.0
     finished_at: float = Field(default_factory=time.time, description="unix time; the latest result of a key wins")

@@ -193,6 +193,24 @@ class EnvInfo(BaseModel):
     python: str | None = None
 
 
+class Placement(BaseModel):
+    """Where a job ran: which host, which GPU (index on that host, model), through which lane
+    (`egg_mcp.cluster`: a local lane per GPU, or a Ray node's lane). Set by a `LanePool`; None from a bare engine."""
+
+    host: str
+    device_index: int | None = Field(None, description="GPU index on that host (None: no GPU, CPU interpreter)")
+    device_model: str = Field(description="GPU model ('NVIDIA H200'), or 'cpu-interpreter'")
+    lane: str = Field(description="the lane's name, e.g. 'local/gpu0' or 'ray/<node>/gpu1'")
+    via: Literal["local", "ray"] = "local"
+    attempts: int = Field(1, description="2 when the first lane was lost mid-job and the job ran again elsewhere")
+    note: str | None = None
+
+    def label(self) -> str:
+        where = f"gpu{self.device_index}" if self.device_index is not None else "cpu"
+        retry = f", attempt {self.attempts}" if self.attempts > 1 else ""
+        return f"{self.host} {where} ({self.device_model}) via {self.via} lane {self.lane}{retry}"
+
+
 class EvalResult(BaseModel):
     verdict: Verdict
     summary: str = Field(description="one sentence for the client: what happened and what to do next")
@@ -226,6 +244,7 @@ class EvalResult(BaseModel):
     judge: dict[str, Any] | None = Field(
         None, description="which judge decided: its pid and job number, persistent or one-shot, whether the "
         "reference was loaded or held from an earlier verify, and whether its timing was measured or held")
+    placement: Placement | None = Field(None, description="where the job ran (host, GPU index, model, lane)")
 
 
 class BaselineResult(BaseModel):
@@ -236,6 +255,7 @@ class BaselineResult(BaseModel):
     compile_error: str | None = None
     unavailable_reason: str | None = None
     env: EnvInfo | None = None
+    placement: Placement | None = None
 
 
 class JobOutcome(BaseModel):
@@ -251,6 +271,7 @@ class JobOutcome(BaseModel):
     wall_s: float = 0.0
     sandbox: dict[str, Any] | None = Field(None, description="what confined the job's process (said before its "
                                            "code ran); None for a judge job, which confines its runner instead")
+    placement: Placement | None = None
 
 
 class Evaluator(Protocol):

@@ -64,7 +64,9 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
         judge_max_jobs: int = 20,
         judge_idle_s: float = 600.0,
         judge_ahead: bool = True,
+        device: str | None = None,
     ):
+        self.device = device  # CUDA_VISIBLE_DEVICES of this engine's workers: a lane pinned to one GPU (None: inherit)
         from pathlib import Path
 
         self.scratch_dir = Path(scratch_dir)

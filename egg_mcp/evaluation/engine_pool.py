@@ -117,6 +117,8 @@ class WorkerPool:
         if mode == "interp":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
+        elif getattr(self, "device", None) is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.device
         return env
 
     async def _spawn(self, mode: str, wrapper_argv: list[str] | None = None) -> _Worker:
@@ -138,6 +140,8 @@ class WorkerPool:
         if wrapper_argv:  # the tool and the worker it wraps: allow-listed env, no token (tool_confine.py)
             argv = [*wrapper_argv, *argv, "--wrapped", "--tool", wrapper_argv[0]]
             env = wrapped_worker_env(os.environ, workdir, interpreter=base_mode == "interp", server_pid=os.getpid())
+            if base_mode != "interp" and getattr(self, "device", None) is not None:
+                env["CUDA_VISIBLE_DEVICES"] = self.device
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,

@@ -275,9 +275,9 @@ def _ratio(base_ms: float | None, t_ms: float | None) -> float | None:
     return round(base_ms / t_ms, 4)
 
 
-def _summary(c: CandidateRow) -> CandidateSummary:
+def _summary(c: CandidateRow, ran_on: str | None = None) -> CandidateSummary:
     return CandidateSummary(candidate_id=c.id, stage=c.stage, verdict=c.verdict, status=c.status,
-                            time_ms=c.time_ms, note=c.note)
+                            time_ms=c.time_ms, note=c.note, ran_on=ran_on)
 
 
 def _safe(name: str) -> str:

@@ -134,6 +134,7 @@ class CandidateSummary(BaseModel):
     status: str
     time_ms: float | None
     note: str | None
+    ran_on: str | None = Field(None, description="where its verify ran: host, GPU index, model, lane")
 
 
 class TaskStatus(BaseModel):
@@ -150,6 +151,9 @@ class TaskStatus(BaseModel):
     candidates_in_stage: list[CandidateSummary]
     running_jobs: int
     reports: list[dict[str, Any]] = Field(default_factory=list)
+    baselines_ran_on: str | None = Field(None, description="where the eager/compile baselines were measured")
+    cluster: dict[str, Any] | None = Field(
+        None, description="the evaluation lanes (one per GPU; Ray nodes in cluster mode), GPUs by model, queue depth")
 
 
 class TaskSummary(BaseModel):

@@ -1,0 +1,36 @@
+"""What `serve` and `bench` evaluate with: a plain engine, a pool of this host's GPU lanes, or Ray lanes."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from egg_mcp.cluster.lanes import LanePool, local_lanes, visible_gpus
+
+log = logging.getLogger(__name__)
+
+
+def build_evaluator(scratch_dir: Path, *, force_interpreter: bool = False, ray_address: str | None = None,
+                    pythonpath: str | None = None, max_lanes: int | None = None):
+    """- `ray_address`: one lane per GPU of that Ray cluster; if the cluster goes away, this host's lanes.
+    - GPUs here: a `LanePool` with one lane per visible GPU (one GPU: one lane, same engine as before).
+    - no GPU: the plain `WorkerEvaluator` (interpreter; its CPU slots run jobs side by side)."""
+    fallback = lambda: local_lanes(Path(scratch_dir) / "lanes", force_interpreter=force_interpreter)  # noqa: E731
+    if ray_address:
+        from egg_mcp.cluster.ray_lanes import connect, describe_cluster
+
+        lanes = connect(ray_address, force_interpreter=force_interpreter, pythonpath=pythonpath, max_lanes=max_lanes)
+        log.info("cluster mode: %d lane(s) on the Ray cluster at %s", len(lanes), ray_address)
+        return LanePool(lanes, fallback=fallback, describe_cluster=describe_cluster)
+    gpus = [] if force_interpreter else visible_gpus()
+    if not gpus:
+        from egg_mcp.evaluation.engine import WorkerEvaluator
+
+        return WorkerEvaluator(scratch_dir=scratch_dir, force_interpreter=force_interpreter)
+    return LanePool(local_lanes(Path(scratch_dir) / "lanes", gpus=gpus[:max_lanes] if max_lanes else gpus))
+
+
+def describe(evaluator) -> dict | None:
+    """The pool's view (lanes, GPUs by model, queue depth, the cluster) or None for a plain engine."""
+    fn = getattr(evaluator, "describe", None)
+    return fn() if callable(fn) else None

@@ -1,0 +1,302 @@
+"""Lanes and the pool that dispatches to them: every GPU of a host (or of a Ray cluster) used by one queue.
+
+A lane is one device with its own engine: locally a `WorkerEvaluator` whose workers see only that
+GPU (CUDA_VISIBLE_DEVICES), on a cluster a Ray actor holding the same kind of engine on its node
+(`ray_lanes.py`). `LanePool` implements the `Evaluator` API over its lanes:
+
+- one FIFO queue; a job that times or uses a device waits for an idle lane and has it to itself, so
+  a candidate's timing never shares a GPU; CPU-only jobs (reference analysis) go to the least busy lane;
+- affinity: the first job of a reference (a task) binds it to a device model, and its later jobs
+  (verify, baselines, profile, tiling) wait for a lane of that model: two GPU models never share a
+  task's baseline;
+- faults: a lane lost mid-job (`LaneLost`: its node or Ray worker died) is dropped and the job runs
+  once more on another lane, else ends with a clear harness verdict (never cached); when every lane
+  is gone the pool switches to its fallback lanes (this host's own) and keeps serving;
+- every result says where it ran (`Placement`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from egg_mcp.cluster import jobs
+from egg_mcp.evaluation.api import (
+    BaselineResult, EvalOptions, EvalResult, JobOutcome, Placement, ProgressFn,
+)
+
+log = logging.getLogger(__name__)
+
+CPU_MODEL = "cpu-interpreter"
+
+
+class LaneLost(RuntimeError):
+    """The lane (its node, its Ray worker) went away mid-job: the job did not finish there."""
+
+
+class Lane(Protocol):
+    name: str
+    host: str
+    device_index: int | None
+    device_model: str
+    via: str
+
+    def has_gpu(self) -> bool: ...
+
+    async def run(self, spec: dict[str, Any], progress: ProgressFn | None = None) -> dict[str, Any]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class LocalLane:
+    """A lane on this host: a `WorkerEvaluator` pinned to one GPU (or the CPU interpreter)."""
+
+    via = "local"
+
+    def __init__(self, evaluator, *, device_index: int | None, device_model: str, name: str | None = None,
+                 host: str | None = None):
+        self.evaluator = evaluator
+        self.device_index = device_index
+        self.device_model = device_model
+        self.host = host or socket.gethostname()
+        self.name = name or (f"local/gpu{device_index}" if device_index is not None else "local/cpu")
+
+    def has_gpu(self) -> bool:
+        return self.evaluator.has_gpu()
+
+    async def run(self, spec: dict[str, Any], progress: ProgressFn | None = None) -> dict[str, Any]:
+        return await jobs.execute(self.evaluator, spec, remote=False, progress=progress)
+
+    async def aclose(self) -> None:
+        close = getattr(self.evaluator, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def visible_gpus() -> list[tuple[str, str]]:
+    """(CUDA_VISIBLE_DEVICES value, model name) of each GPU this process may use, NVML's names."""
+    from egg_mcp.hardware import nvml_gpu_names
+
+    names = nvml_gpu_names()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return [(str(i), n) for i, n in enumerate(names)]
+    out = []
+    for v in (v.strip() for v in visible.split(",")):
+        if v.isdigit() and int(v) < len(names):
+            out.append((v, names[int(v)]))
+    return out
+
+
+def local_lanes(scratch_dir: Path, *, force_interpreter: bool = False, gpus: list[tuple[str, str]] | None = None,
+                **engine_kwargs) -> list[LocalLane]:
+    """One lane per visible GPU (its engine's workers see only that GPU); without a GPU one CPU lane."""
+    from egg_mcp.evaluation.engine import WorkerEvaluator
+
+    gpus = [] if force_interpreter else (visible_gpus() if gpus is None else gpus)
+    if not gpus:
+        ev = WorkerEvaluator(scratch_dir=scratch_dir, force_interpreter=True, **engine_kwargs)
+        return [LocalLane(ev, device_index=None, device_model=CPU_MODEL)]
+    return [LocalLane(WorkerEvaluator(scratch_dir=Path(scratch_dir) / f"gpu{dev}", device=dev, **engine_kwargs),
+                      device_index=int(dev), device_model=model) for dev, model in gpus]
+
+
+def reference_key(reference_source: str) -> str:
+    return hashlib.sha256(reference_source.encode()).hexdigest()[:24]
+
+
+class LanePool:
+    """An `Evaluator` over lanes (see the module docstring)."""
+
+    def __init__(self, lanes: list[Lane], *, fallback: Callable[[], list[Lane]] | None = None, retries: int = 1,
+                 describe_cluster: Callable[[], dict[str, Any]] | None = None):
+        self.lanes: list[Lane] = list(lanes)
+        self.fallback = fallback
+        self.retries = retries
+        self.describe_cluster = describe_cluster
+        self.lost: list[str] = []
+        self.fell_back = False
+        self._busy: set[str] = set()
+        self._cpu_jobs: dict[str, int] = {}
+        self._waiters: list[tuple[asyncio.Future, str | None]] = []
+        self._affinity: dict[str, str] = {}
+        self._moved_from: dict[str, str] = {}
+        self.jobs_done = 0
+
+    # -- the Evaluator API ---------------------------------------------------------------------
+
+    def has_gpu(self) -> bool:
+        return any(lane.has_gpu() for lane in self.lanes)
+
+    async def evaluate(self, reference_source: str, candidate_source: str, options: EvalOptions,
+                       progress: ProgressFn | None = None) -> EvalResult:
+        spec = jobs.evaluate_spec(reference_source, candidate_source, options)
+        return await self._dispatch(spec, reference_key(reference_source), progress)
+
+    async def baselines(self, reference_source: str, options: EvalOptions,
+                        progress: ProgressFn | None = None) -> BaselineResult:
+        spec = jobs.baselines_spec(reference_source, options)
+        return await self._dispatch(spec, reference_key(reference_source), progress)
+
+    async def memcheck(self, reference_source: str, candidate_source: str, options: EvalOptions):
+        spec = jobs.memcheck_spec(reference_source, candidate_source, options)
+        return await self._dispatch(spec, reference_key(reference_source), None)
+
+    async def run_job(self, target: str, payload: dict[str, Any], *, timeout_s: float, uses_gpu: bool,
+                      wrapper_argv: list[str] | None = None) -> JobOutcome:
+        spec = jobs.run_job_spec(target, payload, timeout_s=timeout_s, uses_gpu=uses_gpu, wrapper_argv=wrapper_argv)
+        ref = payload.get("reference_source") if isinstance(payload, dict) else None
+        return await self._dispatch(spec, reference_key(ref) if isinstance(ref, str) else None, None)
+
+    async def aclose(self) -> None:
+        for lane in self.lanes:
+            try:
+                await lane.aclose()
+            except Exception:  # a lost lane may fail to close; the others still must
+                log.debug("closing lane %s failed", lane.name, exc_info=True)
+
+    # -- visibility ----------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        """Lanes (busy or idle), GPUs by model, queue depth, lost lanes; the cluster's nodes in Ray mode."""
+        by_model: dict[str, int] = {}
+        for lane in self.lanes:
+            by_model[lane.device_model] = by_model.get(lane.device_model, 0) + 1
+        view: dict[str, Any] = {
+            "lanes": [{"name": lane.name, "host": lane.host, "device_index": lane.device_index,
+                       "device_model": lane.device_model, "via": lane.via, "busy": lane.name in self._busy}
+                      for lane in self.lanes],
+            "gpus_by_model": by_model,
+            "queue_depth": sum(1 for f, _ in self._waiters if not f.done()),
+            "jobs_done": self.jobs_done,
+            "lost_lanes": self.lost[-10:],
+            "fell_back_to_local": self.fell_back,
+        }
+        if self.describe_cluster is not None and not self.fell_back:
+            try:
+                view["cluster"] = self.describe_cluster()
+            except Exception as exc:  # the cluster is gone: say so, keep serving
+                view["cluster"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        return view
+
+    # -- dispatch ------------------------------------------------------------------------------
+
+    async def _dispatch(self, spec: dict[str, Any], key: str | None, progress: ProgressFn | None):
+        lost: list[str] = []
+        moved: str | None = None
+        for attempt in range(1, self.retries + 2):
+            exclusive = jobs.exclusive(spec)
+            if exclusive:
+                lane, moved_now = await self._acquire(key)
+                moved = moved or moved_now
+            else:
+                lane = self._least_busy()
+            if lane is None:
+                return jobs.lost_result(spec, lost + ["no evaluation lane is left"])
+            try:
+                reply = await lane.run(spec, progress)
+            except LaneLost as exc:
+                lost.append(f"{lane.name}: {exc}"[:300])
+                self._drop(lane, str(exc))
+                continue
+            finally:
+                self._release(lane, exclusive)
+            result = jobs.decode(spec, reply)
+            self.jobs_done += 1
+            if "placement" in type(result).model_fields:
+                note = "; ".join(filter(None, [moved, ("lost before: " + "; ".join(lost)) if lost else None])) or None
+                result.placement = Placement(host=lane.host, device_index=lane.device_index,
+                                             device_model=lane.device_model, lane=lane.name, via=lane.via,
+                                             attempts=attempt, note=note)
+            return result
+        return jobs.lost_result(spec, lost)
+
+    def _alive_models(self) -> set[str]:
+        return {lane.device_model for lane in self.lanes}
+
+    async def _acquire(self, key: str | None) -> tuple[Lane | None, str | None]:
+        """Wait (FIFO) for an idle lane of the task's model; None when no lane is left at all."""
+        moved = None
+        if key is not None and key in self._moved_from:
+            old = self._moved_from.pop(key)
+            moved = f"this task's earlier jobs ran on {old}, whose lanes are gone: its baselines were measured there"
+        if not self.lanes:
+            self._fall_back()
+            if not self.lanes:
+                return None, moved
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiters.append((future, key))
+        self._assign()
+        try:
+            lane = await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled() and future.result() is not None:
+                self._release(future.result(), True)
+            raise
+        return lane, moved
+
+    def _assign(self) -> None:
+        """Hand idle lanes to the waiters in arrival order (a waiter bound to a busy model waits on)."""
+        for entry in list(self._waiters):
+            future, key = entry
+            if future.done():
+                self._waiters.remove(entry)
+                continue
+            if not self.lanes:
+                self._waiters.remove(entry)
+                future.set_result(None)
+                continue
+            model = self._affinity.get(key) if key else None
+            lane = next((ln for ln in self.lanes if ln.name not in self._busy
+                         and (model is None or ln.device_model == model)), None)
+            if lane is None:
+                continue
+            self._busy.add(lane.name)
+            if key:
+                self._affinity.setdefault(key, lane.device_model)
+            self._waiters.remove(entry)
+            future.set_result(lane)
+
+    def _least_busy(self) -> Lane | None:
+        if not self.lanes:
+            self._fall_back()
+        if not self.lanes:
+            return None
+        lane = min(self.lanes, key=lambda ln: self._cpu_jobs.get(ln.name, 0))
+        self._cpu_jobs[lane.name] = self._cpu_jobs.get(lane.name, 0) + 1
+        return lane
+
+    def _release(self, lane: Lane, exclusive: bool) -> None:
+        if exclusive:
+            self._busy.discard(lane.name)
+        else:
+            self._cpu_jobs[lane.name] = max(0, self._cpu_jobs.get(lane.name, 0) - 1)
+        self._assign()
+
+    def _drop(self, lane: Lane, why: str) -> None:
+        if lane in self.lanes:
+            self.lanes.remove(lane)
+            self.lost.append(f"{lane.name}: {why}"[:300])
+            log.warning("evaluation lane %s lost (%s); %d lane(s) left", lane.name, why, len(self.lanes))
+        if not self.lanes:
+            self._fall_back()
+        for key, model in list(self._affinity.items()):
+            if model not in self._alive_models():
+                self._moved_from[key] = self._affinity.pop(key)
+        self._assign()
+
+    def _fall_back(self) -> None:
+        if self.fell_back or self.fallback is None:
+            return
+        self.fell_back = True
+        try:
+            self.lanes = list(self.fallback())
+        except Exception as exc:
+            log.error("no fallback lanes: %s", exc)
+            self.lanes = []
+        log.warning("every cluster lane is gone: serving on %d local lane(s)", len(self.lanes))
