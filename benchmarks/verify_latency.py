@@ -1,8 +1,10 @@
 """Suite `verify_latency` (benchmarks/run.py): verify's wall time through the real MCP server, one-shot
 judge vs persistent judge, measured in one run (issue 12).
 
-Task: a 2048x4096 @ 4096x4096 fp32 GEMM (reference: torch.matmul in KernelBench format); candidate: a
-Triton GEMM whose `tl.dot` uses tf32x3 (fp32-accurate at the default 1e-4 tolerance). Every verify goes
+Task: a 2048x4096 @ 4096x4096 fp32 GEMM (reference: torch.matmul in KernelBench format, inputs scaled
+so |C| ~ 1); candidate: a plain Triton GEMM with an IEEE fp32 `tl.dot` (FMA, no TF32: correct at the
+default 1e-4 tolerance, and a multi-millisecond kernel like the issue's 9.7 ms one; the reported
+median_ms says what it was). Every verify goes
 through `mcp.Client(server)` in-process (the MCP tool `verify`, as tests/mcp_driver.py drives it); a
 distinct comment per call keeps the verify cache out of it. One server, one task, one workspace; the
 evaluator behind it is a switch between two WorkerEvaluators (judge='oneshot' and 'persistent'), so both
@@ -41,7 +43,9 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(M, K), torch.randn(K, N)]
+    # scaled so |C| ~ 1: the default tolerance (1e-4) is absolute, and any two fp32 summation orders of a
+    # K=4096 dot with unit-variance inputs differ by ~1e-4
+    return [torch.randn(M, K) * 0.125, torch.randn(K, N) * 0.125]
 
 
 def get_init_inputs():
@@ -85,7 +89,7 @@ class ModelNew(nn.Module):
 '''
 
 FULL = {"m": 2048, "k": 4096, "n": 4096, "n_b2b": 6, "n_think": 4, "think_s": 15.0,
-        "gap_s": 6.0, "tile": {"bm": 128, "bn": 128, "bk": 32, "prec": "tf32x3"}}
+        "gap_s": 6.0, "tile": {"bm": 128, "bn": 128, "bk": 32, "prec": "ieee"}}
 QUICK = {"m": 32, "k": 32, "n": 32, "n_b2b": 2, "n_think": 1, "think_s": 1.0,
          "gap_s": 0.5, "tile": {"bm": 16, "bn": 16, "bk": 16, "prec": "ieee"}}
 PATHS = ("oneshot", "persistent")

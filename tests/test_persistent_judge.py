@@ -163,3 +163,22 @@ def test_the_switch_reads_the_environment_and_refuses_unknown_values(monkeypatch
     assert judge_mode_from(" Persistent ") == "persistent"
     with pytest.raises(ValueError, match="oneshot"):
         judge_mode_from("sometimes")
+
+
+def test_a_judge_is_recycled_after_its_job_limit(tmp_path):
+    async def scenario():
+        ev = WorkerEvaluator(scratch_dir=tmp_path / "scratch", force_interpreter=True, judge="persistent",
+                             judge_max_jobs=1)
+        try:
+            reference = builtin_source("softmax")
+            first = await ev.evaluate(reference, CORRECT, _opts())
+            idle_after_first = ev.judges()
+            second = await ev.evaluate(reference, CORRECT + "\n# again\n", _opts())
+            return first, second, idle_after_first
+        finally:
+            await ev.aclose()
+
+    first, second, idle = asyncio.run(scenario())
+    assert first.verdict == second.verdict == "correct", (first.summary, second.summary)
+    assert idle == []  # its one job done: not kept
+    assert first.judge["pid"] != second.judge["pid"] and second.judge["reference"] == "loaded"

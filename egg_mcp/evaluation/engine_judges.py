@@ -21,6 +21,7 @@ from egg_mcp.evaluation.engine_pool import JUDGE_POOL, _Worker
 from egg_mcp.evaluation.judge_held import reference_key
 
 JUDGE_MODES = ("persistent", "oneshot")
+IDLE_MARGIN_S = 5.0
 
 
 def judge_mode_from(value: str | None) -> str:
@@ -74,7 +75,8 @@ class JudgePool:
         now = time.monotonic()
         for key, workers in list(self._judges.items()):
             for worker in list(workers):
-                if not worker.alive() or now - worker.idle_since > self.judge_idle_s:
+                # a few seconds before the host's own idle exit: a job is never written to a judge that is leaving
+                if not worker.alive() or now - worker.idle_since > self.judge_idle_s - IDLE_MARGIN_S:
                     workers.remove(worker)
                     await self._dispose(worker)
             if not workers:

@@ -132,11 +132,14 @@ class Judge(Verdicts):
         self._ask({"type": "load", "candidate_source": self.payload["candidate_source"],
                    "reference_source": self.payload["reference_source"],
                    "options": self.opts.model_dump(mode="json"), "init_seed": self.init_seed}, "loaded")
-        self.clock("correctness_trials", "run", message="correctness trials", done=0,
+        # the first call compiles the candidate's kernels (Triton JITs on first launch): its own phase
+        self.clock("compile_first_trial", "run", message="correctness trials", done=0,
                    total=self.opts.correctness_trials)
         n = self.opts.correctness_trials
         for trial in range(n):
             mismatch = self._trial({"seed": self.seed()}, trial, "correctness")
+            if trial == 0:
+                self.clock("correctness_trials")
             _phase("trial", done=trial + 1, total=n, message=f"correctness trial {trial + 1}/{n}")
             if mismatch is not None:
                 return self._incorrect_or_memory(mismatch, f"on correctness trial {trial + 1}/{n}", n)

@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
             runner_process.prestart(args.mode, AHEAD_DEPTH if args.mode == "gpu" else 1)
         except Exception:
             traceback.print_exc()
+
     channel.send({"type": "ready", "pid": os.getpid()})
     jobs = 0
     exit_code = 0
