@@ -15,6 +15,20 @@ from egg_mcp.profiling.runner import find_ncu
 OK, WARN, FAIL = "ok  ", "warn", "FAIL"
 
 
+def _memcheck_line(gpu: bool) -> None:
+    """compute-sanitizer: what commit_stage's memory check will do on this host."""
+    from egg_mcp.evaluation.memcheck import find_compute_sanitizer
+
+    tool = find_compute_sanitizer()
+    if not gpu:
+        _line(OK, "memcheck", "no GPU: verify's guarded allocations catch out-of-bounds writes (no sanitizer needed)")
+    elif tool is None:
+        _line(WARN, "memcheck", "compute-sanitizer not found: commits get guarded allocations only (install the CUDA "
+              "toolkit or set EGG_MCP_COMPUTE_SANITIZER)")
+    else:
+        _line(OK, "memcheck", f"{tool}: commit_stage runs one memcheck forward per candidate")
+
+
 def _line(status: str, what: str, detail: str) -> None:
     print(f"[{status}] {what:<22} {detail}", flush=True)
 
@@ -141,6 +155,7 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
             _line(FAIL, "interpreter", (probe.stderr.strip().splitlines() or ["failed"])[-1])
             failures += 1
     _sandbox_lines()
+    _memcheck_line(torch.cuda.is_available())
     ncu = find_ncu()
     if ncu is None:
         _line(WARN, "ncu", "not found: profile_ncu uses the no-counter fallback (set EGG_MCP_NCU to its path)")

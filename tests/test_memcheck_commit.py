@@ -110,3 +110,14 @@ def test_on_the_cpu_the_verify_guard_is_the_check(tmp_path, sanitizer):
     tid, (good,) = run(_task(service, SEED))
     result = run(service.commit_stage(tid, good, DECISION))
     assert result.memcheck is None and result.new_stage == "ALGORITHM"
+
+
+def test_doctor_says_what_the_commit_memcheck_will_do(monkeypatch, capsys):
+    from egg_mcp.doctor import _memcheck_line
+
+    monkeypatch.setattr(memcheck_module, "find_compute_sanitizer", lambda env=None: None)
+    _memcheck_line(gpu=True)
+    assert "compute-sanitizer not found: commits get guarded allocations only" in capsys.readouterr().out
+    monkeypatch.setattr(memcheck_module, "find_compute_sanitizer", lambda env=None: "/usr/local/cuda/bin/compute-sanitizer")
+    _memcheck_line(gpu=True)
+    assert "runs one memcheck forward per candidate" in capsys.readouterr().out

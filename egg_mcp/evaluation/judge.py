@@ -10,7 +10,8 @@ clock (see `timing_cross_check`).
 
 Order of one correctness trial: fresh seed -> runner (candidate call with NaN-poisoned allocations,
 aliasing, subclass and input-mutation checks) -> outputs as bytes -> compared with the judge's
-reference on inputs from the same seed. Then: integrity report, guarded-memory forward, timing
+reference on inputs from the same seed (wrong outputs: one guarded-memory forward first, and an
+out-of-bounds write it finds wins over `incorrect`). Then: integrity report, guarded-memory forward, timing
 (GPU), re-check on fresh inputs and on an input set whose contents changed in place, runner killed
 with every descendant, reference timing (GPU, in the judge, with no candidate process alive).
 """
@@ -306,22 +307,6 @@ class Judge(Verdicts):
             return mismatch
         self.trials_passed += 1
         return None
-
-    def _incorrect_or_memory(self, mismatch, when: str, forwards: int) -> dict[str, Any]:
-        """Wrong outputs: first one guarded forward. An out-of-bounds write is the root cause (on a GPU a
-        row's write one past its end lands in the next row or a neighbouring tensor, so the trials come
-        out wrong before any guard ran): `memory_error` wins over `incorrect`, the mismatch is kept."""
-        self.clock("memory_guard", message="guarded-memory forward (outputs were wrong)")
-        try:
-            guard = self._ask({"type": "guard", "seed": self.seed()}, "guard")
-        except Rejected:  # the guarded forward failed too (crash, protocol): the mismatch is the verdict
-            guard = {}
-        if guard.get("violations") and not self._violations():
-            result = self._incorrect(mismatch, when, forwards)
-            out = {**result, **self._memory_error(guard["violations"])}
-            out["summary"] += f" The outputs were also wrong {when} (see mismatch), most likely from the same write."
-            return out
-        return self._incorrect(mismatch, when, forwards)
 
     # -- timing and re-check -----------------------------------------------------------------------
     def _time(self) -> TimingStats:

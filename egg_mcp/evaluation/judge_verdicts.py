@@ -62,6 +62,24 @@ class Verdicts:
             result.update(self._violation_result())
         return result
 
+    def _incorrect_or_memory(self, mismatch, when: str, forwards: int) -> dict[str, Any]:
+        """Wrong outputs: first one guarded forward. An out-of-bounds write is the root cause (on a GPU a
+        row's write one past its end lands in the next row or a neighbouring tensor, so the trials come
+        out wrong before any guard ran): `memory_error` wins over `incorrect`, the mismatch is kept."""
+        self.clock("memory_guard", message="guarded-memory forward (outputs were wrong)")
+        try:
+            guard = self._ask(  # type: ignore[attr-defined]
+                {"type": "guard", "seed": self.seed()}, "guard")
+        except Exception:  # noqa: BLE001 - judge.Rejected: the guarded forward failed too (crash,
+            # protocol): the mismatch is the verdict
+            guard = {}
+        if guard.get("violations") and not self._violations():
+            result = self._incorrect(mismatch, when, forwards)
+            out = {**result, **self._memory_error(guard["violations"])}
+            out["summary"] += f" The outputs were also wrong {when} (see mismatch), most likely from the same write."
+            return out
+        return self._incorrect(mismatch, when, forwards)
+
     def _memory_error(self, violations: list) -> dict[str, Any]:
         """Out-of-bounds writes found by the runner's guarded allocations (evidence it could only hide)."""
         first = violations[0] if isinstance(violations[0], dict) else {}
