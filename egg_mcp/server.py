@@ -264,7 +264,7 @@ def create_server(
         max_trials: int = Field(8, ge=1, le=64, description="configs to measure on the GPU"),
         time_budget_s: float = Field(120.0, gt=0, le=1800, description="wall-time budget for measuring"),
         dims: dict[str, int] | None = Field(None, description="problem dims (M,N,K or n_rows,n_cols); default: analysis"),
-        kind: Literal["gemm", "reduction", "elementwise", "softmax", "norm"] | None = Field(
+        kind: Literal["gemm", "reduction", "elementwise", "softmax", "norm", "attention"] | None = Field(
             None, description="cost model; default: analysis"),
         measure: bool = Field(True, description="measure the top configs (needs a GPU); false: model ranking only"),
         ctx: Context = None,  # type: ignore[assignment]

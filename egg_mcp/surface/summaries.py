@@ -137,6 +137,12 @@ def propose_tiling(r) -> str:
     p = r.proposal
     lines = [f"tiling {r.report_id} of {r.candidate_id}: {p.kind} {p.dims} on {p.gpu}; {p.feasible_count} feasible "
              f"of {p.enumerated} enumerated ({p.pruned_count} pruned); measured: {p.measured}"]
+    if p.kernels:
+        lines.append("kernels (each priced at its own launch): " + "; ".join(
+            f"{k.kernel} {k.kind} {k.dims} {k.precision or ''}".rstrip() for k in p.kernels[:4]))
+    if p.rank_correlation is not None:
+        lines.append(f"model vs measured rank correlation (Spearman): {p.rank_correlation:.2f} over "
+                     f"{p.rank_correlation_n} configs")
     if p.note:
         lines.append(f"note: {_clip(p.note, 300)}")
     for c in p.ranked[:3]:

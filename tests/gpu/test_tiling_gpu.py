@@ -103,3 +103,27 @@ def test_propose_tiling_measures_and_recommends_a_correct_config():
     reread = {p.name: p.current for p in extract_space(proposal.recommended_source).params}
     assert all(reread[k] == v for k, v in proposal.recommended.values.items())
     assert calls[0][0] == 0 and calls[-1][0] == 6
+
+
+def test_multi_kernel_candidate_is_probed_priced_per_kernel_and_correlated():
+    """KernelBench 43 (attention + projections, tf32x3) at batch 4: the launch probe gives each kernel its own
+    dims, the measured trials are correct at fp32 1e-4, and the reply carries the rank correlation."""
+    from egg_mcp.tiling.launches import probe_launches
+
+    kb = REPO / "benchmarks" / "problems" / "kernelbench"
+    reference = (kb / "43_MinGPTCausalAttention.py").read_text()
+    source = (kb / "mingpt_attention_triton.py").read_text()
+    overrides = {"batch_size": 4}
+    launches = probe_launches({"reference_source": reference, "candidate_source": source, "dtype": "float32",
+                               "size_overrides": overrides})["launches"]
+    assert [r["kernel"] for r in launches] == ["linear_kernel", "attn_kernel", "linear_kernel"]
+    options = EvalOptions(dtype="float32", tolerance=default_tolerance("float32"), size_overrides=overrides)
+    proposal = asyncio.run(propose_tiling(
+        SubprocessEvaluator(), reference_source=reference, candidate_source=source, options=options,
+        gpu=GPU_TABLE["H200"], dims={"M": 2048, "N": 2304, "K": 768}, kind="gemm", max_trials=5, time_budget_s=200,
+        launches=launches))
+    assert [k.kind for k in proposal.kernels] == ["gemm", "attention", "gemm"]
+    assert proposal.kernels[0].dims == {"M": 2048, "N": 2304, "K": 768}
+    assert proposal.measured and sum(1 for r in proposal.ranked if r.correct) >= 3, proposal.note
+    assert proposal.rank_correlation is not None and "rank correlation" in proposal.note
+    print(f"KB43 batch 4: rho {proposal.rank_correlation:.2f} over {proposal.rank_correlation_n} configs")
