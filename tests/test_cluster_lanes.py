@@ -200,7 +200,7 @@ def test_doctor_lists_the_lanes_and_names_the_extra_without_ray(tmp_path, monkey
     lines = doctor.lane_lines(ServerConfig(workspace=tmp_path))
     assert lines == [(doctor.OK, "lanes", "2 local lane(s), one per GPU: gpu0 NVIDIA H200, gpu1 NVIDIA H200")]
 
-    def no_ray():
+    def no_ray(import_it=True):
         raise ray_lanes.ClusterError('--ray needs Ray: pip install "egg-mcp[ray]"')
 
     monkeypatch.setattr(ray_lanes, "require_ray", no_ray)
@@ -212,7 +212,7 @@ def test_serve_with_ray_but_without_it_installed_names_the_extra(tmp_path, monke
     from egg_mcp import cli
     from egg_mcp.cluster import ray_lanes
 
-    def no_ray():
+    def no_ray(import_it=True):
         raise ray_lanes.ClusterError('--ray needs Ray, which is not installed here: pip install "egg-mcp[ray]"')
 
     monkeypatch.setattr(ray_lanes, "require_ray", no_ray)
