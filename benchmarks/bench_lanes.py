@@ -93,7 +93,8 @@ def throughput(n_jobs: int = 8) -> dict[str, Any]:
             "other processes). Device-bound rows: worker jobs holding their lane 2 s each, as a GPU kernel would"}
 
 
-async def lane_path_vs_plain(rounds: int = 3, sizes: dict[str, int] | None = None) -> dict[str, Any]:
+async def lane_path_vs_plain(rounds: int = 3, sizes: dict[str, int] | None = None,
+                             device: str = "cuda") -> dict[str, Any]:
     """Alternating rounds: plain engine, NodeLane.run (the Ray node's code), LanePool of local lanes."""
     from egg_mcp.cluster import jobs
     from egg_mcp.cluster.build import build_evaluator
@@ -104,19 +105,29 @@ async def lane_path_vs_plain(rounds: int = 3, sizes: dict[str, int] | None = Non
 
     reference = builtin_source("softmax")
     candidate = (REPO / "tests" / "adversarial" / "correct_row_softmax.py").read_text()
-    opts = EvalOptions(size_overrides=sizes or {"batch_size": 4096, "dim": 8192}, device="cuda")
-    plain = WorkerEvaluator(scratch_dir=Path(tempfile.mkdtemp(prefix="egg-lanes-plain-")))
-    node = NodeLane(force_interpreter=False, model_label=None)
-    pool = build_evaluator(Path(tempfile.mkdtemp(prefix="egg-lanes-pool-")))
+    opts = EvalOptions(size_overrides=sizes or {"batch_size": 4096, "dim": 8192}, device=device)
+    interp = device == "interpreter"  # a CPU smoke run of this code path (no timings)
+    plain = WorkerEvaluator(scratch_dir=Path(tempfile.mkdtemp(prefix="egg-lanes-plain-")), force_interpreter=interp)
+    node = NodeLane(force_interpreter=interp, model_label=None)
+    pool = build_evaluator(Path(tempfile.mkdtemp(prefix="egg-lanes-pool-")), force_interpreter=interp)
     paths = {
         "plain": lambda: plain.evaluate(reference, candidate, opts),
         "ray_node_path": lambda: _node_eval(node, jobs.evaluate_spec(reference, candidate, opts)),
         "lane_pool": lambda: pool.evaluate(reference, candidate, opts),
     }
     out: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
+
+    async def settle() -> None:
+        """No engine starts a spare (CUDA init) while another path's candidate is being timed."""
+        engines = [plain, node.evaluator, *(getattr(ln, "evaluator", None) for ln in getattr(pool, "lanes", []))]
+        for ev in engines:
+            if ev is not None and hasattr(ev, "wait_pool_ready"):
+                await ev.wait_pool_ready(timeout_s=120)
+
     try:
         for _ in range(rounds + 1):  # the first round warms each path's engine and Triton cache: not counted
             for name, fn in paths.items():
+                await settle()
                 r = await fn()
                 out[name].append({"verdict": r.verdict, "median_ms": r.timing.median_ms if r.timing else None,
                                   "cv": r.timing.cv if r.timing else None,

@@ -200,9 +200,34 @@ def test_doctor_lists_the_lanes_and_names_the_extra_without_ray(tmp_path, monkey
     lines = doctor.lane_lines(ServerConfig(workspace=tmp_path))
     assert lines == [(doctor.OK, "lanes", "2 local lane(s), one per GPU: gpu0 NVIDIA H200, gpu1 NVIDIA H200")]
 
-    def no_ray():
+    def no_ray(import_it=True):
         raise ray_lanes.ClusterError('--ray needs Ray: pip install "egg-mcp[ray]"')
 
     monkeypatch.setattr(ray_lanes, "require_ray", no_ray)
     lines = doctor.lane_lines(ServerConfig(workspace=tmp_path, ray_address="auto"))
     assert lines[-1][0] == doctor.FAIL and 'egg-mcp[ray]' in lines[-1][2]
+
+
+def test_serve_with_ray_but_without_it_installed_names_the_extra(tmp_path, monkeypatch, capsys):
+    from egg_mcp import cli
+    from egg_mcp.cluster import ray_lanes
+
+    def no_ray(import_it=True):
+        raise ray_lanes.ClusterError('--ray needs Ray, which is not installed here: pip install "egg-mcp[ray]"')
+
+    monkeypatch.setattr(ray_lanes, "require_ray", no_ray)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["serve", "--ray", "auto", "--workspace", str(tmp_path / "ws")])
+    assert exit_.value.code == 2 and 'pip install "egg-mcp[ray]"' in capsys.readouterr().err
+
+
+def test_the_cluster_view_is_cached_and_a_gone_cluster_is_reported():
+    calls = []
+
+    def view():
+        calls.append(1)
+        raise ConnectionError("GCS unreachable")
+
+    pool = LanePool([lane(0)], describe_cluster=view)
+    first, second = pool.describe(), pool.describe()
+    assert first["cluster"] == {"error": "ConnectionError: GCS unreachable"} == second["cluster"] and len(calls) == 1

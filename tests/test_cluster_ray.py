@@ -108,3 +108,28 @@ def test_without_ray_the_error_names_the_extra(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_ray)
     with pytest.raises(ray_lanes.ClusterError, match=r'pip install "egg-mcp\[ray\]"'):
         ray_lanes.require_ray()
+
+
+def test_serve_mode_gateway_runs_jobs_and_a_vanished_cluster_falls_back(ray_cluster, tmp_path):
+    """What `serve --ray` builds: the Ray driver in a gateway process (Ray ends a driver whose cluster is
+    gone); the gateway killed = the cluster gone: the pool serves on this host's lanes."""
+    from egg_mcp.cluster.build import build_evaluator
+
+    address = ray_cluster.get_runtime_context().gcs_address
+    pool = build_evaluator(tmp_path, force_interpreter=True, ray_address=address, pythonpath=str(REPO), max_lanes=1)
+    assert [ln.via for ln in pool.lanes] == ["ray"] and pool.lanes[0].device_model == "TEST-GPU"
+
+    async def main():
+        try:
+            first = await pool.evaluate(ADD_RELU, ADD_RELU_OK, OPTS[ADD_RELU])
+            pool.lanes[0].gateway.proc.kill()  # the cluster (as the server sees it) disappears
+            after = await pool.run_job("egg_mcp.evaluation.jobs:echo", {"x": 1}, timeout_s=120, uses_gpu=True)
+            return first, after
+        finally:
+            await pool.aclose()
+
+    first, after = asyncio.run(main())
+    assert first.verdict == "correct" and first.placement.via == "ray"
+    assert after.ok and after.result["payload"] == {"x": 1} and after.placement.via == "local"
+    assert pool.fell_back and "gateway" in " ".join(pool.lost)
+    assert pool.describe()["fell_back_to_local"]

@@ -16,12 +16,16 @@ def build_evaluator(scratch_dir: Path, *, force_interpreter: bool = False, ray_a
     - GPUs here: a `LanePool` with one lane per visible GPU (one GPU: one lane, same engine as before).
     - no GPU: the plain `WorkerEvaluator` (interpreter; its CPU slots run jobs side by side)."""
     fallback = lambda: local_lanes(Path(scratch_dir) / "lanes", force_interpreter=force_interpreter)  # noqa: E731
-    if ray_address:
-        from egg_mcp.cluster.ray_lanes import connect, describe_cluster
+    if ray_address:  # the Ray driver lives in the gateway process: a vanishing cluster cannot end the server
+        from egg_mcp.cluster.gateway import Gateway, GatewayLane
+        from egg_mcp.cluster.ray_lanes import require_ray
 
-        lanes = connect(ray_address, force_interpreter=force_interpreter, pythonpath=pythonpath, max_lanes=max_lanes)
+        require_ray(import_it=False)  # a clear error naming the extra, before a process is started
+        gateway = Gateway.start(ray_address, force_interpreter=force_interpreter, pythonpath=pythonpath,
+                                max_lanes=max_lanes)
+        lanes = [GatewayLane(gateway, i) for i in range(len(gateway.lanes_info))]
         log.info("cluster mode: %d lane(s) on the Ray cluster at %s", len(lanes), ray_address)
-        return LanePool(lanes, fallback=fallback, describe_cluster=describe_cluster)
+        return LanePool(lanes, fallback=fallback, describe_cluster=gateway.describe)
     gpus = [] if force_interpreter else visible_gpus()
     if not gpus:
         from egg_mcp.evaluation.engine import WorkerEvaluator

@@ -22,6 +22,7 @@ import hashlib
 import logging
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -33,6 +34,8 @@ from egg_mcp.evaluation.api import (
 log = logging.getLogger(__name__)
 
 CPU_MODEL = "cpu-interpreter"
+CLUSTER_VIEW_TTL_S = 5.0
+"""task_status asks Ray for its nodes at most this often (a GCS round trip per call would slow it)."""
 
 
 class LaneLost(RuntimeError):
@@ -126,6 +129,7 @@ class LanePool:
         self._waiters: list[tuple[asyncio.Future, str | None]] = []
         self._affinity: dict[str, str] = {}
         self._moved_from: dict[str, str] = {}
+        self._cluster_view: tuple[float, dict[str, Any]] | None = None
         self.jobs_done = 0
 
     # -- the Evaluator API ---------------------------------------------------------------------
@@ -178,10 +182,14 @@ class LanePool:
             "fell_back_to_local": self.fell_back,
         }
         if self.describe_cluster is not None and not self.fell_back:
-            try:
-                view["cluster"] = self.describe_cluster()
-            except Exception as exc:  # the cluster is gone: say so, keep serving
-                view["cluster"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            now = time.monotonic()
+            if self._cluster_view is None or now - self._cluster_view[0] > CLUSTER_VIEW_TTL_S:
+                try:
+                    cluster = self.describe_cluster()
+                except Exception as exc:  # the cluster is gone: say so, keep serving
+                    cluster = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                self._cluster_view = (now, cluster)
+            view["cluster"] = self._cluster_view[1]
         return view
 
     # -- dispatch ------------------------------------------------------------------------------

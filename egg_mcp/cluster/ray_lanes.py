@@ -12,9 +12,11 @@ retries the job once elsewhere (`lanes.LanePool`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import sys
 import tempfile
 from typing import Any
 
@@ -31,7 +33,14 @@ class ClusterError(RuntimeError):
     """Cluster mode cannot start; the message says what to install or pass."""
 
 
-def require_ray():
+def require_ray(import_it: bool = True):
+    """Ray, or a ClusterError naming the extra. `import_it=False` only checks it is installed (the server
+    itself never imports Ray: the gateway process is the driver)."""
+    if not import_it:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is not None:
+            return None
     try:
         import ray
     except ImportError:
@@ -130,7 +139,8 @@ def connect(address: str, *, force_interpreter: bool = False, pythonpath: str | 
     ray = require_ray()
     if not ray.is_initialized():
         try:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            with contextlib.redirect_stdout(sys.stderr):  # on stdio, stdout belongs to the MCP protocol
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         except Exception as exc:
             raise ClusterError(f"cannot join the Ray cluster at {address!r}: {exc}. Start one with `ray start "
                                "--head` (and `ray start --address HEAD:6379` on each node) or pass its address") from exc
