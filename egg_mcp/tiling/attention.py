@@ -22,7 +22,7 @@ SOFTMAX_OPS = 6  # CUDA-core instructions per score element (scale, mask, max, s
 
 def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int], dtype: str,
               est: ConfigEstimate) -> list[tuple[str, str]]:
-    from egg_mcp.tiling.model import (
+    from egg_mcp.tiling.costs import (
         DTYPE_BYTES, GEMM_TILE_FIXED_S, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, _ctas_per_sm, _persistent,
         compute_type, dot_step_s,
     )

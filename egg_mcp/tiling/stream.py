@@ -13,10 +13,11 @@ from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate
 
 def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int],
             dtype: str, kind: str, est: ConfigEstimate) -> list[tuple[str, str]]:
-    from egg_mcp.tiling.model import (  # one set of constants for both models
+    from egg_mcp.tiling.dims import next_pow2
+    from egg_mcp.tiling.costs import (  # one set of constants for both models
         _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, DRAM_LATENCY_S,
         DTYPE_BYTES, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE,
-        TRANSCENDENTAL_OPS, _ctas_per_sm, _persistent, _round_up, next_pow2,
+        TRANSCENDENTAL_OPS, _ctas_per_sm, _persistent, _round_up,
     )
 
     fired: list[tuple[str, str]] = []

@@ -1,0 +1,121 @@
+"""The tiling cost model's shared constants and per-step costs (a leaf: model.py, attention.py and stream.py
+all price with these, so none of them imports another)."""
+
+from __future__ import annotations
+
+import math
+
+from egg_mcp.hardware import GpuSpec
+from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate
+from egg_mcp.tiling.space import persistent_programs
+
+KB = 1024
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+# Model constants (assumptions, not measurements; the benchmark checks the ranking they produce).
+LAUNCH_OVERHEAD_S = 3e-6  # measured: ~3 us per launch on the H200 (do_bench at ~5 us kernels)
+L2_OVER_DRAM = 2.5  # L2 bandwidth / DRAM bandwidth (Hopper-class parts: ~2.5-3x)
+DRAM_LATENCY_S = 1.0e-6  # loaded DRAM round trip seen by one dependent chain of loads
+SM_MAX_SHARE = 4.0  # one SM can pull at most this multiple of its fair share of DRAM bandwidth
+ACC_SPILL_REGS = 256  # accumulator registers per thread at which every H200 config spilled
+MAX_REGS = 255
+GEMM_TILE_FIXED_S = 1.0e-6  # pipeline fill + epilogue latency per output tile
+PROGRAM_FIXED_S = 0.5e-6  # launch of one program (CTA) + index math
+REDUCTION_STEP_S = 0.1e-6  # one cross-warp reduction level (shared memory + barrier)
+OVERLAP_P = 3.0  # exponent of the smooth max of bandwidth and latency time (inf = perfect overlap)
+
+_BASE_OPS = {"softmax": 10, "norm": 12, "reduction": 3, "elementwise": 6}  # instructions per element
+_TRANSCENDENTAL = {"exp", "exp2", "log", "log2", "erf", "tanh", "sigmoid", "sqrt", "rsqrt", "sin", "cos", "pow"}
+TRANSCENDENTAL_OPS = 12  # MUFU-based functions cost ~a dozen issue slots per element (erf is a polynomial)
+_REDUCTIONS = {"softmax": 2, "norm": 2, "reduction": 1, "elementwise": 0}
+# fp32 values live per element of the register tile (loaded value plus what is kept alongside it)
+_LIVE_PER_ELEMENT = {"softmax": 1.25, "norm": 1.25, "reduction": 1.0, "elementwise": 2.0}
+"""Registers per element a program keeps live when it covers a row in one block. softmax and norm
+1.25: on the H200 every single-block config with 128 elements per thread compiled without spilling
+(softmax_a fp32: 160-215 registers; layernorm_a bf16: 168-255), while 256 per thread spilled
+(benchmarks/results/tiling/batch4_tiling_bench.json, batch7_tiling_bench.json). elementwise 2.0:
+bias+GELU (bf16, tanh form) used 105-152 registers at 64 elements per thread and spilled 8-16 at 128,
+on every one of the 2x14 configs there (batch10_tiling_bench.json; 1.5 had called those feasible)."""
+_LIVE_PER_ELEMENT_LOOPING = {"softmax": 1.25, "norm": 2.0, "reduction": 1.4, "elementwise": 2.0}
+"""The same when the program loops over the row in blocks (accumulators live beside the block):
+layernorm_b (8192 columns in blocks) spilled 24-28 registers at 128 elements per thread where the
+single-block layernorm_a did not; row_sum_b (65536 columns in blocks) compiled 128 per thread to
+168-201 registers without spilling, except with 32 rows per program (batch8_tiling_bench.json);
+looping softmax did not spill at 128 per thread (softmax_a, softmax_b). Scored offline against every
+recorded verdict by benchmarks/tiling_model_recheck.py (see benchmarks/results/tiling/README.md)."""
+
+
+def _is_pow2(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+def _round_up(x: float, m: int) -> int:
+    return int(math.ceil(x / m) * m)
+
+
+def compute_type(dtype: str, space: CandidateSpace) -> str:
+    """Peak-FLOP key of GpuSpec for the kernel's dots: fp32 inputs use TF32 unless told 'ieee' (CUDA-core FMAs)
+    or 'tf32x3' (three TF32 tensor-core products per fp32 product)."""
+    if dtype in ("float16", "bfloat16"):
+        return "fp16" if dtype == "float16" else "bf16"
+    precisions = {k.dot_precision for k in space.kernels}
+    if "ieee" in precisions or any(k.ieee_dot and k.dot_precision is None for k in space.kernels):
+        return "fp32"
+    return "tf32x3" if "tf32x3" in precisions else "tf32"
+
+
+FMA_DOT_EFFICIENCY = 0.45
+"""An IEEE fp32 tl.dot runs as FMAs with its operands re-read from shared memory: a Triton IEEE GEMM reached
+~22 TFLOP/s on the H200 against cuBLAS's ~51 (issue 18)."""
+SPLIT_OPS = 8
+"""CUDA-core instructions per operand element per K step for the tf32x3 split (cvt.rna, subtract, layout moves,
+done by every warp that reads the element)."""
+SPILL_EFFICIENCY = 0.6
+"""Rate kept when a tile's live registers exceed 255 per thread (local-memory traffic in the K loop): on the
+H200 a tf32x3 128x128x32 tile ran 3.05 ms at 4 warps (accumulators + hi/lo operands ~ 288 registers) and
+1.80 ms at 8 (issue 18)."""
+
+
+def dot_step_s(bm: int, bn: int, bk: int, w: int, ctype: str, gpu: GpuSpec, dtype: str, notes: list[str],
+               what: str = "tile") -> float:
+    """Seconds of one BM x BN x BK dot step on one SM at the compute type's rate, with the precision's own
+    costs: the tf32x3 split (CUDA cores) and its register pressure, the FMA path of IEEE fp32."""
+    peak_sm = gpu.peak_flops.get(ctype, gpu.peak_flops["fp32"]) / gpu.sm_count
+    eff = 1.0
+    acc = bm * bn / (32 * w)
+    regs = acc + 32
+    if ctype == "tf32x3":
+        regs += 2 * (bm + bn) * bk / (32 * w)  # hi and lo of both operands live in registers
+    elif ctype == "fp32":
+        eff *= FMA_DOT_EFFICIENCY
+    if regs > MAX_REGS:
+        eff *= SPILL_EFFICIENCY
+        notes.append(f"{what}: ~{regs:.0f} live registers per thread ({ctype} at {w} warps) > {MAX_REGS}: spills "
+                     "in the K loop; more warps or a smaller tile")
+    t = 2 * bm * bn * bk / (peak_sm * eff)
+    if ctype == "tf32x3":
+        lanes = 128 * (gpu.sm_clock_mhz or 1500) * 1e6  # fp32 lanes per SM per second
+        t += SPLIT_OPS * (bm + bn) * bk / lanes
+    return t
+
+
+def _ctas_per_sm(gpu: GpuSpec, threads: int, regs: int, smem: int) -> int:
+    limits = [gpu.max_blocks_per_sm, gpu.max_threads_per_sm // threads]
+    limits.append(gpu.regs_per_sm // (_round_up(max(regs, 1), 8) * threads))
+    if smem > 0:
+        limits.append(gpu.smem_per_sm_bytes // smem)
+    return max(0, min(limits))
+
+
+def _persistent(est: ConfigEstimate, space: CandidateSpace, gpu: GpuSpec, values: dict[str, int], tiles: int,
+                c: int) -> int:
+    """A persistent grid launches its own program count and loops over the tiles: the grid and the
+    waves are those programs (the work, and so the time terms, stay per tile). Returns the programs launched."""
+    cap = persistent_programs(space, gpu.sm_count, values)
+    if cap is None or cap >= tiles:
+        return tiles
+    est.grid = [cap]
+    est.waves = cap / (gpu.sm_count * max(c, 1))
+    est.notes.append(f"persistent grid: {cap} programs loop over {tiles} tiles "
+                     f"({math.ceil(tiles / cap)} per program at most)")
+    return cap
