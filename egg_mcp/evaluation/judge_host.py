@@ -119,8 +119,11 @@ def main(argv: list[str] | None = None) -> None:
                          daemon=True).start()
     confinement.protect_memory()
     confinement.become_subreaper()
-    channel = worker.ResultChannel(args.result_fd)
-    worker._channel = channel  # the judge reports its phases through worker.channel()
+    from egg_mcp.evaluation.channel import ResultChannel, set_channel
+
+    channel = ResultChannel(args.result_fd)
+    set_channel(channel)  # the judge reports its phases through evaluation.channel (the run-timeout clock needs them)
+    worker._channel = channel
     try:
         runner_process.prestart(args.mode)
     except Exception:

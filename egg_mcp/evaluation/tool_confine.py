@@ -55,6 +55,34 @@ def tool_root(tool: str | None, avoid: Sequence[str] = ()) -> str | None:
     return None
 
 
+INJECTION_VARS = ("LD_PRELOAD", "CUDA_INJECTION64_PATH")
+"""Where a tool's frontend names the libraries it injects into the wrapped process (set by the tool, read here
+before any job code runs)."""
+
+
+def injection_roots(env: Mapping[str, str], avoid: Sequence[str] = ()) -> list[str]:
+    """The install trees of the libraries a tool injected (read+execute). Why: on the H200 `ncu` in
+    /usr/local/cuda/bin is a launcher for /opt/nvidia/nsight-compute/<version>; its injection libraries
+    (LD_PRELOAD, target/linux-desktop-*/) and what they load lazily lie under that tree, which the tool's own
+    path does not reveal. Under Landlock without this grant ncu printed "Failed to profile" and the worker
+    exited with code 11. The tree is the part before `target/` (ncu's layout) or the library's own dir;
+    never "/", a top-level dir such as /usr or /opt, or a tree holding one of `avoid`."""
+    guarded = [Path(os.path.realpath(a)) for a in avoid if a]
+    roots: list[str] = []
+    for var in INJECTION_VARS:
+        for item in env.get(var, "").replace(":", " ").split():
+            if not os.path.isabs(item):
+                continue
+            real = Path(os.path.realpath(item))
+            parts = real.parts
+            root = Path(*parts[:parts.index("target")]) if "target" in parts[:-1] else real.parent
+            if len(root.parts) < 3 or any(g == root or root in g.parents for g in guarded):
+                continue
+            if str(root) not in roots and root.exists():
+                roots.append(str(root))
+    return roots
+
+
 IPC_VAR = "EGG_MCP_TOOL_IPC"
 """'open': let the tool's injection use its TCP ports and abstract sockets (see the module docstring)."""
 
@@ -66,7 +94,9 @@ def confine_wrapped(private_dir: Path, tool: str | None, tool_argv: Sequence[str
     ipc_open = os.environ.pop(IPC_VAR, "") == "open"
     root = tool_root(tool, avoid=[str(private_dir), os.path.expanduser("~")])
     rules: dict[str, Any] = {"tcp_ports": tool_ports(tool_argv), "scope_abstract_sockets": False} if ipc_open else {}
-    report = confinement.confine(Path(private_dir), extra_read=[Path(root)] if root else [], **rules)
+    avoid = [str(private_dir), os.path.expanduser("~")]
+    extra = [Path(r) for r in ([root] if root else []) + injection_roots(os.environ, avoid) if r]
+    report = confinement.confine(Path(private_dir), extra_read=extra, **rules)
     report["wrapped_by"] = os.path.basename(tool) if tool else "unknown tool"
     return report
 

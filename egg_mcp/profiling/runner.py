@@ -361,6 +361,21 @@ def sandbox_line(sandbox: dict[str, Any] | None) -> str | None:
     return line + (f"; wrapped by {sandbox['wrapped_by']}" if sandbox.get("wrapped_by") else "")
 
 
+_INJECTION_SIGNS = (re.compile(r"==ERROR== Failed to profile[^\n]*"),
+                    re.compile(r"ERROR: ld\.so: object '[^']*' from LD_PRELOAD cannot be preloaded[^\n]*"))
+
+
+def ncu_injection_failure(outcome: JobOutcome, log_path: Path) -> str | None:
+    """The line that shows ncu's own injection failed in a job that died (seen on the H200 when its libraries
+    were outside the sandbox's read rules: "Failed to profile" and exit code 11), or None."""
+    text = _job_text(outcome, log_path)
+    for sign in _INJECTION_SIGNS:
+        m = sign.search(text)
+        if m:
+            return m.group(0).strip()[:300]
+    return None
+
+
 def _candidate_failure(outcome: JobOutcome, timeout_s: float) -> ProfileError | None:
     if outcome.timed_out:
         return ProfileError(f"profiling timed out after {timeout_s:.0f} s: raise timeout_s, or profile at smaller sizes "
@@ -428,6 +443,20 @@ async def profile_candidate(
                                     timing_iters=TIMING_ITERS_UNDER_NCU)
             outcome = await evaluator.run_job(TARGET, payload, timeout_s=deadline(), uses_gpu=True, wrapper_argv=argv)
             await _progress(progress, 2, 3, "profiling: parsing ncu output")
+            injection = ncu_injection_failure(outcome, log_path) if outcome.error is not None else None
+            if injection is not None and not outcome.timed_out:
+                # ncu, not the candidate, failed (its injection under the sandbox): profile without counters,
+                # still confined; a candidate that really crashes fails there too
+                reason = (f"ncu could not profile under the job's sandbox ({sandbox_line(outcome.sandbox)}): "
+                          f"{injection}; profiled without counters")
+                report = await _fallback(evaluator, reference_source, candidate_source, options, stage, gpu, flops,
+                                         min_bytes, compute_type, reason, has_gpu, deadline(), **roof_kw)
+                report.ncu_command = argv
+                report.metrics_requested = metrics_for_stage(stage)
+                report.warnings = warnings + report.warnings
+                report.wall_s = time.perf_counter() - t0
+                await _progress(progress, 3, 3, "profiling: done (fallback)")
+                return report
             failure = _candidate_failure(outcome, timeout_s)
             if failure is not None:
                 raise failure

@@ -1,0 +1,66 @@
+"""ncu's injection under the job sandbox (issue 12, found on the H200): `ncu` in /usr/local/cuda/bin launches
+/opt/nvidia/nsight-compute/<v>, whose injection libraries (LD_PRELOAD) the Landlock rules did not cover, so a
+confined profiling worker died with "Failed to profile" / exit code 11 and profile_ncu blamed the candidate.
+Now the wrapped process may read the injected libraries' install tree, and if ncu's injection still fails
+the profile falls back to the confined no-counter path with the reason, never a candidate failure."""
+
+from __future__ import annotations
+
+import asyncio
+
+from egg_mcp.evaluation.api import ErrorReport, EvalOptions, JobOutcome
+from egg_mcp.evaluation.tool_confine import injection_roots
+from egg_mcp.profiling.runner import ncu_injection_failure, profile_candidate
+from egg_mcp.workflow.stages import Stage
+from tests.test_profiling_runner import (  # noqa: F401  (fake_ncu is a fixture)
+    H200, SOFTMAX_CANDIDATE, SOFTMAX_REFERENCE, TARGET_RESULT, FakeEvaluator, fake_ncu,
+)
+
+LD_ERROR = ("ERROR: ld.so: object '/opt/nvidia/nsight-compute/2025.3.1/target/linux-desktop-glibc_2_11_3-x64/./"
+            "libcuda-injection.so' from LD_PRELOAD cannot be preloaded (cannot open shared object file): ignored.")
+
+
+def test_injection_roots_grant_the_tools_tree_not_the_top_or_the_jobs_dir(tmp_path):
+    tree = tmp_path / "opt" / "nvidia" / "nsight-compute" / "2025.3.1"
+    lib_dir = tree / "target" / "linux-desktop-glibc_2_11_3-x64"
+    lib_dir.mkdir(parents=True)
+    (lib_dir / "libcuda-injection.so").write_bytes(b"")
+    home = tmp_path / "home"
+    job = home / "user" / "job"
+    job.mkdir(parents=True)
+    (home / "evil.so").write_bytes(b"")  # its dir holds the job's dir: granting it would expose the job
+    env = {"LD_PRELOAD": f"{lib_dir}/./libcuda-injection.so:{home}/evil.so /libtop.so",
+           "CUDA_INJECTION64_PATH": str(lib_dir / "libcuda-injection.so")}
+    assert injection_roots(env, avoid=[str(job)]) == [str(tree)]
+    assert injection_roots({}, avoid=[]) == []
+    assert injection_roots({"LD_PRELOAD": "relative/lib.so"}) == []
+
+
+def test_ncu_injection_failure_is_told_apart_from_a_candidate_crash(tmp_path):
+    died = ErrorReport(kind="exit", message="worker exited with code 11 in phase 'load' before the harness reported")
+    log = tmp_path / "ncu.csv"
+    log.write_text('==PROF== Connected to process 496\n==ERROR== Failed to profile "softmax_kernel" in process 496\n')
+    assert "Failed to profile" in ncu_injection_failure(JobOutcome(ok=False, error=died, exit_code=11), log)
+    assert "cannot be preloaded" in ncu_injection_failure(
+        JobOutcome(ok=False, error=died, stderr_tail=LD_ERROR), tmp_path / "none.csv")
+    crash = ErrorReport(kind="IndexError", message="out of range", candidate_line=17)
+    assert ncu_injection_failure(JobOutcome(ok=False, error=crash, stderr_tail="Traceback ..."),
+                                 tmp_path / "none.csv") is None
+
+
+def test_profile_falls_back_without_counters_when_ncu_fails_under_the_sandbox(fake_ncu):
+    died = ErrorReport(kind="exit", message="worker exited with code 11 in phase 'load' before the harness reported")
+    sandbox = {"level": "landlock", "fs_confined": True, "wrapped_by": "ncu"}
+    ev = FakeEvaluator([
+        ('==ERROR== Failed to profile "softmax_row_kernel" in process 1\n',
+         JobOutcome(ok=False, error=died, exit_code=11, stderr_tail=LD_ERROR, sandbox=sandbox)),
+        (None, JobOutcome(ok=True, result=TARGET_RESULT, sandbox=sandbox)),
+    ])
+    report = asyncio.run(profile_candidate(
+        ev, reference_source=SOFTMAX_REFERENCE, candidate_source=SOFTMAX_CANDIDATE, options=EvalOptions(),
+        stage=Stage.MEMORY, gpu=H200, flops=5.0 * 4096 * 8192, min_bytes=2 * 4096 * 8192 * 4))
+    assert ev.calls[0]["wrapper_argv"] and ev.calls[1]["wrapper_argv"] is None  # the second run is not wrapped
+    assert report.source == "fallback"
+    assert report.fallback_reason.startswith("ncu could not profile under the job's sandbox")
+    assert "Failed to profile" in report.fallback_reason and "without counters" in report.fallback_reason
+    assert report.kernels and report.kernels[0].duration_ms > 0
