@@ -175,33 +175,31 @@ def suite_tiling_agreement(out: Path, quick: bool) -> dict[str, Any]:
             "all_within_bracketed": all(r.get("within_1pct_bracketed") for r in rows)}
 
 
+def _script_suite(script: str, script_out: Path, flags: list[str], *, timeout_s: int) -> dict[str, Any]:
+    """Run benchmarks/<script>.py into its own folder; the record holds its argv, exit code, stderr tail,
+    report path and the <script>.json it wrote (None if it wrote none)."""
+    argv = [sys.executable, str(REPO / "benchmarks" / f"{script}.py"), str(script_out), *flags]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+    print(proc.stdout[-3000:])
+    data_path = script_out / f"{script}.json"
+    data = json.loads(data_path.read_text()) if data_path.exists() else None
+    return {"argv": argv[1:], "exit_code": proc.returncode, "stderr_tail": proc.stderr[-2000:],
+            "report": str(script_out / f"{script}.md"), script: data}
+
+
 def suite_tiling_search(out: Path, quick: bool) -> dict[str, Any]:
     """benchmarks/tiling_search.py: the model's rank vs measured time (Spearman per case), its pick vs the
     measured best, on the ten tiling cases and the multi-kernel KernelBench cases, through the engine and
     GpuTimer (< 4 min; quick: fewer configs per case and 10 timed runs, < 2.5 min)."""
-    tiling_out = out / "tiling_search"
-    argv = [sys.executable, str(REPO / "benchmarks" / "tiling_search.py"), str(tiling_out)]
-    argv += ["--quick", "--max-wall-s", "140"] if quick else ["--max-wall-s", "225"]
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
-    print(proc.stdout[-3000:])
-    data_path = tiling_out / "tiling_search.json"
-    data = json.loads(data_path.read_text()) if data_path.exists() else None
-    return {"argv": argv[1:], "exit_code": proc.returncode, "stderr_tail": proc.stderr[-2000:],
-            "report": str(tiling_out / "tiling_search.md"), "tiling_search": data}
+    flags = ["--quick", "--max-wall-s", "140"] if quick else ["--max-wall-s", "225"]
+    return _script_suite("tiling_search", out / "tiling_search", flags, timeout_s=300)
 
 
 def suite_tiling_exhaustive(out: Path, quick: bool) -> dict[str, Any]:
     """benchmarks/tiling_bench.py: every config of the ten tiling cases measured, the search replayed on
     them (quick: fewer timed runs per config, no autotune comparison, a 230 s budget)."""
-    tiling_out = out / "tiling_exhaustive"
-    argv = [sys.executable, str(REPO / "benchmarks" / "tiling_bench.py"), str(tiling_out)]
-    argv += ["--autotune", "", "--max-wall-s", "230", "--timing-trials", "10"] if quick else ["--max-wall-s", "540"]
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
-    print(proc.stdout[-3000:])
-    data_path = tiling_out / "tiling_bench.json"
-    data = json.loads(data_path.read_text()) if data_path.exists() else None
-    return {"argv": argv[1:], "exit_code": proc.returncode, "stderr_tail": proc.stderr[-2000:],
-            "report": str(tiling_out / "tiling_bench.md"), "tiling_bench": data}
+    flags = ["--autotune", "", "--max-wall-s", "230", "--timing-trials", "10"] if quick else ["--max-wall-s", "540"]
+    return _script_suite("tiling_bench", out / "tiling_exhaustive", flags, timeout_s=600)
 
 
 def suite_guidance(out: Path, quick: bool) -> dict[str, Any]:

@@ -194,16 +194,7 @@ def main(argv: list[str] | None = None) -> None:
                     traceback.print_exc()
             channel.send({"type": "idle", "jobs": jobs})
     finally:
-        try:
-            confinement.kill_descendants()
-        except Exception:
-            pass
-        for s in (sys.stdout, sys.stderr):
-            try:
-                s.flush()
-            except Exception:
-                pass
-        os._exit(exit_code)
+        worker.exit_process(exit_code)
 
 
 if __name__ == "__main__":

@@ -135,6 +135,23 @@ def _confine_job(target: str, *, wrapped: bool, tool: str | None = None) -> dict
     return confinement.confine(Path.cwd())
 
 
+def exit_process(exit_code: int) -> None:
+    """End a worker or judge host: kill whatever its job left behind, flush, and leave without running
+    atexit handlers or finalizers a job may have registered."""
+    try:
+        from egg_mcp.evaluation import confinement
+
+        confinement.kill_descendants()
+    except Exception:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(exit_code)
+
+
 def main(argv: list[str] | None = None) -> None:
     global _channel
     server_pid = os.environ.get("EGG_MCP_SERVER_PID", "")
@@ -203,18 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         except Exception:
             pass
     finally:
-        try:
-            from egg_mcp.evaluation import confinement
-
-            confinement.kill_descendants()
-        except Exception:
-            pass
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(exit_code)
+        exit_process(exit_code)
 
 
 if __name__ == "__main__":
