@@ -113,6 +113,8 @@ def test_a_second_verify_of_the_task_reuses_the_judge_and_its_reference(persiste
     assert second.judge["pid"] == first.judge["pid"] and second.judge["job"] == 2
     assert second.judge["reference"] == "held"
     assert "load_reference" in first.phase_s and "load_reference" not in second.phase_s
+    # interpreter runners do no GPU warm-up (runner_warmup.py); the judge says what the runner reported
+    assert first.judge["runner_warmup"] == "none" and second.judge["runner_warmup"] == "none"
 
 
 def test_a_candidate_leaves_no_state_for_the_next_verify(persistent):

@@ -185,6 +185,7 @@ class Judge(Verdicts):
             raise Rejected(self._harness_fault(f"the sandboxed runner did not start ({gone.report.message})"))
         except wire.WireError as exc:
             raise Rejected(self._protocol(str(exc)))
+        self.judge_info.update({f"runner_{k}": v for k, v in getattr(self.runner, "warmup", {}).items()})
 
     def _ask(self, header: dict[str, Any], expect: str, max_blob_bytes: int = 0):
         """One command and its reply; the reply's findings are collected; failures end the evaluation."""

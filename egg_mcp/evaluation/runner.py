@@ -51,8 +51,9 @@ def main(argv: list[str] | None = None) -> None:
             sandbox = confine_wrapped(Path(args.private), args.tool)
         else:
             sandbox = confinement.confine(Path(args.private))
-        sandbox["capabilities_dropped"] = confinement.drop_capabilities() and sandbox.get(
-            "capabilities_dropped", True)
+        if not sandbox.get("capabilities_kept"):  # a tool that needs one (tool_confine.caps_to_keep) keeps it
+            sandbox["capabilities_dropped"] = confinement.drop_capabilities() and sandbox.get(
+                "capabilities_dropped", True)
     except OSError as exc:  # a step the kernel offers failed: never go on to import the candidate
         print(f"egg-mcp runner: confinement failed: {exc}", file=sys.stderr, flush=True)
         os._exit(4)
@@ -61,12 +62,17 @@ def main(argv: list[str] | None = None) -> None:
 
     from egg_mcp.evaluation.candidate_side import CandidateSide, serve
 
+    warm: dict = {}
+    if args.mode == "gpu" and not args.tool:  # under a tool, its report would show our kernel too
+        from egg_mcp.evaluation.runner_warmup import warm_up
+
+        warm = warm_up()
     sock = socket.socket(fileno=args.fd)
     side = CandidateSide(Path(args.private), interpreter=args.mode == "interp")
     side.sandbox = sandbox
     code = 0
     try:
-        wire.send(sock, {"type": "ready", "pid": os.getpid()})
+        wire.send(sock, {"type": "ready", "pid": os.getpid(), **warm})
         serve(sock, side)
     except BaseException:  # noqa: BLE001
         code = 1

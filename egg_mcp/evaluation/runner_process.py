@@ -65,6 +65,7 @@ class RunnerProcess:
                 sink.close()
         self.sock = ours
         self.ready = False
+        self.warmup: dict[str, Any] = {}
         self.death_wait_s = 5.0  # how long a dead channel waits for the process to exit (a wrapper: longer)
         self.started_at = time.monotonic()
 
@@ -101,6 +102,10 @@ class RunnerProcess:
             if message.get("type") != "ready":
                 raise wire.WireError(f"the runner's first message was {message.get('type')!r}, not 'ready'")
             self.ready = True
+            # sent before any candidate code existed (runner_warmup.py); kept as bounded data all the same
+            warm, seconds = message.get("warmup"), message.get("warmup_s")
+            self.warmup = {"warmup": str(warm)[:240] if warm is not None else "none",
+                           "warmup_s": float(seconds) if isinstance(seconds, (int, float)) else None}
 
     # -- ending ----------------------------------------------------------------------------------
     def _death(self) -> ErrorReport:

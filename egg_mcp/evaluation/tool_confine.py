@@ -11,6 +11,16 @@ confinement, the operator sets EGG_MCP_TOOL_IPC=open in the server's environment
 then may bind/connect TCP on the tool's port range only (49152 + 64, or its --port/--max-connections)
 and abstract unix sockets are left unscoped (signals stay scoped); the sandbox report says so.
 Writes: only the process's own dir (the tools' temporary files follow TMPDIR, which points there).
+
+Counters on an admin-only driver: where the NVIDIA driver restricts GPU performance counters to admins
+(/proc/driver/nvidia/params: RmProfilingAdminOnly: 1, the default) ncu's injection reads them with the
+profiled process's capabilities, so a process that dropped every capability gets "Failed to profile"
+(H200, root, 2026-12-01: benchmarks/results/h200_2026-12-01_s6/). There, an ncu-wrapped process that
+holds CAP_SYS_ADMIN keeps that one capability, under a seccomp deny-list (egg_mcp/sandbox/seccomp.py:
+bpf, perf_event_open, fanotify, keyctl, namespaces, mounts, ptrace, modules, ...) and the same Landlock
+domain; the sandbox report says so. Profile jobs never decide a verdict. Operators who do not want that
+set EGG_MCP_NCU_ADMIN=never (profile_ncu then answers without counters) or, better, allow counters to all
+users on the host (`options nvidia NVreg_RestrictProfilingToAdminUsers=0`), and nothing is kept.
 Stdlib only: runners import this before torch.
 """
 
@@ -87,15 +97,44 @@ IPC_VAR = "EGG_MCP_TOOL_IPC"
 """'open': let the tool's injection use its TCP ports and abstract sockets (see the module docstring)."""
 
 
+CAP_SYS_ADMIN = 21
+NCU_ADMIN_VAR = "EGG_MCP_NCU_ADMIN"
+"""'never': an ncu-wrapped process drops CAP_SYS_ADMIN too (no counters on an admin-only driver)."""
+DRIVER_PARAMS = "/proc/driver/nvidia/params"
+
+
+def counters_admin_only(params_path: str = DRIVER_PARAMS) -> bool:
+    """Whether the NVIDIA driver restricts GPU performance counters to admins (unknown: False)."""
+    try:
+        with open(params_path) as f:
+            for line in f:
+                if line.startswith("RmProfilingAdminOnly:"):
+                    return line.split(":", 1)[1].strip() == "1"
+    except OSError:
+        pass
+    return False
+
+
+def caps_to_keep(tool: str | None, env: Mapping[str, str], params_path: str = DRIVER_PARAMS) -> list[int]:
+    """[CAP_SYS_ADMIN] for an ncu-wrapped process on an admin-only driver (unless the operator said never)."""
+    if not tool or os.path.basename(tool) != "ncu" or env.get(NCU_ADMIN_VAR, "").strip().lower() == "never":
+        return []
+    return [CAP_SYS_ADMIN] if counters_admin_only(params_path) else []
+
+
 def confine_wrapped(private_dir: Path, tool: str | None, tool_argv: Sequence[str] = ()) -> dict[str, Any]:
     """Confine the calling process, wrapped by `tool` (see module docstring); what was applied (a dict)."""
     from egg_mcp.evaluation import confinement
 
+    keep = caps_to_keep(tool, os.environ)
+    os.environ.pop(NCU_ADMIN_VAR, None)
     ipc_open = os.environ.pop(IPC_VAR, "") == "open"
     root = tool_root(tool, avoid=[str(private_dir), os.path.expanduser("~")])
     rules: dict[str, Any] = {"tcp_ports": tool_ports(tool_argv), "scope_abstract_sockets": False} if ipc_open else {}
     avoid = [str(private_dir), os.path.expanduser("~")]
     extra = [Path(r) for r in ([root] if root else []) + injection_roots(os.environ, avoid) if r]
+    if keep:
+        rules["keep_caps"] = keep
     report = confinement.confine(Path(private_dir), extra_read=extra, **rules)
     report["wrapped_by"] = os.path.basename(tool) if tool else "unknown tool"
     return report
@@ -103,7 +142,7 @@ def confine_wrapped(private_dir: Path, tool: str | None, tool_argv: Sequence[str
 
 def ipc_env(base_env: Mapping[str, str]) -> dict[str, str]:
     """The operator's EGG_MCP_TOOL_IPC, passed on to a wrapped process (it pops it before any job code)."""
-    return {IPC_VAR: base_env[IPC_VAR]} if base_env.get(IPC_VAR) else {}
+    return {var: base_env[var] for var in (IPC_VAR, NCU_ADMIN_VAR) if base_env.get(var)}
 
 
 def wrapped_worker_env(base_env: Mapping[str, str], workdir: Path, *, interpreter: bool,
