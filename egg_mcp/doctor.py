@@ -48,18 +48,6 @@ _INTERPRETER_PROBE = textwrap.dedent("""
 _NCU_PROBE = "import torch; x = torch.ones(1024, device='cuda'); (x * 2).sum().item()"
 
 
-def _ncu_admin_line() -> None:
-    """What the sandbox keeps for ncu on this host (tool_confine.py), and how to keep nothing."""
-    from egg_mcp.evaluation import tool_confine
-
-    if tool_confine.counters_admin_only():
-        keep = tool_confine.caps_to_keep("ncu", os.environ)
-        _line(WARN, "", "the driver restricts GPU counters to admins (RmProfilingAdminOnly=1): " + (
-            "profiled jobs keep CAP_SYS_ADMIN under a seccomp deny-list" if keep else
-            "EGG_MCP_NCU_ADMIN=never: profiled jobs drop it and get no counters")
-            + "; to keep nothing, set `options nvidia NVreg_RestrictProfilingToAdminUsers=0` and reboot")
-
-
 def _sandbox_lines() -> None:
     """What confines a runner (the process that imports candidate code) here, and how to get more."""
     from egg_mcp.sandbox import probe
@@ -179,7 +167,6 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
         text = probe.stdout + probe.stderr
         if probe.returncode == 0 and "gpu__time_duration" in text:
             _line(OK, "ncu", f"{ncu} reads hardware counters")
-            _ncu_admin_line()
         else:
             reason = "ERR_NVGPUCTRPERM (no permission for counters)" if "ERR_NVGPUCTRPERM" in text else \
                 (text.strip().splitlines() or ["failed"])[-1][:160]

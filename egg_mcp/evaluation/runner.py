@@ -51,9 +51,8 @@ def main(argv: list[str] | None = None) -> None:
             sandbox = confine_wrapped(Path(args.private), args.tool)
         else:
             sandbox = confinement.confine(Path(args.private))
-        if not sandbox.get("capabilities_kept"):  # a tool that needs one (tool_confine.caps_to_keep) keeps it
-            sandbox["capabilities_dropped"] = confinement.drop_capabilities() and sandbox.get(
-                "capabilities_dropped", True)
+        sandbox["capabilities_dropped"] = confinement.drop_capabilities() and sandbox.get(
+            "capabilities_dropped", True)
     except OSError as exc:  # a step the kernel offers failed: never go on to import the candidate
         print(f"egg-mcp runner: confinement failed: {exc}", file=sys.stderr, flush=True)
         os._exit(4)

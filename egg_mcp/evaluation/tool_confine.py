@@ -10,23 +10,20 @@ So the default is the full domain. For a tool version whose injection opens new 
 confinement, the operator sets EGG_MCP_TOOL_IPC=open in the server's environment: the wrapped process
 then may bind/connect TCP on the tool's port range only (49152 + 64, or its --port/--max-connections)
 and abstract unix sockets are left unscoped (signals stay scoped); the sandbox report says so.
-Writes: only the process's own dir (the tools' temporary files follow TMPDIR, which points there).
-
-Counters on an admin-only driver: where the NVIDIA driver restricts GPU performance counters to admins
-(/proc/driver/nvidia/params: RmProfilingAdminOnly: 1, the default) ncu's injection reads them with the
-profiled process's capabilities, so a process that dropped every capability gets "Failed to profile"
-(H200, root, 2026-12-01: benchmarks/results/h200_2026-12-01_s6/). There, an ncu-wrapped process that
-holds CAP_SYS_ADMIN keeps that one capability, under a seccomp deny-list (egg_mcp/sandbox/seccomp.py:
-bpf, perf_event_open, fanotify, keyctl, namespaces, mounts, ptrace, modules, ...) and the same Landlock
-domain; the sandbox report says so. Profile jobs never decide a verdict. Operators who do not want that
-set EGG_MCP_NCU_ADMIN=never (profile_ncu then answers without counters) or, better, allow counters to all
-users on the host (`options nvidia NVreg_RestrictProfilingToAdminUsers=0`), and nothing is kept.
+Writes: only the process's own dir (the tools' temporary files follow TMPDIR, which points there), and
+for ncu its host-wide lock file, /tmp/nvidia/nsight_compute/lock: ncu's injection opens it for writing
+(it serialises profiling sessions on a host) whatever TMPDIR says. Without it, on the H200 (ncu 2025.3.1):
+"Failed to open/create lock file /tmp/nvidia/nsight_compute/lock ... Failed to profile" for every kernel
+launched after confinement (benchmarks/results/h200_2026-12-01_s6/ncu_caps.log). The trusted code creates
+the file before confining and grants write on that one regular file (no symlink on its path, owned by
+this user or root); the dir and everything else in /tmp stay closed.
 Stdlib only: runners import this before torch.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -97,52 +94,54 @@ IPC_VAR = "EGG_MCP_TOOL_IPC"
 """'open': let the tool's injection use its TCP ports and abstract sockets (see the module docstring)."""
 
 
-CAP_SYS_ADMIN = 21
-NCU_ADMIN_VAR = "EGG_MCP_NCU_ADMIN"
-"""'never': an ncu-wrapped process drops CAP_SYS_ADMIN too (no counters on an admin-only driver)."""
-DRIVER_PARAMS = "/proc/driver/nvidia/params"
+NCU_LOCK = ("nvidia", "nsight_compute", "lock")
 
 
-def counters_admin_only(params_path: str = DRIVER_PARAMS) -> bool:
-    """Whether the NVIDIA driver restricts GPU performance counters to admins (unknown: False)."""
-    try:
-        with open(params_path) as f:
-            for line in f:
-                if line.startswith("RmProfilingAdminOnly:"):
-                    return line.split(":", 1)[1].strip() == "1"
-    except OSError:
-        pass
-    return False
-
-
-def caps_to_keep(tool: str | None, env: Mapping[str, str], params_path: str = DRIVER_PARAMS) -> list[int]:
-    """[CAP_SYS_ADMIN] for an ncu-wrapped process on an admin-only driver (unless the operator said never)."""
-    if not tool or os.path.basename(tool) != "ncu" or env.get(NCU_ADMIN_VAR, "").strip().lower() == "never":
-        return []
-    return [CAP_SYS_ADMIN] if counters_admin_only(params_path) else []
+def ncu_lock_files(roots: Sequence[str] = ("/tmp",)) -> list[Path]:
+    """ncu's lock file under each root, created if missing (0666, as ncu makes it for every user); only
+    a regular file reached without a symlink and owned by this user or root is returned."""
+    out: list[Path] = []
+    for root in dict.fromkeys(roots):
+        path = Path(root).joinpath(*NCU_LOCK)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            try:
+                info = os.fstat(fd)
+                if info.st_uid == os.getuid() and info.st_mode & 0o777 != 0o666:
+                    os.fchmod(fd, 0o666)
+            finally:
+                os.close(fd)
+        except OSError:
+            continue
+        if os.path.realpath(path) != os.path.abspath(path):
+            continue  # a symlink somewhere on the path: never grant write through it
+        info = os.lstat(path)
+        if stat.S_ISREG(info.st_mode) and info.st_uid in (os.getuid(), 0):
+            out.append(path)
+    return out
 
 
 def confine_wrapped(private_dir: Path, tool: str | None, tool_argv: Sequence[str] = ()) -> dict[str, Any]:
     """Confine the calling process, wrapped by `tool` (see module docstring); what was applied (a dict)."""
     from egg_mcp.evaluation import confinement
 
-    keep = caps_to_keep(tool, os.environ)
-    os.environ.pop(NCU_ADMIN_VAR, None)
     ipc_open = os.environ.pop(IPC_VAR, "") == "open"
     root = tool_root(tool, avoid=[str(private_dir), os.path.expanduser("~")])
     rules: dict[str, Any] = {"tcp_ports": tool_ports(tool_argv), "scope_abstract_sockets": False} if ipc_open else {}
     avoid = [str(private_dir), os.path.expanduser("~")]
     extra = [Path(r) for r in ([root] if root else []) + injection_roots(os.environ, avoid) if r]
-    if keep:
-        rules["keep_caps"] = keep
-    report = confinement.confine(Path(private_dir), extra_read=extra, **rules)
+    locks = ncu_lock_files() if tool and os.path.basename(tool) == "ncu" else []
+    report = confinement.confine(Path(private_dir), extra_read=extra, extra_write=locks, **rules)
+    if locks:
+        report.setdefault("notes", []).append(f"write access to ncu's lock file {', '.join(map(str, locks))} only")
     report["wrapped_by"] = os.path.basename(tool) if tool else "unknown tool"
     return report
 
 
 def ipc_env(base_env: Mapping[str, str]) -> dict[str, str]:
     """The operator's EGG_MCP_TOOL_IPC, passed on to a wrapped process (it pops it before any job code)."""
-    return {var: base_env[var] for var in (IPC_VAR, NCU_ADMIN_VAR) if base_env.get(var)}
+    return {IPC_VAR: base_env[IPC_VAR]} if base_env.get(IPC_VAR) else {}
 
 
 def wrapped_worker_env(base_env: Mapping[str, str], workdir: Path, *, interpreter: bool,

@@ -6,7 +6,6 @@ import ctypes
 import errno
 import os
 import platform
-from collections.abc import Sequence
 
 SYS_LANDLOCK_CREATE_RULESET = 444  # same numbers on x86-64 and aarch64 (new syscalls share one table)
 SYS_LANDLOCK_ADD_RULE = 445
@@ -134,13 +133,10 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def drop_all_capabilities(keep: Sequence[int] = ()) -> None:
-    """Empty the bounding, ambient, effective, permitted and inheritable sets of the calling thread, but
-    for the capabilities in `keep` (bounding, effective and permitted; see tool_confine.py for the one use)."""
+def drop_all_capabilities() -> None:
+    """Empty the bounding, ambient, effective, permitted and inheritable sets of the calling thread."""
     last = int(open("/proc/sys/kernel/cap_last_cap").read())
     for cap in range(last + 1):
-        if cap in keep:
-            continue
         try:
             prctl(PR_CAPBSET_DROP, cap)
         except OSError as exc:
@@ -154,9 +150,6 @@ def drop_all_capabilities(keep: Sequence[int] = ()) -> None:
         raise OSError(errno.ENOSYS, f"capset syscall number unknown on {platform.machine()}")
     header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
     data = (_CapData * 2)()
-    for cap in keep:
-        data[cap // 32].effective |= 1 << (cap % 32)
-        data[cap // 32].permitted |= 1 << (cap % 32)
     _check(_libc.syscall(SYS_CAPSET, ctypes.byref(header), ctypes.byref(data)), "capset")
 
 

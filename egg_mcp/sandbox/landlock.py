@@ -114,12 +114,8 @@ def _markers() -> tuple[bool, set[str]]:
     return env_marker == "allowlist", set(filter(None, ns_marker.split(",")))
 
 
-CAP_NAMES = {21: "CAP_SYS_ADMIN", 38: "CAP_PERFMON"}
-
-
 def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
-            network: bool = False, tcp_ports: Sequence[int] = (), scope_abstract_sockets: bool = True,
-            keep_caps: Sequence[int] = ()
+            network: bool = False, tcp_ports: Sequence[int] = (), scope_abstract_sockets: bool = True
             ) -> SandboxReport:
     """Confine the calling process (see module docstring); returns what was actually applied.
 
@@ -129,13 +125,11 @@ def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: 
     from egg_mcp.sandbox.report import SandboxReport
 
     return SandboxReport(**confine_dict(private_dir, extra_read=extra_read, extra_write=extra_write, network=network,
-                                        tcp_ports=tcp_ports, scope_abstract_sockets=scope_abstract_sockets,
-                                        keep_caps=keep_caps))
+                                        tcp_ports=tcp_ports, scope_abstract_sockets=scope_abstract_sockets))
 
 
 def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
-                 network: bool = False, tcp_ports: Sequence[int] = (), scope_abstract_sockets: bool = True,
-            keep_caps: Sequence[int] = ()
+                 network: bool = False, tcp_ports: Sequence[int] = (), scope_abstract_sockets: bool = True
                  ) -> dict[str, Any]:
     """`confine` without pydantic (a runner that starts in milliseconds need not import it): the same
     fields as SandboxReport, as a JSON-ready dict; the judge validates it with SandboxReport(**d).
@@ -143,13 +137,11 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
     For a process wrapped by a tool (ncu, compute-sanitizer) whose injection library talks to the tool's
     frontend: `tcp_ports` are the TCP ports it may bind/connect (the tool's port range; every other port
     stays denied) and `scope_abstract_sockets=False` leaves abstract unix sockets unscoped (the frontend
-    is outside our domain); signals stay scoped. `keep_caps`: capabilities that stay (CAP_SYS_ADMIN for ncu's
-    counters where the driver restricts them to admins); a seccomp deny-list (seccomp.py) then blocks the
-    system calls that capability would open beyond this process."""
+    is outside our domain); signals stay scoped."""
     report = SimpleNamespace(level="none", env_allowlist=False, landlock_abi=None, fs_confined=False,
                              signals_scoped=False, pid_namespace=False, no_new_privs=False, network_confined=False,
                              capabilities_dropped=False, unconfined_threads=0, abstract_sockets_scoped=False,
-                             tcp_ports_allowed=[], capabilities_kept=[], seccomp_denied=0, notes=[])
+                             tcp_ports_allowed=[], notes=[])
     report.env_allowlist, namespaces = _markers()
     report.pid_namespace = "pid" in namespaces
     if sys.platform != "linux":
@@ -157,18 +149,9 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
         return _finish(report)
     S.prctl(S.PR_SET_NO_NEW_PRIVS, 1)
     report.no_new_privs = True
-    kept_mask = sum(1 << cap for cap in keep_caps)
-    if S.effective_capabilities() & ~kept_mask:
-        S.drop_all_capabilities(keep=keep_caps)
-    effective = S.effective_capabilities()
-    report.capabilities_dropped = effective & ~kept_mask == 0
-    if effective & kept_mask:
-        from egg_mcp.sandbox import seccomp
-
-        report.capabilities_kept = [CAP_NAMES.get(cap, str(cap)) for cap in keep_caps if effective >> cap & 1]
-        report.seccomp_denied = len(seccomp.deny())
-        report.notes.append(f"kept {', '.join(report.capabilities_kept)} for a tool's injection (see "
-                            f"tool_confine.py); {report.seccomp_denied} system calls it would open are denied by seccomp")
+    if S.effective_capabilities():
+        S.drop_all_capabilities()
+    report.capabilities_dropped = S.effective_capabilities() == 0
     abi = S.landlock_abi()
     report.landlock_abi = abi
     if abi is None:

@@ -30,8 +30,6 @@ class SandboxReport(BaseModel):
     unconfined_threads: int = 0         # threads that existed before confine and stay outside the Landlock domain
     abstract_sockets_scoped: bool = False  # abstract unix sockets scoped to the domain (ABI >= 6; off when wrapped)
     tcp_ports_allowed: list[int] = Field(default_factory=list)  # TCP ports a tool-wrapped process may use
-    capabilities_kept: list[str] = Field(default_factory=list)  # kept for a tool (ncu counters on an admin-only driver)
-    seccomp_denied: int = 0             # system calls a seccomp filter denies (with a kept capability)
     notes: list[str] = Field(default_factory=list)
 
     def summary(self) -> str:
@@ -42,9 +40,7 @@ class SandboxReport(BaseModel):
         flags = [name for name, on in (("env allow-list", self.env_allowlist), ("fs", self.fs_confined),
                                        ("signals", self.signals_scoped), ("tcp", self.network_confined),
                                        ("pid ns", self.pid_namespace), ("no_new_privs", self.no_new_privs),
-                                       ("caps dropped", self.capabilities_dropped),
-                                       (f"kept {'+'.join(self.capabilities_kept)} + seccomp",
-                                        bool(self.capabilities_kept))) if on]
+                                       ("caps dropped", self.capabilities_dropped)) if on]
         if flags:
             bits.append(", ".join(flags))
         return "; ".join(bits)
