@@ -64,3 +64,19 @@ def test_profile_falls_back_without_counters_when_ncu_fails_under_the_sandbox(fa
     assert report.fallback_reason.startswith("ncu could not profile under the job's sandbox")
     assert "Failed to profile" in report.fallback_reason and "without counters" in report.fallback_reason
     assert report.kernels and report.kernels[0].duration_ms > 0
+
+
+def test_injection_libraries_mapped_into_the_process_count_even_when_the_environment_names_none(tmp_path):
+    # ncu 2025.3.1 on the H200: its preload library had removed LD_PRELOAD before Python started
+    lib = tmp_path / "nsight-compute" / "2025.3.1" / "target" / "linux-desktop-glibc_2_11_3-x64" / "libcuda-injection.so"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"")
+    other = tmp_path / "lib" / "libtorch_cuda.so"
+    maps = (f"7f00-7f10 r-xp 00000000 08:01 123 {lib}\n7f10-7f20 r--p 00000000 08:01 9 {other}\n"
+            "7f20-7f30 rw-p 00000000 00:00 0 \n7f30-7f40 r--p 00000000 00:00 0 [vdso]\n")
+    from egg_mcp.evaluation.tool_confine import mapped_injections
+
+    assert mapped_injections(maps) == [str(lib)]
+    assert injection_roots({}, avoid=[], maps_text=maps) == [str(tmp_path / "nsight-compute" / "2025.3.1")]
+    assert injection_roots({}, avoid=[str(tmp_path)], maps_text=maps) == []  # never a tree holding the job
+    assert isinstance(mapped_injections(), list)  # this process's own maps: readable, and nothing injected here

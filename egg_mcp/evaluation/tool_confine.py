@@ -67,19 +67,39 @@ INJECTION_VARS = ("LD_PRELOAD", "CUDA_INJECTION64_PATH")
 before any job code runs)."""
 
 
-def injection_roots(env: Mapping[str, str], avoid: Sequence[str] = ()) -> list[str]:
+def mapped_injections(maps_text: str | None = None) -> list[str]:
+    """Injection libraries already loaded into this process (/proc/self/maps, names containing "njection":
+    ncu's libcuda-injection.so, libTreeLauncherTargetInjection.so, ...). Why: on the H200 ncu 2025.3.1's
+    preload library took LD_PRELOAD out of the process's environment before Python started, so the
+    environment alone named nothing, and the worker's gcc/ptxas children could not load the injection."""
+    if maps_text is None:
+        try:
+            with open("/proc/self/maps") as f:
+                maps_text = f.read()
+        except OSError:
+            return []
+    found: list[str] = []
+    for line in maps_text.splitlines():
+        path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
+        if path.startswith("/") and "njection" in os.path.basename(path) and path not in found:
+            found.append(path)
+    return found
+
+
+def injection_roots(env: Mapping[str, str], avoid: Sequence[str] = (), maps_text: str | None = "") -> list[str]:
     """The install trees of the libraries a tool injected (read+execute). Why: on the H200 `ncu` in
     /usr/local/cuda/bin is a launcher for /opt/nvidia/nsight-compute/<version>; its injection libraries
     (LD_PRELOAD, target/linux-desktop-*/) and what they load lazily lie under that tree, which the tool's own
     path does not reveal. Under Landlock without this grant ncu printed "Failed to profile" and the worker
     exited with code 11. The tree is the part before `target/` (ncu's layout) or the library's own dir;
-    never "/", a top-level dir such as /usr or /opt, or a tree holding one of `avoid`."""
+    never "/", a top-level dir such as /usr or /opt, or a tree holding one of `avoid`. `maps_text`: None reads
+    this process's /proc/self/maps (mapped_injections); "" (the default, for tests) reads nothing."""
     guarded = [Path(os.path.realpath(a)) for a in avoid if a]
     roots: list[str] = []
-    for var in INJECTION_VARS:
-        for item in env.get(var, "").replace(":", " ").split():
-            if not os.path.isabs(item):
-                continue
+    named = [item for var in INJECTION_VARS for item in env.get(var, "").replace(":", " ").split()]
+    for item in named + mapped_injections(maps_text):
+        if not os.path.isabs(item):
+            continue
             real = Path(os.path.realpath(item))
             parts = real.parts
             root = Path(*parts[:parts.index("target")]) if "target" in parts[:-1] else real.parent
@@ -130,7 +150,7 @@ def confine_wrapped(private_dir: Path, tool: str | None, tool_argv: Sequence[str
     root = tool_root(tool, avoid=[str(private_dir), os.path.expanduser("~")])
     rules: dict[str, Any] = {"tcp_ports": tool_ports(tool_argv), "scope_abstract_sockets": False} if ipc_open else {}
     avoid = [str(private_dir), os.path.expanduser("~")]
-    extra = [Path(r) for r in ([root] if root else []) + injection_roots(os.environ, avoid) if r]
+    extra = [Path(r) for r in ([root] if root else []) + injection_roots(os.environ, avoid, maps_text=None) if r]
     locks = ncu_lock_files() if tool and os.path.basename(tool) == "ncu" else []
     report = confinement.confine(Path(private_dir), extra_read=extra, extra_write=locks, **rules)
     if locks:
