@@ -100,13 +100,13 @@ def injection_roots(env: Mapping[str, str], avoid: Sequence[str] = (), maps_text
     for item in named + mapped_injections(maps_text):
         if not os.path.isabs(item):
             continue
-            real = Path(os.path.realpath(item))
-            parts = real.parts
-            root = Path(*parts[:parts.index("target")]) if "target" in parts[:-1] else real.parent
-            if len(root.parts) < 3 or any(g == root or root in g.parents for g in guarded):
-                continue
-            if str(root) not in roots and root.exists():
-                roots.append(str(root))
+        real = Path(os.path.realpath(item))
+        parts = real.parts
+        root = Path(*parts[:parts.index("target")]) if "target" in parts[:-1] else real.parent
+        if len(root.parts) < 3 or any(g == root or root in g.parents for g in guarded):
+            continue
+        if str(root) not in roots and root.exists():
+            roots.append(str(root))
     return roots
 
 
