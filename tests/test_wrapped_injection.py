@@ -78,5 +78,6 @@ def test_injection_libraries_mapped_into_the_process_count_even_when_the_environ
 
     assert mapped_injections(maps) == [str(lib)]
     assert injection_roots({}, avoid=[], maps_text=maps) == [str(tmp_path / "nsight-compute" / "2025.3.1")]
-    assert injection_roots({}, avoid=[str(tmp_path)], maps_text=maps) == []  # never a tree holding the job
+    job = tmp_path / "nsight-compute" / "2025.3.1" / "jobs" / "1"
+    assert injection_roots({}, avoid=[str(job)], maps_text=maps) == []  # never a tree holding the job
     assert isinstance(mapped_injections(), list)  # this process's own maps: readable, and nothing injected here
