@@ -29,6 +29,7 @@ import torch.utils.deterministic  # noqa: F401  (its flag poisons fresh allocati
 
 from egg_mcp.evaluation import wire
 from egg_mcp.evaluation.api import EvalOptions, IntegrityFinding, KernelInfo
+from egg_mcp.evaluation.compile_clock import CompileClock
 from egg_mcp.evaluation.failures import _failure, classify
 from egg_mcp.evaluation.guard import GuardedAllocations, guard_inputs
 from egg_mcp.evaluation.integrity import AttributeSnapshot, LaunchCounter, OpRecorder, new_live_threads
@@ -95,6 +96,7 @@ class CandidateSide:
         self.candidate_path: str | None = None
         self.timer = None
         self.sandbox: dict[str, Any] | None = None
+        self.compile_clock = CompileClock()
 
     def finding(self, check: str, detail: str, severity: str = "violation") -> None:
         self.findings.append(IntegrityFinding(check=check, severity=severity, detail=detail))
@@ -117,7 +119,7 @@ class CandidateSide:
         self.recorder = OpRecorder()
         self.recorder.__enter__()
         self.counter = LaunchCounter(self.recorder)
-        self.counter.install()
+        self.counter.install(), self.compile_clock.install()  # both before the candidate's import
         if self.device == "cuda" and self.opts.timing:
             from egg_mcp.evaluation.timing import GpuTimer
 
@@ -250,7 +252,8 @@ class CandidateSide:
                 self.finding("input_mutation", f"input {j} was modified by ModelNew.forward; the reference "
                              "semantics leave inputs untouched: write to a new tensor")
         specs, blobs = wire.encode_values([_plain(o) for o in outs])
-        return {"type": "outputs", "values": specs, "reused": bool(reused), "findings": self.new_findings()}, blobs
+        return {"type": "outputs", "values": specs, "reused": bool(reused), "findings": self.new_findings(),
+                **self.compile_clock.report()}, blobs
 
     def calls(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Repeated calls on one kept input set (the re-check's warm-up when there is no GPU timing)."""

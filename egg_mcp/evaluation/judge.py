@@ -29,6 +29,7 @@ import torch
 from egg_mcp.evaluation import wire
 from egg_mcp.evaluation.api import ErrorReport, EvalOptions, IntegrityFinding, TimingStats
 from egg_mcp.evaluation.compare import compare_tensor, structure_mismatch
+from egg_mcp.evaluation.compile_clock import reported_compile_s
 from egg_mcp.evaluation.failures import _failure, classify, env_info
 from egg_mcp.evaluation.review import review_findings
 from egg_mcp.evaluation.judge_held import REFERENCE_TIMING_MAX_AGE_S, HeldReference
@@ -37,8 +38,7 @@ from egg_mcp.evaluation.modules import import_source
 from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
 from egg_mcp.evaluation.runner_process import RunnerGone, RunnerProcess, take
 
-RECHECK_CALLS = 3
-"""Extra candidate calls on one input set before the post-timing re-check when there is no GPU timing."""
+RECHECK_CALLS = 3  # extra candidate calls on one input set before the re-check when there is no GPU timing
 TIMING_SEEDS = 64
 _perf_counter = time.perf_counter
 
@@ -280,6 +280,8 @@ class Judge(Verdicts):
         except wire.WireError as exc:
             raise Rejected(self._protocol(str(exc))) from None
         self._collect(message.get("findings", []))
+        if trial == 0 and stage == "correctness" and (said := reported_compile_s(message)) is not None:
+            self.judge_info["runner_reported_triton_compile_s"] = said  # the runner's word: shown, never used
         if message.get("type") == "failed":
             raise Rejected(self._candidate_failed(message, counted=True))
         if message.get("type") != "outputs":

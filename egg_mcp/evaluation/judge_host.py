@@ -54,8 +54,9 @@ def evaluate_held(payload: dict[str, Any], held: HeldReference | None,
     return result, held
 
 
-AHEAD_DEPTH = 2
-"""Runners kept started during a GPU job (with --ahead): back to back, each gets two jobs' time to start.
+AHEAD_DEPTH = 3
+"""Runners kept started during a GPU job (with --ahead): back to back, each gets three jobs' time to start
+(a GPU runner's start, torch import + CUDA + runner_warmup.py, took 5-7 s on the H200; a verify 4.5-5 s).
 The interpreter path keeps one (a CPU-only host has few cores to start two at once)."""
 
 
