@@ -87,15 +87,16 @@ def provenance() -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ suites
 
 
-def suite_calibrate(out: Path, quick: bool) -> dict[str, Any]:
-    """`egg-mcp calibrate` through the engine: each ceiling beside its ncu-style / datasheet peak."""
+def suite_calibrate(out: Path, quick: bool, ncu: bool = False) -> dict[str, Any]:
+    """`egg-mcp calibrate` through the engine: each ceiling beside its ncu-style / datasheet peak, the peak at
+    the clock under load, and the reason label (explained or not)."""
     from benchmarks.engine_jobs import evaluator
     from egg_mcp.calibration.run import calibrate, describe
 
     async def go():
         ev = evaluator()
         try:
-            return await calibrate(ev, None, quick=quick)
+            return await calibrate(ev, None, quick=quick, ncu=ncu)
         finally:
             await ev.aclose()
 
@@ -103,7 +104,13 @@ def suite_calibrate(out: Path, quick: bool) -> dict[str, Any]:
     lines = describe(cal)
     print("\n".join(lines))
     return {"calibration": cal.model_dump(mode="json"), "table": lines,
-            "outside_10pct_of_peak": [c.key for c in cal.ceilings if c.ratio_to_peak and c.ratio_to_peak < 0.9]}
+            "outside_10pct_of_peak": [c.key for c in cal.ceilings if c.ratio_to_peak and c.ratio_to_peak < 0.9],
+            "unexplained": {c.key: c.reason for c in cal.ceilings if c.explained is False}}
+
+
+def suite_calibrate_ncu(out: Path, quick: bool) -> dict[str, Any]:
+    """calibrate plus ncu's tensor-pipe busy share of each tensor-core GEMM (an ncu-wrapped job, ~30 s more)."""
+    return suite_calibrate(out, quick, ncu=True)
 
 
 def _agreement_case(name: str) -> tuple[str, str, dict[str, int]]:
@@ -255,6 +262,7 @@ SUITES: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
     "lanes": suite_lanes,
     "lanes_gpu": suite_lanes_gpu,
     "calibrate": suite_calibrate,
+    "calibrate_ncu": suite_calibrate_ncu,
     "tiling_agreement": suite_tiling_agreement,
     "tiling_search": suite_tiling_search,
     "tiling_exhaustive": suite_tiling_exhaustive,
