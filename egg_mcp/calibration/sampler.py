@@ -35,7 +35,7 @@ Ampere-and-later parts other than GA100, too slow for a 0.5 s burst."""
 
 
 def nvml_reader(nvml: Any, handle: Any) -> Callable[[], dict[str, Any]]:
-    """A `read()` giving sm_clock_mhz, power_w (+ power_source), power_limit_w and the clocks-event reasons.
+    """A `read()` giving sm_clock_mhz, power_w (+ power_source), power_limit_w, temp_c and the clocks-event reasons.
     Each part that NVML refuses is left out (never guessed); no handle: every read is {}."""
     if nvml is None or handle is None:
         return lambda: {}
@@ -72,6 +72,10 @@ def nvml_reader(nvml: Any, handle: Any) -> Callable[[], dict[str, Any]]:
                 limit_w.append(None)
         if limit_w[0]:
             out["power_limit_w"] = limit_w[0]
+        try:
+            out["temp_c"] = int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
+        except Exception:  # noqa: BLE001
+            pass
         if reasons_fn is not None:
             try:
                 bits = int(reasons_fn(handle))
@@ -130,6 +134,9 @@ class LoadSampler:
         if powers:
             out.update(power_median_w=statistics.median(powers), power_max_w=max(powers),
                        power_source=next(r["power_source"] for r in kept if r.get("power_source")))
+        temps = [r["temp_c"] for r in kept if r.get("temp_c") is not None]
+        if temps:
+            out.update(temp_first_c=temps[0], temp_last_c=temps[-1], temp_max_c=max(temps))
         limits = [r["power_limit_w"] for r in kept if r.get("power_limit_w")]
         if limits:
             out["power_limit_w"] = limits[-1]
