@@ -10,9 +10,11 @@ What each side does (read from the code, not assumed):
 | weights | the reference's state_dict (same init distribution) | ModelNew built from the judge's init seed |
 | warm-up | 1 correctness call, then the timer's 3 + 5 | 5 correctness trials + checks, then the timer's 3 + 5 |
 | host | no hooks | a Triton launch hook counting launches (host only; GPU-bound kernels hide it) |
+| around it | nothing else runs | the persistent judge may pre-start the next runners (`--ahead`: torch import, CUDA init) |
 
 So the timing core, flush, input distribution and method rule are the same code; the data differ only
-in seed. What the two do NOT share is *when* they run: the first H200 run (trial then verify, one each)
+in seed, and verify may share the host (never the GPU's work queue) with runners starting up (each
+verify reading records its `judge`). What the two do NOT share is *when* they run: the first H200 run (trial then verify, one each)
 read 0.9851 on the bf16 GEMM, whose runs vary 4-5 % (CV) as the clock of a power-bound tensor-core
 kernel moves; softmax and layernorm agreed within 0.35 %. A GPU that warms between the two readings
 times the second one slower. This suite therefore:
@@ -54,7 +56,7 @@ def verify_reading(result: Any) -> dict[str, Any]:
     return {"side": "verify", "ms": t.median_ms, "cv": t.cv, "method": t.method,
             "flush": "read-flushed" if t.l2_flushed else "warm", "clock_mhz": t.sm_clock_mhz,
             "throttle": list(t.throttle_reasons or []), "n_runs": t.n_runs, "input_sets": t.input_sets,
-            "verdict": result.verdict, "error": None}
+            "verdict": result.verdict, "judge": getattr(result, "judge", None), "error": None}
 
 
 def summarize(readings: list[dict[str, Any]], tolerance: float = TOLERANCE) -> dict[str, Any]:

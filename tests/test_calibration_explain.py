@@ -289,3 +289,23 @@ def test_unknown_gpu_rows_say_there_is_no_peak():
                        device_peaks({"name": "NVIDIA Mystery GPU", "sm_count": 100, "sm_clock_max_mhz": 2000}))
     ex.relabel([row])
     assert row["peak"] is None and row["explained"] is False and "no datasheet" in row["reason"]
+
+
+def test_matmul_probes_wiring_on_the_cpu():
+    """The worker-side plan with torch on the CPU (tiny sizes, timings and burst faked): every cuBLAS type
+    the device supports gets a swept, explained row; fp8 and the Triton GEMM are skipped below their archs."""
+    import torch
+
+    times = iter([0.5, 0.4, 0.2] * 10)
+    skipped: dict = {}
+    rows = matmul.matmul_probes(None, 10, (7, 5), device_peaks(H200), skipped, quick=True, read=lambda: {},
+                                device="cpu", sizes=(16, 32), fixed=16, measure=lambda fn: (next(times), 1.0),
+                                burst=lambda fn, s: {"launches": 5, "ms_per_launch": 0.5,
+                                                     "load": _load(1500, ["sw_power_cap"], 699, 700)})
+    assert [r["key"] for r in rows] == ["mm_fp32_ieee", "mm_tf32", "mm_bf16", "mm_fp16"], skipped
+    assert set(skipped) == {"mm_fp8"} and "sm_75" in skipped["mm_fp8"]
+    bf16 = rows[2]
+    assert bf16["shape"] == 32 and [r["size"] for r in bf16["shapes"]] == [16, 32]  # 8x the FLOPs in less time
+    assert "torch.bfloat16 32^3" in bf16["method"] and bf16["reason"] and bf16["explained"] is False
+    assert rows[0]["shapes"] == [{k: v for k, v in rows[0]["shapes"][0].items()}] and rows[0]["shape"] == 16
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # the TF32 row restored the flag

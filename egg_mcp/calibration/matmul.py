@@ -100,19 +100,21 @@ def add_tensor_pipe(rows: list[dict[str, Any]], readings: dict[str, dict[str, An
 
 
 def matmul_probes(timer, runs: int, cap: tuple[int, int], peaks, skipped: dict, *, quick: bool,
-                  read: Callable[[], dict[str, Any]]) -> list[dict]:
-    """Every dense matmul ceiling this device supports (worker side; CUDA)."""
+                  read: Callable[[], dict[str, Any]], device: str = "cuda", sizes: tuple[int, ...] | None = None,
+                  fixed: int | None = None, measure=None, burst=None) -> list[dict]:
+    """Every dense matmul ceiling this device supports (worker side; CUDA). `device`, `sizes`, `fixed`,
+    `measure` and `burst` are for the CPU wiring test only."""
     import torch
     import triton
 
     from egg_mcp.calibration.probes import _gemm_tf32x3 as gemm_tf32x3
 
-    sizes = QUICK_SIZES if quick else SIZES
-    fixed = QUICK_FIXED_SIZE if quick else FIXED_SIZE
+    sizes = sizes or (QUICK_SIZES if quick else SIZES)
+    fixed = fixed or (QUICK_FIXED_SIZE if quick else FIXED_SIZE)
     busy_s = QUICK_BURST_S if quick else BURST_S
-    measure = lambda fn: best_ms(timer, fn, runs)  # noqa: E731
+    measure = measure or (lambda fn: best_ms(timer, fn, runs))
 
-    def burst(fn, seconds):
+    def cuda_burst(fn, seconds):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
         def stop() -> float:
@@ -122,10 +124,12 @@ def matmul_probes(timer, runs: int, cap: tuple[int, int], peaks, skipped: dict, 
 
         return sustained_burst(fn, seconds, read, start.record, stop, busy_s=busy_s)
 
+    burst = burst or cuda_burst
+
     def operands(size: int):
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        return (torch.randn(size, size, device="cuda", generator=gen),
-                torch.randn(size, size, device="cuda", generator=gen))
+        gen = torch.Generator(device=device).manual_seed(0)
+        return (torch.randn(size, size, device=device, generator=gen),
+                torch.randn(size, size, device=device, generator=gen))
 
     def make_for(key: str):
         def make(size: int):
@@ -152,7 +156,7 @@ def matmul_probes(timer, runs: int, cap: tuple[int, int], peaks, skipped: dict, 
                 a8 = a.to(torch.float8_e4m3fn)
                 b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major B, as _scaled_mm requires
                 del a, b
-                one = torch.ones((), device="cuda", dtype=torch.float32)
+                one = torch.ones((), device=device, dtype=torch.float32)
                 return ((lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)),
                         flops, f"torch._scaled_mm e4m3 {size}^3, bf16 out")
             c = torch.empty_like(a)  # mm_tf32x3
@@ -190,5 +194,6 @@ def matmul_probes(timer, runs: int, cap: tuple[int, int], peaks, skipped: dict, 
             out.append(compute_ceiling(key, key_sizes, make_for(key), measure, burst, peaks, runs, note))
         except Exception as exc:  # noqa: BLE001 - reported, never invented
             skipped[key] = f"{key} failed: {type(exc).__name__}: {str(exc)[:200]}"
-        torch.cuda.empty_cache()
+        if device == "cuda":
+            torch.cuda.empty_cache()
     return out
