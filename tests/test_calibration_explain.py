@@ -309,3 +309,36 @@ def test_matmul_probes_wiring_on_the_cpu():
     assert "torch.bfloat16 32^3" in bf16["method"] and bf16["reason"] and bf16["explained"] is False
     assert rows[0]["shapes"] == [{k: v for k, v in rows[0]["shapes"][0].items()}] and rows[0]["shape"] == 16
     assert torch.backends.cuda.matmul.allow_tf32 is False  # the TF32 row restored the flag
+
+
+def test_ncu_without_the_elapsed_rollup_is_asked_again_and_zero_busy_is_no_reading(monkeypatch):
+    import egg_mcp.profiling.runner as prof_runner
+    from egg_mcp.profiling.ncu_csv import render_raw_csv
+
+    class OldNcu:
+        def __init__(self):
+            self.metrics = []
+
+        async def run_job(self, target, payload, *, timeout_s, uses_gpu, wrapper_argv=None):
+            asked = wrapper_argv[wrapper_argv.index("--metrics") + 1].split(",")
+            self.metrics.append(asked)
+            log = wrapper_argv[wrapper_argv.index("--log-file") + 1]
+            with open(log, "w") as f:
+                if ncu_gemm.PIPE_ELAPSED in asked:
+                    f.write(f"==ERROR== Failed to find metric {ncu_gemm.PIPE_ELAPSED}\n")
+                else:
+                    f.write(render_raw_csv([{"ID": "0", "Kernel Name": "sm90_xmma_gemm_e4m3", ncu_gemm.PIPE_ACTIVE: "0",
+                                             ncu_gemm.CLOCK: "1755000000"},
+                                            {"ID": "1", "Kernel Name": "nvjet_bf16", ncu_gemm.PIPE_ACTIVE: "88.5",
+                                             ncu_gemm.CLOCK: "1755000000"}]))
+            return SimpleNamespace(ok=True, error=None, timed_out=False, exit_code=0, stderr_tail="")
+
+    monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: "/opt/ncu")
+    ev = OldNcu()
+    got = asyncio.run(ncu_gemm.read_tensor_pipe(ev, [("mm_fp8", 8192), ("mm_bf16", 8192)]))
+    assert len(ev.metrics) == 2 and ncu_gemm.PIPE_ELAPSED not in ev.metrics[1]
+    assert got["mm_bf16"]["busy_pct"] == 88.5 and ncu_gemm.PIPE_ACTIVE in got["mm_bf16"]["method"]
+    assert "0 % busy" in got["mm_fp8"]["error"]
+    row = _bf16_row(806e12)
+    zero = ex.explain(row, 1830, _load(1980), 806e12, got["mm_fp8"])  # no division by a zero prediction
+    assert zero["explained"] is False and "0 % busy" in zero["reason"]

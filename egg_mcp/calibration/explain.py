@@ -53,7 +53,7 @@ def explain(entry: dict[str, Any], peak_clock_mhz: float | None, load: dict[str,
     value, peak = entry.get("value"), entry.get("peak")
     rate = sustained_rate or value
     out: dict[str, Any] = {"clock_adjusted_peak": None, "ratio_to_clock_adjusted_peak": None}
-    pipe_ok = pipe is not None and pipe.get("busy_pct") is not None
+    pipe_ok = pipe is not None and pipe.get("busy_pct") is not None and not pipe.get("error")
     if peak and load and load.get("median_mhz") and peak_clock_mhz:
         adjusted = peak * float(load["median_mhz"]) / float(peak_clock_mhz)
         out.update(clock_adjusted_peak=adjusted, ratio_to_clock_adjusted_peak=rate / adjusted)
@@ -72,7 +72,7 @@ def explain(entry: dict[str, Any], peak_clock_mhz: float | None, load: dict[str,
     clock_share = float(load["median_mhz"]) / float(peak_clock_mhz)
     share = rate / peak
     adj = out["ratio_to_clock_adjusted_peak"]
-    if pipe_ok:
+    if pipe_ok and float(pipe["busy_pct"]) > 0:
         busy = float(pipe["busy_pct"]) / 100
         predicted = clock_share * busy
         text = (f"{cause} x tensor pipe {busy:.0%} busy (ncu) predicts {predicted:.0%} of the peak, "

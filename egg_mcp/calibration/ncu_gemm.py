@@ -25,9 +25,9 @@ TARGET = "egg_mcp.calibration.ncu_gemm:profile_gemms"
 TIMEOUT_S = 180.0
 
 
-def ncu_prefix(ncu: str, log_file: str) -> list[str]:
+def ncu_prefix(ncu: str, log_file: str, metrics: tuple[str, ...] = METRICS) -> list[str]:
     """The wrapper argv (ends with '--'): raw CSV in base units, the clock left alone, profiled range only."""
-    return [ncu, "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(METRICS),
+    return [ncu, "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(metrics),
             "--clock-control", "none", "--profile-from-start", "off", "--log-file", log_file, "--"]
 
 
@@ -76,13 +76,18 @@ def attribute(text: str, keys: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for key, launch in zip(keys, log.launches):
         clock, duration = launch.value(CLOCK), launch.value(DURATION)
+        elapsed, active = launch.value(PIPE_ELAPSED), launch.value(PIPE_ACTIVE)
+        metric = PIPE_ELAPSED if elapsed is not None else PIPE_ACTIVE
         row: dict[str, Any] = {
-            "busy_pct": launch.value(PIPE_ELAPSED), "busy_active_pct": launch.value(PIPE_ACTIVE),
+            "busy_pct": elapsed if elapsed is not None else active, "busy_active_pct": active,
             "clock_mhz": clock / 1e6 if clock else None, "kernel_ms": duration / 1e6 if duration else None,
             "kernel": short_kernel_name(launch.kernel_name)[:120],
-            "method": f"ncu --clock-control none: {PIPE_ELAPSED} of one launch after 3 warm-ups"}
+            "method": f"ncu --clock-control none: {metric} of one launch after 3 warm-ups"}
         if row["busy_pct"] is None:
-            row = {"error": f"ncu gave no {PIPE_ELAPSED} for {row['kernel']}", "kernel": row["kernel"]}
+            row = {"error": f"ncu gave no tensor-pipe metric for {row['kernel']}", "kernel": row["kernel"]}
+        elif row["busy_pct"] <= 0:
+            row["error"] = (f"ncu read the tensor pipe 0 % busy in {row['kernel']}: the hmma-pipe metric does not "
+                            f"count this kernel's instructions")
         out[key] = row
     return out
 
@@ -96,11 +101,20 @@ async def read_tensor_pipe(evaluator, gemms: list[tuple[str, int]], timeout_s: f
     ncu = find_ncu()
     if ncu is None:
         return {k: {"error": "ncu not found (set EGG_MCP_NCU or install Nsight Compute)"} for k in keys}
+    from egg_mcp.profiling.ncu_csv import invalid_metrics, parse_ncu_output
+
+    metrics = METRICS
     with tempfile.TemporaryDirectory(prefix="egg-calib-ncu-") as tmp:
-        log = Path(tmp) / "ncu.csv"
-        outcome = await evaluator.run_job(TARGET, {"gemms": [list(g) for g in gemms]}, timeout_s=timeout_s,
-                                          uses_gpu=True, wrapper_argv=ncu_prefix(ncu, str(log)))
-        text = log.read_text(errors="replace") if log.exists() else ""
+        for attempt in (1, 2):
+            log = Path(tmp) / f"ncu_{attempt}.csv"
+            outcome = await evaluator.run_job(TARGET, {"gemms": [list(g) for g in gemms]}, timeout_s=timeout_s,
+                                              uses_gpu=True, wrapper_argv=ncu_prefix(ncu, str(log), metrics))
+            text = log.read_text(errors="replace") if log.exists() else ""
+            bad = invalid_metrics(text + (outcome.stderr_tail or ""), metrics)
+            if attempt == 1 and bad and not parse_ncu_output(text).launches:
+                metrics = tuple(m for m in metrics if m not in bad)  # an older ncu without the elapsed rollup
+                continue
+            break
         if not outcome.ok or not text:
             why = (outcome.error.message if outcome.error else
                    "timed out" if outcome.timed_out else f"worker exited {outcome.exit_code}")
