@@ -107,7 +107,7 @@ def matmul_probes(timer, runs: int, cap: tuple[int, int], peaks, skipped: dict, 
     import torch
     import triton
 
-    from egg_mcp.calibration.probes import _gemm_tf32x3 as gemm_tf32x3
+    from egg_mcp.calibration.kernels import _gemm_tf32x3 as gemm_tf32x3
 
     sizes = sizes or (QUICK_SIZES if quick else SIZES)
     fixed = fixed or (QUICK_FIXED_SIZE if quick else FIXED_SIZE)
