@@ -87,15 +87,16 @@ def provenance() -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ suites
 
 
-def suite_calibrate(out: Path, quick: bool) -> dict[str, Any]:
-    """`egg-mcp calibrate` through the engine: each ceiling beside its ncu-style / datasheet peak."""
+def suite_calibrate(out: Path, quick: bool, ncu: bool = False) -> dict[str, Any]:
+    """`egg-mcp calibrate` through the engine: each ceiling beside its ncu-style / datasheet peak, the peak at
+    the clock under load, and the reason label (explained or not)."""
     from benchmarks.engine_jobs import evaluator
     from egg_mcp.calibration.run import calibrate, describe
 
     async def go():
         ev = evaluator()
         try:
-            return await calibrate(ev, None, quick=quick)
+            return await calibrate(ev, None, quick=quick, ncu=ncu)
         finally:
             await ev.aclose()
 
@@ -103,7 +104,13 @@ def suite_calibrate(out: Path, quick: bool) -> dict[str, Any]:
     lines = describe(cal)
     print("\n".join(lines))
     return {"calibration": cal.model_dump(mode="json"), "table": lines,
-            "outside_10pct_of_peak": [c.key for c in cal.ceilings if c.ratio_to_peak and c.ratio_to_peak < 0.9]}
+            "outside_10pct_of_peak": [c.key for c in cal.ceilings if c.ratio_to_peak and c.ratio_to_peak < 0.9],
+            "unexplained": {c.key: c.reason for c in cal.ceilings if c.explained is False}}
+
+
+def suite_calibrate_ncu(out: Path, quick: bool) -> dict[str, Any]:
+    """calibrate plus ncu's tensor-pipe busy share of each tensor-core GEMM (an ncu-wrapped job, ~30 s more)."""
+    return suite_calibrate(out, quick, ncu=True)
 
 
 def _agreement_case(name: str) -> tuple[str, str, dict[str, int]]:
@@ -114,49 +121,35 @@ def _agreement_case(name: str) -> tuple[str, str, dict[str, int]]:
 def suite_tiling_agreement(out: Path, quick: bool) -> dict[str, Any]:
     """The same config timed as a tiling trial and by verify, in the same run: must agree within 1 %.
 
-    Ordered trial, verify, trial: the first H200 run read 0.9851 on the bf16 GEMM (softmax 1.0035, layernorm
-    0.9999) with the trial timed first. Both paths use the same GpuTimer, input distribution, graph/event
-    choice and L2 flush; what differed was when they ran: a GEMM at full tensor-core rate is power-bound,
-    so its clock sinks as the die warms (1000 timed runs each). Bracketing verify between two trials and
-    recording each reading's SM clock and throttle reasons separates that drift from a timer difference."""
+    benchmarks/agreement.py says what each side does and why the order matters: one discarded trial to
+    heat the GPU and fill the Triton cache, then trial, verify, verify, trial (ABBA: a linear drift of the
+    GPU's clock cancels), each reading with its CV, method, clock and throttle reasons, and NVML clock /
+    power / temperature over each job from this process. ~2 min on the H200 (3 cases x 5 readings)."""
+    from benchmarks import agreement
     from benchmarks.engine_jobs import evaluator
+    from egg_mcp.calibration.sampler import LoadSampler, nvml_reader
     from egg_mcp.evaluation.api import EvalOptions, default_tolerance
 
-    async def trial_once(ev, source, dtype, overrides, tol) -> dict[str, Any]:
-        trial = await ev.run_job("egg_mcp.tiling.measure:measure_configs", {
-            "reference_source": source, "dtype": dtype, "size_overrides": overrides, "atol": tol.atol, "rtol": tol.rtol,
-            "device": "cuda", "compile_workers": 0, "candidates": [{"config": {}, "source": source}]},
-            timeout_s=240, uses_gpu=True)
-        if not trial.ok:
-            return {"error": f"tiling trial failed: {trial.error.message if trial.error else trial.stderr_tail}"}
-        return trial.result["results"][0]
+    read = _host_nvml_reader(nvml_reader)
 
     async def case(ev, name: str) -> dict[str, Any]:
         source, dtype, overrides = _agreement_case(name)
         tol = default_tolerance(dtype)
-        rows: dict[str, Any] = {"case": name, "dtype": dtype, "sizes": overrides, "order": "trial, verify, trial"}
-        first = await trial_once(ev, source, dtype, overrides, tol)
-        if "error" in first:
-            return {**rows, **first}
-        verified = await ev.evaluate(source, source, EvalOptions(dtype=dtype, tolerance=tol, size_overrides=overrides))
-        second = await trial_once(ev, source, dtype, overrides, tol)
-        t = verified.timing
-        rows.update(trial_ms=first.get("median_ms"), trial_cv=first.get("timing_cv"),
-                    trial_clock_mhz=first.get("sm_clock_mhz"), trial_throttle=first.get("throttle_reasons"),
-                    trial_method=first.get("timing_method"), verify_verdict=verified.verdict,
-                    verify_ms=t.median_ms if t else None, verify_cv=t.cv if t else None,
-                    verify_method=t.method if t else None, verify_clock_mhz=t.sm_clock_mhz if t else None,
-                    verify_throttle=t.throttle_reasons if t else None,
-                    trial2_ms=second.get("median_ms"), trial2_clock_mhz=second.get("sm_clock_mhz"),
-                    trial2_throttle=second.get("throttle_reasons"))
-        if rows["trial_ms"] and rows["verify_ms"]:
-            rows["ratio"] = rows["trial_ms"] / rows["verify_ms"]
-            rows["within_1pct"] = abs(rows["ratio"] - 1) <= AGREEMENT_TOLERANCE
-            if rows["trial2_ms"]:
-                rows["ratio_bracketed"] = (rows["trial_ms"] + rows["trial2_ms"]) / 2 / rows["verify_ms"]
-                rows["within_1pct_bracketed"] = abs(rows["ratio_bracketed"] - 1) <= AGREEMENT_TOLERANCE
-                rows["trial_drift"] = rows["trial2_ms"] / rows["trial_ms"]
-        return rows
+
+        async def trial() -> dict[str, Any]:
+            got = await ev.run_job("egg_mcp.tiling.measure:measure_configs", {
+                "reference_source": source, "dtype": dtype, "size_overrides": overrides, "atol": tol.atol,
+                "rtol": tol.rtol, "device": "cuda", "compile_workers": 0,
+                "candidates": [{"config": {}, "source": source}]}, timeout_s=240, uses_gpu=True)
+            if not got.ok:
+                raise RuntimeError(f"tiling trial failed: {got.error.message if got.error else got.stderr_tail[-300:]}")
+            return got.result["results"][0]
+
+        async def verify():
+            return await ev.evaluate(source, source, EvalOptions(dtype=dtype, tolerance=tol, size_overrides=overrides))
+
+        watch = (lambda: LoadSampler(read, interval_s=0.02, settle_s=0.0)) if read else None
+        return {"case": name, "dtype": dtype, "sizes": overrides, **await agreement.run_case(trial, verify, watch)}
 
     async def go():
         ev = evaluator()
@@ -165,14 +158,28 @@ def suite_tiling_agreement(out: Path, quick: bool) -> dict[str, Any]:
         finally:
             await ev.aclose()
 
+    started = time.perf_counter()
     rows = asyncio.run(go())
     for r in rows:
-        print(f"[{r['case']}] trial {r.get('trial_ms')} ms ({r.get('trial_clock_mhz')} MHz), verify {r.get('verify_ms')} "
-              f"ms ({r.get('verify_clock_mhz')} MHz), trial again {r.get('trial2_ms')} ms; ratio {r.get('ratio')}, "
-              f"bracketed {r.get('ratio_bracketed')}" + (f" ERROR {r['error']}" if "error" in r else ""))
-    return {"cases": rows, "tolerance": AGREEMENT_TOLERANCE,
-            "all_within": all(r.get("within_1pct") for r in rows),
-            "all_within_bracketed": all(r.get("within_1pct_bracketed") for r in rows)}
+        if r.get("ratio") is None:
+            print(f"[{r['case']}] {r['verdict']}")
+            continue
+        print(f"[{r['case']}] trial {r['trial_ms']:.5f} ms (CV {r['trial_cv']:.2%}), verify {r['verify_ms']:.5f} ms "
+              f"(CV {r['verify_cv']:.2%}), ratio {r['ratio']:.4f}; readings T {r['trial_readings_ms']} "
+              f"V {r['verify_readings_ms']}; {r['verdict']}")
+    return {"cases": rows, "tolerance": agreement.TOLERANCE, "order": list(agreement.ORDER),
+            "all_within": all(r.get("within_1pct") for r in rows), "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def _host_nvml_reader(nvml_reader) -> Callable[[], dict[str, Any]] | None:
+    """NVML of GPU 0 read from this (bench) process, which holds no CUDA context; None without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return nvml_reader(pynvml, pynvml.nvmlDeviceGetHandleByIndex(0))
+    except Exception:  # noqa: BLE001 - no NVML: the readings still carry the timer's own clock
+        return None
 
 
 def _script_suite(script: str, script_out: Path, flags: list[str], *, timeout_s: int) -> dict[str, Any]:
@@ -255,6 +262,7 @@ SUITES: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
     "lanes": suite_lanes,
     "lanes_gpu": suite_lanes_gpu,
     "calibrate": suite_calibrate,
+    "calibrate_ncu": suite_calibrate_ncu,
     "tiling_agreement": suite_tiling_agreement,
     "tiling_search": suite_tiling_search,
     "tiling_exhaustive": suite_tiling_exhaustive,

@@ -10,20 +10,21 @@ from egg_mcp.calibration.run import CalibrationError, calibrate, describe
 from egg_mcp.config import ServerConfig
 
 
-async def _calibrate(config: ServerConfig, quick: bool):
+async def _calibrate(config: ServerConfig, quick: bool, ncu: bool = False):
     from egg_mcp.evaluation.engine import WorkerEvaluator
 
     evaluator = WorkerEvaluator(scratch_dir=config.workspace / "scratch", force_interpreter=config.force_interpreter,
                                 spare_workers=0)
     try:
-        return await calibrate(evaluator, config.workspace, quick=quick)
+        return await calibrate(evaluator, config.workspace, quick=quick, ncu=ncu)
     finally:
         await evaluator.aclose()
 
 
 def run_calibrate_cli(args: argparse.Namespace, config: ServerConfig) -> int:
     try:
-        calibration = asyncio.run(_calibrate(config, bool(getattr(args, "quick", False))))
+        calibration = asyncio.run(_calibrate(config, bool(getattr(args, "quick", False)),
+                                             bool(getattr(args, "ncu", False))))
     except CalibrationError as exc:
         print(f"egg-mcp calibrate: {exc}", file=sys.stderr)
         return 1

@@ -11,84 +11,21 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import triton
-import triton.language as tl
 
+from egg_mcp.calibration.explain import relabel
 from egg_mcp.calibration.fma import fma_probe, fp32_fma_peak, sample_clock
+from egg_mcp.calibration.kernels import _gemm_tf32x3, _l2_reread, _read_reduce  # noqa: F401 - tests reach them here
+from egg_mcp.calibration.matmul import matmul_probes
+from egg_mcp.calibration.matmul import best_ms as _best_ms
+from egg_mcp.calibration.matmul import entry as _entry
 from egg_mcp.calibration.peaks import FP32_LANES_PER_SM, device_peaks
+from egg_mcp.calibration.sampler import nvml_reader
 
 MiB = 1 << 20
-
-
-@triton.jit
-def _read_reduce(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
-    """Each program sums ITERS blocks, grid-strided; one partial sum per program (reads n elements once)."""
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for i in range(ITERS):
-        offs = (pid + i * nprog) * BLOCK + tl.arange(0, BLOCK)
-        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0)
-    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
-
-
-@triton.jit
-def _l2_reread(x_ptr, out_ptr, n_blocks, PASSES: tl.constexpr, BLOCK: tl.constexpr):
-    """Each program walks the (L2-resident) buffer PASSES times with L1-bypassing loads (.cg)."""
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    per_prog = tl.cdiv(n_blocks, nprog)
-    for p in range(PASSES):
-        for j in range(per_prog):
-            blk = (pid + j * nprog + p * 7) % n_blocks
-            offs = blk * BLOCK + tl.arange(0, BLOCK)
-            acc += tl.load(x_ptr + offs, cache_modifier=".cg")
-    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
-
-
-@triton.jit
-def _gemm_tf32x3(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                 GROUP: tl.constexpr):
-    """Plain tiled GEMM C = A @ B (row-major fp32) with 3xTF32 dots (tensor cores, ~fp32 accuracy)."""
-    pid = tl.program_id(0)
-    n_m = tl.cdiv(M, BM)
-    n_n = tl.cdiv(N, BN)
-    group = pid // (GROUP * n_n)
-    first_m = group * GROUP
-    size_m = min(n_m - first_m, GROUP)
-    pid_m = first_m + (pid % size_m)
-    pid_n = (pid % (GROUP * n_n)) // size_m
-    rm = pid_m * BM + tl.arange(0, BM)
-    rn = pid_n * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    acc = tl.zeros([BM, BN], dtype=tl.float32)
-    for k in range(0, K, BK):
-        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
-        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
-        acc = tl.dot(a, b, acc, input_precision="tf32x3")
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
-
-
-def _best_ms(timer, fn: Callable[[], Any], runs: int) -> tuple[float, float]:
-    """(best, median) ms of `runs` timed calls through the project's timer (L2 read-flushed each run)."""
-    stats, _ = timer.measure(lambda _inputs: fn(), lambda _k: [], n_runs=runs, allow_graph=False)
-    return float(stats.min_ms), float(stats.median_ms)
-
-
-def _entry(key: str, kind: str, amount: float, best_ms: float, median_ms: float, method: str,
-           peaks: dict[str, dict[str, Any]], note: str = "") -> dict[str, Any]:
-    value = amount / (best_ms * 1e-3)
-    peak = peaks.get(key)
-    return {
-        "key": key, "unit": "bytes/s" if kind == "bytes" else "FLOP/s", "value": value,
-        "best_ms": best_ms, "median_ms": median_ms, "amount": amount, "method": method,
-        "peak": peak["value"] if peak else None, "peak_source": peak["source"] if peak else None,
-        "ratio_to_peak": value / peak["value"] if peak and peak["value"] else None, "note": note,
-    }
 
 
 def _fma_entry(timer, facts: dict[str, Any], runs: int, quick: bool, peaks) -> dict[str, Any]:
@@ -114,64 +51,6 @@ def _fma_entry(timer, facts: dict[str, Any], runs: int, quick: bool, peaks) -> d
     else:
         entry["note"] += "; SM clock under load unknown (no NVML): only the max-clock peak is known"
     return entry
-
-
-def _matmul_probes(timer, size: int, runs: int, cap: tuple[int, int], peaks, skipped: dict) -> list[dict]:
-    out = []
-    flops = 2.0 * size ** 3
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    a32 = torch.randn(size, size, device="cuda", generator=gen)
-    b32 = torch.randn(size, size, device="cuda", generator=gen)
-    previous = torch.backends.cuda.matmul.allow_tf32
-    try:
-        for key, tf32, label in (("mm_fp32_ieee", False, "IEEE fp32 (allow_tf32=False)"),
-                                 ("mm_tf32", True, "TF32 (allow_tf32=True)")):
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            best, med = _best_ms(timer, lambda: torch.matmul(a32, b32), runs)
-            out.append(_entry(key, "flops", flops, best, med,
-                              f"torch.matmul fp32 {size}^3, {label} (cuBLAS), best of {runs}", peaks,
-                              "cuBLAS SGEMM reaches ~75 % of the FMA peak" if key == "mm_fp32_ieee" else ""))
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
-    for key, dtype in (("mm_bf16", torch.bfloat16), ("mm_fp16", torch.float16)):
-        a, b = a32.to(dtype), b32.to(dtype)
-        best, med = _best_ms(timer, lambda: torch.matmul(a, b), runs)
-        out.append(_entry(key, "flops", flops, best, med, f"torch.matmul {dtype} {size}^3 (cuBLAS), best of {runs}",
-                          peaks))
-    if cap >= (8, 9) and hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn"):
-        try:
-            a8 = a32.to(torch.float8_e4m3fn)
-            b8 = b32.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major B, as _scaled_mm requires
-            one = torch.ones((), device="cuda", dtype=torch.float32)
-            fn = lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
-            fn()
-            best, med = _best_ms(timer, fn, runs)
-            out.append(_entry("mm_fp8", "flops", flops, best, med,
-                              f"torch._scaled_mm e4m3 {size}^3, bf16 out, best of {runs}", peaks))
-        except Exception as exc:  # noqa: BLE001 - reported, never invented
-            skipped["mm_fp8"] = f"torch._scaled_mm failed: {type(exc).__name__}: {str(exc)[:200]}"
-    else:
-        skipped["mm_fp8"] = f"no fp8 tensor cores on sm_{cap[0]}{cap[1]} (needs sm_89+)"
-    if cap >= (8, 0):
-        try:
-            c = torch.empty_like(a32)
-            grid = (triton.cdiv(size, 128) * triton.cdiv(size, 128),)
-            fn = lambda: _gemm_tf32x3[grid](a32, b32, c, size, size, size, BM=128, BN=128, BK=32, GROUP=8,  # noqa: E731
-                                            num_warps=8, num_stages=3)
-            fn()
-            best, med = _best_ms(timer, fn, runs)
-            torch.backends.cuda.matmul.allow_tf32 = False
-            ref = torch.matmul(a32, b32)
-            torch.backends.cuda.matmul.allow_tf32 = previous
-            err = float((c - ref).abs().max() / ref.abs().max())
-            out.append(_entry("mm_tf32x3", "flops", flops, best, med,
-                              f"Triton tl.dot(input_precision='tf32x3') GEMM {size}^3, 128x128x32 tiles, 8 warps, "
-                              f"3 stages, best of {runs}", peaks,
-                              "a plain Triton GEMM, not a tuned library: a lower bound of the 3xTF32 rate"
-                              + f"; max error vs IEEE fp32 {err:.2g} of max |C|"))
-        except Exception as exc:  # noqa: BLE001
-            skipped["mm_tf32x3"] = f"Triton tf32x3 GEMM failed: {type(exc).__name__}: {str(exc)[:200]}"
-    return out
 
 
 def device_facts(index: int = 0) -> dict[str, Any]:
@@ -274,7 +153,10 @@ def run_probes(payload: dict) -> dict:
 
     ceilings.append(_fma_entry(timer, facts, runs, quick, peaks))
 
-    ceilings += _matmul_probes(timer, 4096 if quick else 8192, runs, cap, peaks, skipped)
+    read = nvml_reader(getattr(timer.nvml, "nvml", None), timer.nvml.handle)
+    matmuls = matmul_probes(timer, runs, cap, peaks, skipped, quick=quick, read=read)
+    ceilings += matmuls
+    relabel(ceilings)
     return {
         "device": facts, "ceilings": ceilings, "skipped": skipped,
         "timer": "egg_mcp.evaluation.timing.GpuTimer (CUDA events, L2 read-flushed before each run)",

@@ -17,9 +17,10 @@ class CalibrationError(RuntimeError):
 
 
 async def calibrate(evaluator: Evaluator, workspace_root: Path | None, *, quick: bool = False,
-                    device_index: int = 0, timeout_s: float = TIMEOUT_S) -> Calibration:
+                    device_index: int = 0, timeout_s: float = TIMEOUT_S, ncu: bool = False) -> Calibration:
     """Measure this GPU's ceilings in an isolated GPU job (serialised with every other GPU job) and
-    store them under `<workspace>/calibration/<uuid>.json` when `workspace_root` is given."""
+    store them under `<workspace>/calibration/<uuid>.json` when `workspace_root` is given. `ncu`: also read
+    the tensor-core GEMMs' tensor-pipe busy share with Nsight Compute (ncu_gemm.py)."""
     if not evaluator.has_gpu():
         raise CalibrationError("no GPU: calibration measures a CUDA GPU; there is nothing to measure on this machine")
     outcome = await evaluator.run_job(TARGET, {"quick": quick, "device_index": device_index},
@@ -28,10 +29,31 @@ async def calibrate(evaluator: Evaluator, workspace_root: Path | None, *, quick:
         why = outcome.error.message if outcome.error else ("timed out" if outcome.timed_out else
                                                           f"worker exited {outcome.exit_code}")
         raise CalibrationError(f"calibration job failed: {why}; stderr tail: {outcome.stderr_tail[-600:]}")
-    calibration = Calibration.model_validate(outcome.result)
+    record = outcome.result
+    if ncu:
+        record = await _with_tensor_pipe(evaluator, record, timeout_s)
+    calibration = Calibration.model_validate(record)
     if workspace_root is not None and calibration.device.uuid:
         store.save(workspace_root, calibration)
     return calibration
+
+
+async def _with_tensor_pipe(evaluator: Evaluator, record: dict, timeout_s: float) -> dict:
+    """The record with ncu's tensor-pipe reading on each tensor-core GEMM row and the rows re-explained."""
+    import time
+
+    from egg_mcp.calibration.explain import TENSOR_KEYS
+    from egg_mcp.calibration.matmul import add_tensor_pipe
+    from egg_mcp.calibration.ncu_gemm import read_tensor_pipe
+
+    started = time.perf_counter()
+    rows = [r for r in record.get("ceilings", []) if r.get("key") in TENSOR_KEYS and r.get("shape")]
+    if rows:
+        add_tensor_pipe(rows, await read_tensor_pipe(evaluator, [(r["key"], r["shape"]) for r in rows],
+                                                     timeout_s=timeout_s))
+    extra = dict(record.get("extra") or {})
+    extra["ncu_wall_s"] = round(time.perf_counter() - started, 2)
+    return {**record, "extra": extra}
 
 
 async def ensure_calibrated(evaluator: Evaluator, workspace_root: Path, uuid: str | None) -> Calibration | None:
@@ -50,22 +72,51 @@ def _fmt(value: float | None, unit: str) -> str:
     return f"{value / 1e12:.1f} TFLOP/s"
 
 
+def _load_text(load: dict) -> str:
+    parts = [f"{load.get('median_mhz'):.0f} MHz SM clock under load (NVML, {load.get('samples')} samples, "
+             f"{load.get('min_mhz')}-{load.get('max_mhz')})"]
+    if load.get("power_median_w") is not None:
+        limit = f" of {load['power_limit_w']:.0f} W limit" if load.get("power_limit_w") else ""
+        parts.append(f"power {load['power_median_w']:.0f} W median, {load.get('power_max_w', 0):.0f} max{limit}")
+    parts.append("clocks-event reasons: " + (", ".join(load.get("throttle_reasons") or ()) or "none"))
+    return "; ".join(parts)
+
+
 def describe(calibration: Calibration) -> list[str]:
-    """Human-readable lines: device, then each ceiling beside its peak, the ratio and the method."""
+    """Human-readable lines: device, then per ceiling the measured value, the peak, the clock-adjusted peak,
+    the reason label, the method, the peak's source and clock, and what NVML / ncu saw while it ran."""
     d = calibration.device
+    pad = " " * 14
     lines = [f"{d.name} ({d.uuid}), driver {d.driver or '?'}, CUDA {d.cuda or '?'}, torch {d.torch}, "
              f"triton {d.triton}; SM clock {d.sm_clock_mhz or '?'} MHz (max {d.sm_clock_max_mhz or '?'}), "
              f"memory clock {d.mem_clock_mhz or '?'} MHz; measured {calibration.measured_at} "
              f"in {calibration.wall_s:.1f} s",
-             f"{'ceiling':<14}{'measured':>16}{'peak':>16}{'ratio':>8}  method / peak source"]
+             f"{'ceiling':<14}{'measured':>16}{'peak':>16}{'ratio':>7}{'clock-adj peak':>16}{'ratio':>7}  reason"]
     for c in calibration.ceilings:
-        ratio = f"{c.ratio_to_peak * 100:.0f} %" if c.ratio_to_peak else "-"
-        lines.append(f"{c.key:<14}{_fmt(c.value, c.unit):>16}{_fmt(c.peak, c.unit):>16}{ratio:>8}  {c.method}")
-        lines.append(f"{'':<54}peak: {c.peak_source or 'no datasheet or ncu figure'}"
+        ratio = f"{c.ratio_to_peak:.0%}" if c.ratio_to_peak else "-"
+        adj = f"{c.ratio_to_clock_adjusted_peak:.0%}" if c.ratio_to_clock_adjusted_peak else "-"
+        lines.append(f"{c.key:<14}{_fmt(c.value, c.unit):>16}{_fmt(c.peak, c.unit):>16}{ratio:>7}"
+                     f"{_fmt(c.clock_adjusted_peak, c.unit):>16}{adj:>7}  {c.reason or '-'}")
+        lines.append(f"{pad}method: {c.method}")
+        clock = (f" (at {c.peak_clock_mhz:.0f} MHz: {c.peak_clock_source})" if c.peak_clock_mhz else
+                 (" (no clock stated for it)" if c.peak else ""))
+        lines.append(f"{pad}peak: {c.peak_source or 'no datasheet or ncu figure'}{clock}"
                      + (f"; {c.note}" if c.note else ""))
-        if c.clock_adjusted_peak and c.clock_under_load:
-            lines.append(f"{'':<54}at the {c.clock_under_load.get('median_mhz'):.0f} MHz SM clock under load: peak "
+        if c.clock_under_load:
+            text = _load_text(c.clock_under_load)
+            if c.sustained:
+                text = (f"sustained {_fmt(c.sustained.get('rate'), c.unit)} over {c.sustained.get('launches')} "
+                        f"back-to-back launches at the " + text)
+            if c.clock_adjusted_peak:
+                text += (f"; at the {c.clock_under_load.get('median_mhz'):.0f} MHz SM clock under load: peak "
                          f"{_fmt(c.clock_adjusted_peak, c.unit)}, ratio {c.ratio_to_clock_adjusted_peak:.0%}")
+            lines.append(f"{pad}{text}")
+        if c.tensor_pipe:
+            t = c.tensor_pipe
+            lines.append(f"{pad}ncu: " + (t["error"] if t.get("error") else
+                                          f"tensor pipe {t.get('busy_pct'):.1f} % busy (elapsed; "
+                                          f"{t.get('busy_active_pct') or 0:.1f} % of active cycles) at "
+                                          f"{t.get('clock_mhz') or 0:.0f} MHz, kernel {t.get('kernel')}"))
     for key, why in calibration.skipped.items():
         lines.append(f"{key:<14}{'not measured':>16}  {why}")
     return lines

@@ -45,6 +45,17 @@ def test_calibration_through_the_engine(tmp_path):
         if c.ratio_to_peak is not None:  # a ceiling above its peak means a wrong count or a wrong peak
             assert 0.2 < c.ratio_to_peak < 1.1, (c.key, c.ratio_to_peak, c.method, c.peak_source)
     assert cal.get("l2_read").value > cal.get("dram_read").value  # L2 probe really hits L2
+    for c in cal.ceilings:  # every row carries its reason label (issue 14: within 10 % or explained)
+        assert c.reason and c.explained is not None, (c.key, c.reason)
+    for key in ("mm_tf32", "mm_bf16", "mm_fp16", "mm_fp8"):
+        c = cal.get(key)
+        if c is None:
+            continue
+        assert c.shape in (4096, 8192, 16384) and len(c.shapes) == 3, (key, c.shapes)
+        assert c.sustained and c.sustained["rate"] > 0.5 * c.value, (key, c.sustained, c.value)
+        if c.clock_under_load:  # NVML present: the clock-adjusted peak and its ratio are there
+            assert c.clock_adjusted_peak and 0.3 < c.ratio_to_clock_adjusted_peak < 1.15, (key, c.clock_under_load)
+    print({c.key: (c.explained, c.reason) for c in cal.ceilings})
     assert cal.get("mm_bf16").value > cal.get("mm_tf32").value > cal.get("mm_fp32_ieee").value
     assert cal.device.uuid and store.load(tmp_path, cal.device.uuid) is not None
     spec = hardware.gpu_for(cal.device.name, cal.device.uuid, tmp_path)

@@ -1,0 +1,56 @@
+"""The calibration's own Triton kernels (a leaf module: probes and matmul both import it)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _read_reduce(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+    """Each program sums ITERS blocks, grid-strided; one partial sum per program (reads n elements once)."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in range(ITERS):
+        offs = (pid + i * nprog) * BLOCK + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def _l2_reread(x_ptr, out_ptr, n_blocks, PASSES: tl.constexpr, BLOCK: tl.constexpr):
+    """Each program walks the (L2-resident) buffer PASSES times with L1-bypassing loads (.cg)."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    per_prog = tl.cdiv(n_blocks, nprog)
+    for p in range(PASSES):
+        for j in range(per_prog):
+            blk = (pid + j * nprog + p * 7) % n_blocks
+            offs = blk * BLOCK + tl.arange(0, BLOCK)
+            acc += tl.load(x_ptr + offs, cache_modifier=".cg")
+    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def _gemm_tf32x3(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                 GROUP: tl.constexpr):
+    """Plain tiled GEMM C = A @ B (row-major fp32) with 3xTF32 dots (tensor cores, ~fp32 accuracy)."""
+    pid = tl.program_id(0)
+    n_m = tl.cdiv(M, BM)
+    n_n = tl.cdiv(N, BN)
+    group = pid // (GROUP * n_n)
+    first_m = group * GROUP
+    size_m = min(n_m - first_m, GROUP)
+    pid_m = first_m + (pid % size_m)
+    pid_n = (pid % (GROUP * n_n)) // size_m
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc = tl.dot(a, b, acc, input_precision="tf32x3")
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
