@@ -5,7 +5,9 @@ product of measured factors that predicts the measured share of the peak:
 
     share predicted = (SM clock under load / clock the peak assumes) x (tensor pipe busy share, from ncu)
 
-and the ceiling counts as explained when the measured share is within 10 % of that prediction. The
+and the ceiling counts as explained when the measured share is within 10 % of that prediction. With an
+ncu reading, first the cleaner test on one launch: its rate at ncu's own clock reading as a share of
+the per-clock peak, against the tensor pipe's busy share of that launch (ncu_launch_share). The
 clock comes from NVML during a sustained burst of the same kernel (sampler.py); its cause is named
 from the same window's clocks-event reasons and power draw (power cap, thermal, or "no reason
 reported"). Without NVML, without a datasheet clock or without a peak the label says which part is
@@ -24,6 +26,8 @@ CLOCK_BELOW = 0.98
 """A clock under 98 % of the peak's clock is a reduced clock (NVML steps are 15 MHz)."""
 POWER_NEAR_LIMIT = 0.95
 TENSOR_KEYS = ("mm_tf32", "mm_bf16", "mm_fp16", "mm_fp8")
+PIPE_KEYS = (*TENSOR_KEYS, "mm_fp32_ieee")
+"""Rows `calibrate --ncu` reads a pipe for: the tensor pipe, and the FMA pipe for cuBLAS's IEEE fp32 GEMM."""
 
 
 def clock_cause(load: dict[str, Any], peak_clock_mhz: float) -> str:
@@ -42,6 +46,21 @@ def clock_cause(load: dict[str, Any], peak_clock_mhz: float) -> str:
         return f"thermally limited clock {ghz}" + (f" ({detail})" if detail else "")
     return (f"clock {ghz}, below the {peak_clock_mhz:.0f} MHz the peak assumes with no clocks-event reason "
             f"reported" + (f" ({watts})" if watts else ""))
+
+
+def ncu_launch_share(entry: dict[str, Any], peak: float, peak_clock_mhz: float,
+                     pipe: dict[str, Any]) -> dict[str, Any] | None:
+    """From ONE ncu-profiled launch (its duration and its own clock reading, sm__cycles_elapsed per second):
+    the rate it reached as a share of the peak at that clock ("per_clock"), next to the tensor pipe's busy
+    share of the same launch. Why: NVML's 5 ms samples of a power-capped burst are not the clock a given
+    launch ran at; ncu's reading is. On the H200 (benchmarks/results/h200_2026-12-01_s6/) per_clock and busy
+    agreed within 1.5 points for tf32, bf16, fp16 and fp8. None when the reading lacks a part."""
+    amount, kernel_ms, clock = entry.get("amount"), pipe.get("kernel_ms"), pipe.get("clock_mhz")
+    if not (amount and kernel_ms and clock and peak and peak_clock_mhz and pipe.get("busy_pct")):
+        return None
+    rate = float(amount) / (float(kernel_ms) * 1e-3)
+    per_clock = rate / (float(peak) * float(clock) / float(peak_clock_mhz))
+    return {"rate": rate, "clock_mhz": float(clock), "per_clock": per_clock, "busy": float(pipe["busy_pct"]) / 100}
 
 
 def explain(entry: dict[str, Any], peak_clock_mhz: float | None, load: dict[str, Any] | None,
@@ -72,10 +91,19 @@ def explain(entry: dict[str, Any], peak_clock_mhz: float | None, load: dict[str,
     clock_share = float(load["median_mhz"]) / float(peak_clock_mhz)
     share = rate / peak
     adj = out["ratio_to_clock_adjusted_peak"]
+    launch = ncu_launch_share(entry, peak, peak_clock_mhz, pipe) if pipe_ok else None
+    if launch is not None and abs(launch["per_clock"] / launch["busy"] - 1) <= 1 - WITHIN:
+        out["ncu_launch"] = launch
+        return {**out, "reason": (
+            f"one ncu launch at its own clock {launch['clock_mhz'] / 1000:.2f} GHz ran at {launch['per_clock']:.0%} of "
+            f"the peak per clock with the {pipe.get('pipe', 'tensor')} pipe {launch['busy']:.0%} busy: the chip gives "
+            f"its per-clock peak "
+            f"whenever the pipe is busy; the gap to the datasheet is the {cause} and the pipe's idle "
+            f"{1 - launch['busy']:.0%}"), "explained": True}
     if pipe_ok and float(pipe["busy_pct"]) > 0:
         busy = float(pipe["busy_pct"]) / 100
         predicted = clock_share * busy
-        text = (f"{cause} x tensor pipe {busy:.0%} busy (ncu) predicts {predicted:.0%} of the peak, "
+        text = (f"{cause} x {pipe.get('pipe', 'tensor')} pipe {busy:.0%} busy (ncu) predicts {predicted:.0%} of the peak, "
                 f"measured {share:.0%}")
         if abs(share / predicted - 1) <= 1 - WITHIN:
             tail = "the rest is the kernel, not the chip" if busy < WITHIN else "the clock accounts for the gap"
@@ -85,8 +113,8 @@ def explain(entry: dict[str, Any], peak_clock_mhz: float | None, load: dict[str,
         return {**out, "reason": f"{cause}: {adj:.0%} of the peak at that clock", "explained": True}
     if pipe and pipe.get("error"):
         why = f" (ncu's tensor-pipe reading failed: {pipe['error'][:160]})"
-    elif str(entry.get("key")) in TENSOR_KEYS:
-        why = " (no ncu tensor-pipe reading: `egg-mcp calibrate --ncu` takes one)"
+    elif str(entry.get("key")) in PIPE_KEYS:
+        why = " (no ncu pipe reading: `egg-mcp calibrate --ncu` takes one)"
     else:
         why = ""
     return {**out, "reason": f"unexplained: {cause} accounts for {clock_share:.0%}; {adj:.0%} of the peak at "

@@ -18,9 +18,13 @@ PIPE_ACTIVE = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_a
 PIPE_ELAPSED = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"
 """ncu 2025.3 on the H200 has no separate wgmma cycles metric; the hmma pipe counts HMMA and HGMMA alike
 (profiling/metrics.py). `elapsed` includes SMs idle in the wave tail, so it is the one that predicts rate."""
+FMA_ACTIVE = "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"
+FMA_ELAPSED = "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_elapsed"
+"""cuBLAS's IEEE fp32 GEMM (mm_fp32_ieee) issues FFMA: its pipe is the FMA pipe, not the tensor pipe."""
+FMA_KEYS = ("mm_fp32_ieee",)
 CLOCK = "sm__cycles_elapsed.avg.per_second"
 DURATION = "gpu__time_duration.sum"
-METRICS = (PIPE_ACTIVE, PIPE_ELAPSED, CLOCK, DURATION)
+METRICS = (PIPE_ACTIVE, PIPE_ELAPSED, FMA_ACTIVE, FMA_ELAPSED, CLOCK, DURATION)
 TARGET = "egg_mcp.calibration.ncu_gemm:profile_gemms"
 TIMEOUT_S = 180.0
 
@@ -76,17 +80,20 @@ def attribute(text: str, keys: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for key, launch in zip(keys, log.launches):
         clock, duration = launch.value(CLOCK), launch.value(DURATION)
-        elapsed, active = launch.value(PIPE_ELAPSED), launch.value(PIPE_ACTIVE)
-        metric = PIPE_ELAPSED if elapsed is not None else PIPE_ACTIVE
+        fma = key in FMA_KEYS
+        names = (FMA_ELAPSED, FMA_ACTIVE) if fma else (PIPE_ELAPSED, PIPE_ACTIVE)
+        elapsed, active = launch.value(names[0]), launch.value(names[1])
+        metric = names[0] if elapsed is not None else names[1]
         row: dict[str, Any] = {
+            "pipe": "FMA" if fma else "tensor",
             "busy_pct": elapsed if elapsed is not None else active, "busy_active_pct": active,
             "clock_mhz": clock / 1e6 if clock else None, "kernel_ms": duration / 1e6 if duration else None,
             "kernel": short_kernel_name(launch.kernel_name)[:120],
             "method": f"ncu --clock-control none: {metric} of one launch after 3 warm-ups"}
         if row["busy_pct"] is None:
-            row = {"error": f"ncu gave no tensor-pipe metric for {row['kernel']}", "kernel": row["kernel"]}
+            row = {"error": f"ncu gave no {row['pipe']}-pipe metric for {row['kernel']}", "kernel": row["kernel"]}
         elif row["busy_pct"] <= 0:
-            row["error"] = (f"ncu read the tensor pipe 0 % busy in {row['kernel']}: the hmma-pipe metric does not "
+            row["error"] = (f"ncu read the {row['pipe']} pipe 0 % busy in {row['kernel']}: the pipe metric does not "
                             f"count this kernel's instructions")
         out[key] = row
     return out

@@ -42,12 +42,12 @@ async def _with_tensor_pipe(evaluator: Evaluator, record: dict, timeout_s: float
     """The record with ncu's tensor-pipe reading on each tensor-core GEMM row and the rows re-explained."""
     import time
 
-    from egg_mcp.calibration.explain import TENSOR_KEYS
+    from egg_mcp.calibration.explain import PIPE_KEYS
     from egg_mcp.calibration.matmul import add_tensor_pipe
     from egg_mcp.calibration.ncu_gemm import read_tensor_pipe
 
     started = time.perf_counter()
-    rows = [r for r in record.get("ceilings", []) if r.get("key") in TENSOR_KEYS and r.get("shape")]
+    rows = [r for r in record.get("ceilings", []) if r.get("key") in PIPE_KEYS and r.get("shape")]
     if rows:
         add_tensor_pipe(rows, await read_tensor_pipe(evaluator, [(r["key"], r["shape"]) for r in rows],
                                                      timeout_s=timeout_s))
@@ -114,7 +114,7 @@ def describe(calibration: Calibration) -> list[str]:
         if c.tensor_pipe:
             t = c.tensor_pipe
             lines.append(f"{pad}ncu: " + (t["error"] if t.get("error") else
-                                          f"tensor pipe {t.get('busy_pct'):.1f} % busy (elapsed; "
+                                          f"{t.get('pipe', 'tensor')} pipe {t.get('busy_pct'):.1f} % busy (elapsed; "
                                           f"{t.get('busy_active_pct') or 0:.1f} % of active cycles) at "
                                           f"{t.get('clock_mhz') or 0:.0f} MHz, kernel {t.get('kernel')}"))
     for key, why in calibration.skipped.items():
