@@ -15,7 +15,11 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 # Model constants (assumptions, not measurements; the benchmark checks the ranking they produce).
 LAUNCH_OVERHEAD_S = 3e-6  # measured: ~3 us per launch on the H200 (do_bench at ~5 us kernels)
 L2_OVER_DRAM = 2.5  # L2 bandwidth / DRAM bandwidth (Hopper-class parts: ~2.5-3x)
-DRAM_LATENCY_S = 1.0e-6  # loaded DRAM round trip seen by one dependent chain of loads
+DRAM_LATENCY_S = 1.0e-6
+"""Loaded DRAM round trip charged per loop iteration of a program's dependent chain (an assumption, not measured
+here: published unloaded HBM latencies on Hopper are a few hundred ns). The stored H200 timings show the serial
+chain it feeds over-predicting loops over small blocks ~2x (rowsum_a, layernorm_a: they run at the roof), while
+what slows those kernels is few resident warps per SM (benchmarks/results/tiling/rank_replay.md)."""
 SM_MAX_SHARE = 4.0  # one SM can pull at most this multiple of its fair share of DRAM bandwidth
 ACC_SPILL_REGS = 256  # accumulator registers per thread at which every H200 config spilled
 MAX_REGS = 255

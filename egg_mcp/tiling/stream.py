@@ -91,11 +91,16 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
     program_bytes = reads + writes
     active = min(gpu.sm_count, programs)
     share = min(SM_MAX_SHARE * gpu.dram_bytes_per_s / gpu.sm_count, gpu.dram_bytes_per_s / active)
-    # narrow accesses: 32-byte sectors wasted below one sector per row, and scalar instructions below 16 B
+    # narrow rows: a 32-byte sector is the unit of DRAM traffic, so a row segment under 32 B wastes the rest.
+    # Per-thread access width does not cost bandwidth: a warp's accesses to consecutive addresses coalesce
+    # into the 32-byte sectors that cover them, 4-byte scalars included (CUDA C++ Best Practices Guide,
+    # "Coalesced Access to Global Memory", compute capability >= 6.0); narrower accesses cost issue slots
+    # instead (t_issue below). The 0.9 derate this model had for accesses under 16 B per thread ranked
+    # 4-byte-per-thread configs of rowsum_a (fp32) slower while they ran at the roof (stored H200 timings,
+    # benchmarks/results/tiling/rank_replay.md).
     sector = min(1.0, bc * nbytes / 32)
-    vector = 1.0 if per_thread * nbytes >= 16 else 0.9
     per_sm_programs = programs / active
-    t_bandwidth = per_sm_programs * program_bytes / (share * sector * vector)
+    t_bandwidth = per_sm_programs * program_bytes / (share * sector)
     chain = iters * passes * DRAM_LATENCY_S + PROGRAM_FIXED_S + _REDUCTIONS[kind] * REDUCTION_STEP_S * math.log2(
         max(w, 1) * 2) * (iters * passes if kind == "softmax" and iters > 1 else 1)
     t_latency = math.ceil(math.ceil(per_sm_programs) / max(c, 1)) * chain
