@@ -41,18 +41,23 @@ LABEL = ("offline replay (CPU) of stored H200 timings: the times are the H200's,
          "benchmarks/tiling_bench.py in the files named per case; only the model is re-run")
 
 
-def stored_cases(results: Path = RESULTS) -> dict[str, tuple[str, dict]]:
-    """case -> (file name, record) for the latest stored run of each case that measured it (per-config
-    records preferred over summary-only ones)."""
+def stored_files(results: Path = RESULTS) -> list[Path]:
+    """The stored tiling_bench runs, oldest first (batchN_tiling_bench.json)."""
+    return sorted(results.glob("batch*_tiling_bench.json"), key=lambda p: int(p.name[5:].split("_")[0]))
+
+
+def stored_cases(files: list[Path] | None = None) -> dict[str, tuple[str, dict]]:
+    """case -> (file, record) for the latest run of each case in `files` (later files win; per-config records
+    preferred over summary-only ones)."""
     out: dict[str, tuple[str, dict]] = {}
-    files = sorted(results.glob("batch*_tiling_bench.json"), key=lambda p: int(p.name[5:].split("_")[0]))
-    for path in files:
+    for path in files if files is not None else stored_files():
         for record in json.loads(path.read_text()).get("cases", []):
             if record.get("exhaustive_best_ms") is None:
                 continue
             have = out.get(record["case"])
             if have is None or record.get("configs") or not have[1].get("configs"):
-                out[record["case"]] = (path.name, record)
+                out[record["case"]] = (str(path.resolve().relative_to(REPO)) if path.resolve().is_relative_to(REPO)
+                                       else str(path), record)
     return out
 
 
@@ -78,7 +83,7 @@ def _rank_of(estimates, config: dict) -> int | str:
 def replay_case(case: str, file: str, record: dict) -> dict:
     estimates, space = _ranking(case, record.get("dims"))
     best_cfg, best_ms = record["exhaustive_best"], record["exhaustive_best_ms"]
-    out = {"case": case, "file": f"benchmarks/results/tiling/{file}", "kernel": CASES[case][0], "kind": CASES[case][1],
+    out = {"case": case, "file": file, "kernel": CASES[case][0], "kind": CASES[case][1],
            "dims": record.get("dims"), "exhaustive_best": best_cfg, "exhaustive_best_ms": best_ms,
            "best_rank_now": _rank_of(estimates, best_cfg),
            "best_rank_recorded": record.get("exhaustive_best_predicted_rank")}
@@ -187,8 +192,8 @@ def markdown(result: dict, before: dict | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(before_path: Path | None = None) -> dict:
-    cases = [replay_case(case, file, record) for case, (file, record) in sorted(stored_cases().items())]
+def run(files: list[Path] | None = None) -> dict:
+    cases = [replay_case(case, file, record) for case, (file, record) in sorted(stored_cases(files).items())]
     rhos = sorted(c["rho"] for c in cases if c.get("rho") is not None)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "egg_mcp"], cwd=REPO, capture_output=True,
@@ -206,9 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(RESULTS / "rank_replay"), help="output path without extension")
     parser.add_argument("--before", help="this script's JSON from an earlier commit, shown beside each case")
+    parser.add_argument("files", nargs="*", type=Path,
+                        help="tiling_bench.json files to replay after the stored ones (a new tiling_exhaustive run); "
+                             "default: benchmarks/results/tiling/batch*_tiling_bench.json")
     args = parser.parse_args(argv)
     before = json.loads(Path(args.before).read_text()) if args.before else None
-    result = run()
+    result = run(stored_files() + list(args.files))
     if before:
         result["before"] = {"git_commit": before["git_commit"],
                             "rho": {c["case"]: c.get("rho") for c in before["cases"]}}
