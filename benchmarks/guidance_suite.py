@@ -41,11 +41,13 @@ SMOKE_SIZES = {"kb76_gemm_add_relu": {"batch_size": 16, "in_features": 32, "out_
 PROFILE_LIMIT = 3 * 1024
 CALIBRATION_WAIT_S = 90.0
 TILING_FULL, TILING_QUICK = (6, 40.0), (3, 25.0)  # propose_tiling (max_trials, time_budget_s) per problem
+TILING_MIN_S = 15.0  # the least a propose_tiling run is given (probe + one compile round + 3 timed configs)
 MAX_WALL_S = 230.0
 """The suite's budget (~4 min on the H200): optional steps not started by then are recorded as skipped. Time
 by step (session 5's quick run, H200): calibration wait 10 s, start_task + seeds + two verifies ~55 s per
 problem, profile_ncu ~8-20 s each (profiling_bench_h200.json: 8 s per single-kernel profile), propose_tiling up to
-its time budget."""
+its time budget. Estimate: 10 + 2 x (55 + 30) = ~180 s of checks, then the two propose_tiling runs share the
+rest (~25 s each), ~4 min in all; both modes differ only in the tiling trials."""
 
 
 def variants(candidate: str) -> dict[str, str]:
@@ -143,8 +145,9 @@ def tf32x3_rung(lines: list[str]) -> dict[str, Any] | None:
     return None
 
 
-async def run_problem(client, name: str, quick: bool, smoke: bool = False, deadline: float = float("inf")
-                      ) -> dict[str, Any]:
+async def check_problem(client, name: str, quick: bool, smoke: bool = False, deadline: float = float("inf")
+                        ) -> dict[str, Any]:
+    """First phase of a problem: the seed brief's ladder, both kernels verified and profiled, the verdict checks."""
     ref_file, cand_file, overrides = PROBLEMS[name]
     if smoke:
         overrides = SMOKE_SIZES[name]
@@ -203,30 +206,51 @@ async def run_problem(client, name: str, quick: bool, smoke: bool = False, deadl
     sizes = [k.get("profile_json_bytes") for k in kernels.values() if k.get("profile_json_bytes")]
     record["checks"]["profile_replies_le_3kb"] = bool(sizes) and max(sizes) <= PROFILE_LIMIT
 
-    fast = kernels["tf32x3"]
+    record["_tune"] = (tid, kernels["tf32x3"])
     record["checks"]["tiling_rank_correlation_reported"] = False
+    record["failed_steps"] = steps.failed()
+    record["wall_s"] = round(time.perf_counter() - t0, 1)
+    return record
+
+
+async def tune_problem(client, record: dict[str, Any], quick: bool, deadline: float = float("inf"),
+                       budget_s: float | None = None) -> dict[str, Any]:
+    """Second phase of a problem: commit the 3xTF32 seed through to TILING and run propose_tiling on it, within
+    `budget_s` (default: the mode's); records its kernels and its rank correlation."""
+    tid, fast = record.pop("_tune", (None, {}))
+    steps = Steps(client, record, deadline)
+    t0 = time.perf_counter()
     if fast.get("verdict") == "correct":
         cid = fast["candidate_id"]
         for stage in ("SEEDS", "ALGORITHM", "PARALLEL_MAPPING"):
             args = {"stage": stage} if stage != "SEEDS" else {}
             await steps.call(f"commit_{stage.lower()}", "commit_stage", task_id=tid, candidate_id=cid,
                              decision=_decision(f"{stage} kept (3xTF32 seed)"), **args)
-        budget = TILING_QUICK if quick else TILING_FULL
+        trials, seconds = TILING_QUICK if quick else TILING_FULL
+        seconds = min(seconds, budget_s) if budget_s is not None else seconds
         tiling, _ = await steps.call("propose_tiling", "propose_tiling", task_id=tid, candidate_id=cid,
-                                     max_trials=budget[0], time_budget_s=budget[1])
+                                     max_trials=trials, time_budget_s=max(TILING_MIN_S, seconds))
         if tiling is not None:
             proposal = tiling["proposal"]
             record["tiling"] = {k: proposal.get(k) for k in ("kernels", "rank_correlation", "rank_correlation_n",
                                                              "note", "recommended", "recommended_reason",
                                                              "trials_used", "warnings")}
+            record["tiling"]["time_budget_s"] = max(TILING_MIN_S, seconds)
             record["tiling"]["measured"] = [{"config": r["config"]["values"], "predicted_ms": r.get("predicted_ms"),
                                              "measured_ms": r.get("measured_ms")} for r in proposal.get("ranked", [])
                                             if r.get("measured_ms") is not None]
             record["checks"]["tiling_rank_correlation_reported"] = (
                 proposal.get("rank_correlation") is not None or (proposal.get("rank_correlation_n") or 0) < 3)
     record["failed_steps"] = steps.failed()
-    record["wall_s"] = round(time.perf_counter() - t0, 1)
+    record["wall_s"] = round(record.get("wall_s", 0.0) + time.perf_counter() - t0, 1)
     return record
+
+
+async def run_problem(client, name: str, quick: bool, smoke: bool = False, deadline: float = float("inf")
+                      ) -> dict[str, Any]:
+    """Both phases of one problem back to back."""
+    record = await check_problem(client, name, quick, smoke, deadline)
+    return record if "error" in record else await tune_problem(client, record, quick, deadline)
 
 
 async def run_all(workspace: Path, quick: bool, smoke: bool = False, max_wall_s: float = MAX_WALL_S
@@ -248,11 +272,20 @@ async def run_all(workspace: Path, quick: bool, smoke: bool = False, max_wall_s:
         out["calibration_wait_s"] = round(time.perf_counter() - t0, 1)
         out["gpu"] = service.gpu.name if service.gpu else None
         out["gpu_source"] = service.gpu.source if service.gpu else None
+        # the checks of every problem first, then the tiling runs sharing what is left of the budget, so that a
+        # slow first problem does not leave the second without its rank correlation
         for name in PROBLEMS:
             try:
-                out["problems"].append(await run_problem(client, name, quick, smoke, deadline))
+                out["problems"].append(await check_problem(client, name, quick, smoke, deadline))
             except Exception as exc:  # noqa: BLE001 - recorded; the other problem still runs
                 out["problems"].append({"problem": name, "error": f"{type(exc).__name__}: {exc}"[:2000]})
+        pending = [p for p in out["problems"] if "_tune" in p]
+        for i, record in enumerate(pending):
+            share = (deadline - time.monotonic()) / (len(pending) - i)
+            try:
+                await tune_problem(client, record, quick, deadline, budget_s=share)
+            except Exception as exc:  # noqa: BLE001
+                record["error"] = f"{type(exc).__name__}: {exc}"[:2000]
     checks = [p.get("checks", {}) for p in out["problems"]]
     out["all_checks_pass"] = all(
         "error" not in p and all(v for k, v in p["checks"].items() if k != "verdict_problems")

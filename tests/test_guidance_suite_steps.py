@@ -14,10 +14,11 @@ class FakeClient:
     """Replies like the server; profile_ncu of the IEEE kernel fails as the confined ncu did on the H200."""
 
     def __init__(self, fail: set[str]):
-        self.fail, self.calls = fail, []
+        self.fail, self.calls, self.args = fail, [], {}
 
     async def call_tool(self, tool, args):
         self.calls.append(tool)
+        self.args[tool] = args
         key = f"{tool}:{args.get('note') or args.get('candidate_id') or ''}"
         if tool in self.fail or key in self.fail:
             return SimpleNamespace(is_error=True, content=[SimpleNamespace(text=f"{tool} exploded")])
@@ -67,3 +68,15 @@ def test_a_failed_start_task_ends_the_problem_with_its_error():
 
 def test_tiling_budgets_fit_the_four_minute_suite():
     assert g.TILING_FULL[1] + g.TILING_QUICK[1] < 90 and g.MAX_WALL_S <= 240
+
+
+def test_checks_of_every_problem_come_first_and_tiling_shares_the_rest_of_the_budget():
+    client = FakeClient(fail=set())
+    records = [asyncio.run(g.check_problem(client, name, quick=False)) for name in g.PROBLEMS]
+    assert "propose_tiling" not in client.calls and client.calls.count("profile_ncu") == 4
+    asyncio.run(g.tune_problem(client, records[0], quick=False, budget_s=22.0))
+    assert client.args["propose_tiling"]["time_budget_s"] == 22.0 and client.args["propose_tiling"]["max_trials"] == 6
+    asyncio.run(g.tune_problem(client, records[1], quick=True, budget_s=3.0))
+    assert client.args["propose_tiling"]["time_budget_s"] == g.TILING_MIN_S
+    assert client.args["propose_tiling"]["max_trials"] == g.TILING_QUICK[0]
+    assert all("_tune" not in r and r["tiling"]["rank_correlation"] == 0.8 for r in records)
