@@ -32,18 +32,19 @@ def test_rank_correlation_per_case_on_the_stored_h200_timings(result):
     rho = {c["case"]: c["rho"] for c in result["cases"] if c.get("rho") is not None}
     # biasgelu_b read 0.903 with the sub-16-byte access derate the stream model had (rank_replay_before.json)
     assert rho["biasgelu_b"] > 0.905 and rho["biasgelu_a"] > 0.75
-    assert rho["layernorm_a"] > 0.5
+    assert rho["layernorm_a"] > 0.6  # 0.56 before; held out for the per-warp streaming rate (measured on rowsum_a)
+    assert rho["rowsum_a"] > 0.7  # -0.43 while each loop trip was charged a serial DRAM latency
     rows = next(c for c in result["cases"] if c["case"] == "rowsum_a")
     assert rows["plateau"]["within_5pct"] >= 0.5  # why its rho is noise-bound: half its configs within 5 %
     assert rows["diagnostics"]["rho_time_vs_fewer_resident_warps"] > 0.8
-    assert rows["search8_ratio"] >= 0.97 and rows["search16_ratio"] >= 0.98
+    assert rows["search8_ratio"] >= 0.99 and rows["search16_ratio"] >= 0.99
 
 
 def test_markdown_shows_before_and_explains_cases_below_0_7(result, tmp_path):
     before = {"git_commit": "abc1234", "cases": [{"case": "rowsum_a", "rho": -0.5}]}
     text = replay.markdown(result, before)
     assert "| rowsum_a | `batch9_tiling_bench.json` | -0.50 |" in text
-    assert "**rowsum_a (rho" in text and "resident warps" in text
+    assert "**layernorm_a (rho" in text and "resident warps" in text and "**rowsum_a (rho" not in text
 
 
 def test_a_new_run_given_on_the_command_line_wins(tmp_path):
@@ -56,3 +57,16 @@ def test_a_new_run_given_on_the_command_line_wins(tmp_path):
     out = json.loads((tmp_path / "r.json").read_text())
     rows = next(c for c in out["cases"] if c["case"] == "rowsum_a")
     assert rows["file"] == str(new) and rows["rho"] != pytest.approx(-0.432, abs=0.01)
+
+
+def test_a_loop_over_a_row_is_priced_by_its_resident_warps():
+    """rowsum_a on the H200: 1-row blocks at 8 warps (64 resident warps per SM) ran at the roof (72.7 us) and
+    16-row blocks at 1 warp (~4 resident) at 102 us; the serial-latency chain had predicted the first 270 us."""
+    from egg_mcp.tiling.plan import config_key
+
+    estimates, _ = replay._ranking("rowsum_a", None)
+    by = {config_key(e.config.values): e for e in estimates}
+    many = by[config_key({"BLOCK_M": 1, "BLOCK_N": 256, "NUM_WARPS": 8})]
+    few = by[config_key({"BLOCK_M": 16, "BLOCK_N": 128, "NUM_WARPS": 1})]
+    assert many.predicted_ms < 0.1 and few.predicted_ms > 1.3 * many.predicted_ms
+    assert any("warp-limited: 4 resident warps" in n for n in few.notes)
