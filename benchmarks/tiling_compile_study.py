@@ -120,6 +120,10 @@ def study(limit: int | None = None) -> dict:
     median = (limited[len(limited) // 2] + limited[(len(limited) - 1) // 2]) / 2 if limited else None
     return {
         "per_warp_rate_gbs": round(median / 1e9, 3) if median else None, "per_warp_rate_configs": len(limited),
+        "triton_here": __import__("triton").__version__,
+        "h200_run_triton": "not recorded in the run; benchmarks/results/README.md names 3.6 for those sessions",
+        "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                     text=True).stdout.strip(),
         "label": "offline: H200 times from the stored run; registers and SASS compiled for sm_90 on this CPU machine",
         "stored_run": str(STORED.relative_to(REPO)), "configs": len(rows),
         "registers_equal_h200": sum(1 for r in rows if r["registers_here"] == r["h200_registers"]),
