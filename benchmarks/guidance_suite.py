@@ -4,7 +4,7 @@
 
 Runs the server in-process (`mcp.Client(create_server(...))`, the real engine, calibration on first GPU
 use as a user gets it) on KernelBench level2/76 (GEMM + bias + ReLU) and level3/43 (MinGPT causal attention
-with its projections; batch_size 32 instead of 128 through size_overrides, to stay under 5 minutes), with
+with its projections; batch_size 32 instead of 128 through size_overrides, to stay within ~4 minutes), with
 egg-mcp's own kernels (benchmarks/problems/kernelbench) in two variants: every dot IEEE fp32 and every dot
 3xTF32. Records, per problem:
   * the seed brief's lines about 3xTF32 (must name it admissible at 1e-4 with its measured error and rate);
@@ -12,6 +12,9 @@ egg-mcp's own kernels (benchmarks/problems/kernelbench) in two variants: every d
     none says "below the floor", and "at the roof" only for a kernel already on the fastest admissible path;
   * profile_ncu reply sizes (default, compact: <= 3 KB);
   * propose_tiling on the 3xTF32 kernel: its kernels as it told them apart and its rank correlation.
+Every tool call is a recorded step (`steps`: ok, wall time, reply size, or the error): a failed step is written
+down and the rest still runs. Both problems' checks run first, then the two propose_tiling runs share what is
+left of the wall budget (--max-wall-s, 230 s); a step not started by then is recorded as skipped.
 Writes OUT_DIR/guidance.json; exits non-zero when a check fails.
 """
 
