@@ -15,13 +15,23 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 # Model constants (assumptions, not measurements; the benchmark checks the ranking they produce).
 LAUNCH_OVERHEAD_S = 3e-6  # measured: ~3 us per launch on the H200 (do_bench at ~5 us kernels)
 L2_OVER_DRAM = 2.5  # L2 bandwidth / DRAM bandwidth (Hopper-class parts: ~2.5-3x)
-DRAM_LATENCY_S = 1.0e-6  # loaded DRAM round trip seen by one dependent chain of loads
+DRAM_LATENCY_S = 1.0e-6
+"""Loaded DRAM round trip charged once per program that covers its row in one block (an assumption, not measured
+here: published unloaded HBM latencies on Hopper are a few hundred ns). A loop over the row is not priced by it:
+charged per trip it predicted rowsum_a's small-block loops 2x slower than they run; WARP_STREAM_BPS prices those
+(benchmarks/results/tiling/README.md)."""
 SM_MAX_SHARE = 4.0  # one SM can pull at most this multiple of its fair share of DRAM bandwidth
 ACC_SPILL_REGS = 256  # accumulator registers per thread at which every H200 config spilled
 MAX_REGS = 255
 GEMM_TILE_FIXED_S = 1.0e-6  # pipeline fill + epilogue latency per output tile
 PROGRAM_FIXED_S = 0.5e-6  # launch of one program (CTA) + index math
 REDUCTION_STEP_S = 0.1e-6  # one cross-warp reduction level (shared memory + barrier)
+WARP_STREAM_BPS = 2.78e9
+"""DRAM bytes per second one resident warp streams in a loop over a row (rowsum_a, fp32 8192x8192 on the H200:
+the median over its 33 unspilled configs with <= 16 resident warps per SM of per-SM bytes / measured time /
+resident warps, the warps counted from registers compiled for sm_90; `per_warp_rate_gbs` of
+benchmarks/results/tiling/compile_study_rowsum_a.json, from batch9_tiling_bench.json). Measured on one case and
+one GPU: in-sample for rowsum_a, held out for layernorm_a, rowsum_b and the softmaxes (rank_replay.md)."""
 OVERLAP_P = 3.0  # exponent of the smooth max of bandwidth and latency time (inf = perfect overlap)
 
 _BASE_OPS = {"softmax": 10, "norm": 12, "reduction": 3, "elementwise": 6}  # instructions per element

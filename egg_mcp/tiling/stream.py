@@ -1,6 +1,6 @@
 """The streaming cost model (softmax, norm, reduction, elementwise): the busiest SM's time is a smooth max of
-the bytes it moves over its bandwidth share, the chains of dependent memory latencies it cannot overlap,
-and its instruction issue — Little's law at the granularity of programs. Constants and their evidence
+the bytes it moves over its bandwidth share, what its resident warps can stream (a loop over the row) or the
+chains of dependent memory latencies it cannot overlap (one block per row), and its instruction issue — Little's law at the granularity of programs. Constants and their evidence
 live in model.py (shared with the GEMM model)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
     from egg_mcp.tiling.costs import (  # one set of constants for both models
         _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, DRAM_LATENCY_S,
         DTYPE_BYTES, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE,
-        TRANSCENDENTAL_OPS, _ctas_per_sm, _persistent, _round_up,
+        TRANSCENDENTAL_OPS, WARP_STREAM_BPS, _ctas_per_sm, _persistent, _round_up,
     )
 
     fired: list[tuple[str, str]] = []
@@ -91,14 +91,29 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
     program_bytes = reads + writes
     active = min(gpu.sm_count, programs)
     share = min(SM_MAX_SHARE * gpu.dram_bytes_per_s / gpu.sm_count, gpu.dram_bytes_per_s / active)
-    # narrow accesses: 32-byte sectors wasted below one sector per row, and scalar instructions below 16 B
+    # narrow rows: a 32-byte sector is the unit of DRAM traffic, so a row segment under 32 B wastes the rest.
+    # Per-thread access width does not cost bandwidth: a warp's accesses to consecutive addresses coalesce
+    # into the 32-byte sectors that cover them, 4-byte scalars included (CUDA C++ Best Practices Guide,
+    # "Coalesced Access to Global Memory", compute capability >= 6.0); narrower accesses cost issue slots
+    # instead (t_issue below). The 0.9 derate this model had for accesses under 16 B per thread ranked
+    # 4-byte-per-thread configs of rowsum_a (fp32) slower while they ran at the roof (stored H200 timings,
+    # benchmarks/results/tiling/rank_replay.md).
     sector = min(1.0, bc * nbytes / 32)
-    vector = 1.0 if per_thread * nbytes >= 16 else 0.9
     per_sm_programs = programs / active
-    t_bandwidth = per_sm_programs * program_bytes / (share * sector * vector)
+    t_bandwidth = per_sm_programs * program_bytes / (share * sector)
     chain = iters * passes * DRAM_LATENCY_S + PROGRAM_FIXED_S + _REDUCTIONS[kind] * REDUCTION_STEP_S * math.log2(
         max(w, 1) * 2) * (iters * passes if kind == "softmax" and iters > 1 else 1)
-    t_latency = math.ceil(math.ceil(per_sm_programs) / max(c, 1)) * chain
+    rounds = math.ceil(math.ceil(per_sm_programs) / max(c, 1))
+    resident_warps = min(max(c, 1), per_sm_programs) * w
+    if iters > 1:
+        # a loop over the row: its loads are not a serial chain (LLVM unrolls short bodies x4 and every resident
+        # warp has its trip's loads in flight, benchmarks/tiling_compile_study.py), but each resident warp
+        # streams at ~WARP_STREAM_BPS, so few resident warps cannot reach the SM's bandwidth share. Loads only:
+        # a store does not hold its warp (the rate was measured on a sum, whose traffic is all loads)
+        t_latency = (per_sm_programs * reads / (resident_warps * WARP_STREAM_BPS)
+                     + rounds * (chain - iters * passes * DRAM_LATENCY_S))
+    else:
+        t_latency = rounds * chain
     # instruction issue: every launched lane (masked ones too) costs ~ops instructions; a scheduler
     # needs ~4 resident warps to hide ALU / MUFU latency
     calls = {c.split(".")[-1] for kn in space.kernels for c in kn.tl_calls}
@@ -113,7 +128,11 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
     if w_exact > 1:
         t_sm *= 1 + 0.3 * (math.ceil(w_exact) - w_exact) / math.ceil(w_exact)
     est.predicted_ms = (t_sm + LAUNCH_OVERHEAD_S) * 1e3
-    if t_latency > t_bandwidth:
+    if t_latency > t_bandwidth and iters > 1:
+        est.notes.append(f"warp-limited: {resident_warps:.0f} resident warps per SM stream "
+                         f"~{resident_warps * WARP_STREAM_BPS / 1e9:.0f} GB/s, below the SM's DRAM share: more "
+                         "resident warps (fewer registers per thread, more programs) help")
+    elif t_latency > t_bandwidth:
         est.notes.append(f"latency-bound: {math.ceil(per_sm_programs)} programs per SM, {c} resident, "
                          f"{iters * passes} dependent loads each")
     if launched < gpu.sm_count:
