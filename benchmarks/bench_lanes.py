@@ -58,7 +58,7 @@ def _cpu_row(cpu: dict[str, Any], n_jobs: int) -> dict[str, Any]:
             "cores_busy": cpu["cores_busy"], "cpu": cpu}
 
 
-def throughput(n_jobs: int = 8) -> dict[str, Any]:
+def throughput(n_jobs: int = 12) -> dict[str, Any]:
     """Candidates per hour through Ray with one lane and with two (same cluster, same jobs), with the
     machine's load and the CPU seconds each of our processes burned (benchmarks/proc_cpu.py)."""
     import ray
@@ -172,8 +172,10 @@ async def lane_path_vs_plain(rounds: int = 2, sizes: dict[str, int] | None = Non
     out: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
 
     def lap(name: str, since: float) -> float:
+        """Add to a phase's time, and say so at once (a run killed by a time limit still shows where it was)."""
         now = time.perf_counter()
         phases[name] = round(phases.get(name, 0.0) + now - since, 2)
+        print(f"lanes_gpu: {name} +{now - since:.1f} s (at {now - began:.1f} s)", flush=True)
         return now
 
     async def settle() -> None:

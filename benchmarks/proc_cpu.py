@@ -134,11 +134,14 @@ async def wait_quiet(root: int | None = None, below_cores: float = 0.15, window_
                      max_s: float = 120.0) -> dict[str, Any]:
     """Wait until the tree under `root` burns less than `below_cores` over `window_s` (engines done
     starting their spares and each lane's next runner), at most `max_s`. Returns how long it took and
-    the last rate. A pid that exits between two looks counts nothing; a new one counts all its CPU."""
+    the last rate and the CPU seconds burned meanwhile by role (what a timed round started at once would
+    have had to share the machine with). A pid that exits between two looks counts nothing; a new one
+    counts all its CPU."""
     import asyncio
 
     t = TreeCPU(root)
     t.sample()
+    start = dict(t.cpu)
     began = time.monotonic()
     while True:
         before, t0 = dict(t.cpu), time.monotonic()
@@ -149,4 +152,10 @@ async def wait_quiet(root: int | None = None, below_cores: float = 0.15, window_
         rate = burned / dt
         waited = time.monotonic() - began
         if rate < below_cores or waited >= max_s:
-            return {"waited_s": round(waited, 1), "cores_at_end": round(rate, 2), "quiet": rate < below_cores}
+            by_role: dict[str, float] = {}
+            for pid, cpu in t.cpu.items():
+                if pid != t.root:
+                    by_role[t.role[pid]] = by_role.get(t.role[pid], 0.0) + cpu - start.get(pid, 0.0)
+            return {"waited_s": round(waited, 1), "cores_at_end": round(rate, 2), "quiet": rate < below_cores,
+                    "cpu_s_while_waiting": {k: round(v, 2) for k, v in sorted(by_role.items(), key=lambda kv: -kv[1])
+                                            if v >= 0.01}}

@@ -239,7 +239,7 @@ def suite_lanes(out: Path, quick: bool) -> dict[str, Any]:
     """CPU + Ray: candidates/hour through a local Ray cluster with two lanes vs one (target >= 1.5x)."""
     from benchmarks.bench_lanes import throughput
 
-    return throughput(n_jobs=4 if quick else 8)
+    return throughput(n_jobs=4 if quick else 12)
 
 
 def suite_lanes_gpu(out: Path, quick: bool) -> dict[str, Any]:
