@@ -4,12 +4,16 @@
     python3 benchmarks/run.py lanes_gpu --out DIR   # GPU: what a Ray node runs for a job vs WorkerEvaluator
 
 `lanes`: a local Ray cluster (`ray.init(num_cpus=2, num_gpus=2)`: Ray's logical GPUs stand in for
-devices, the interpreter does the work), `connect(max_lanes=n)`, a warm-up job per lane, then N distinct
-verifies of the AddRelu fixture at once; throughput = N / wall of the timed round.
+devices, the interpreter does the work), `connect(max_lanes=n)`, a warm-up job per lane, a wait until
+our process tree is quiet (each lane's spare judge and next runner started: the steady state between
+two candidates of a running server), then N distinct verifies of the AddRelu fixture at once;
+throughput = N / wall of the timed round. Each row also carries the machine's load average before and
+after, and the CPU seconds our processes burned by role (benchmarks/proc_cpu.py), so a loaded run can
+be told from an idle one and our overhead from other users' load.
 `lanes_gpu`: one H200, no Ray (its wheel cannot travel to the GPU machine): the same candidate verified
-in alternating rounds by a plain `WorkerEvaluator`, by `NodeLane.run` (the very code a Ray actor runs
-for a job: the spec as data through `jobs.execute` on the node's engine) and by a `LanePool` of local
-lanes (`serve`'s path); verdicts must agree and the medians lie within noise of each other.
+by a plain `WorkerEvaluator`, by `NodeLane.run` (the very code a Ray actor runs for a job: the spec as
+data through `jobs.execute` on the node's engine) and by a `LanePool` of local lanes (`serve`'s path);
+verdicts must agree and the medians lie within noise of each other.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+SETTLE_BUDGET_S = 60.0
+"""lanes_gpu: the most its waits for spares (start and between timed verifies) may take in all."""
 FIXTURES = REPO / "tests" / "fixtures" / "bench"
 ADD_RELU = (FIXTURES / "problems" / "level1" / "2_AddRelu.py").read_text()
 ADD_RELU_OK = (FIXTURES / "solutions" / "2_AddRelu.py").read_text()
@@ -178,9 +184,15 @@ async def lane_path_vs_plain(rounds: int = 2, sizes: dict[str, int] | None = Non
         print(f"lanes_gpu: {name} +{now - since:.1f} s (at {now - began:.1f} s)", flush=True)
         return now
 
+    settle_budget = [SETTLE_BUDGET_S]
+
     async def settle() -> None:
-        """No engine starts a spare (CUDA init) while another path's candidate is being timed."""
-        await asyncio.gather(*(ev.wait_pool_ready(timeout_s=60) for ev in engines if hasattr(ev, "wait_pool_ready")))
+        """No engine starts a spare (CUDA init) while another path's candidate is being timed. Bounded in
+        all (a spare that never reports ready must not eat the run's time limit): `settle_s_left` says."""
+        t0 = time.perf_counter()
+        await asyncio.gather(*(ev.wait_pool_ready(timeout_s=max(0.0, settle_budget[0])) for ev in engines
+                               if hasattr(ev, "wait_pool_ready")))
+        settle_budget[0] -= time.perf_counter() - t0
 
     def row(r) -> dict[str, Any]:
         return {"verdict": r.verdict, "median_ms": r.timing.median_ms if r.timing else None,
@@ -221,6 +233,7 @@ async def lane_path_vs_plain(rounds: int = 2, sizes: dict[str, int] | None = Non
     return {"rounds": out, "summary": summary, "same_verdicts": same, "within_3pct": within,
             "sizes": opts.size_overrides, "correctness_trials": correctness_trials, "timed_rounds": rounds,
             "device": device, "phases_s": phases, "wall_s": round(time.perf_counter() - began, 2),
+            "settle_s_left": round(settle_budget[0], 1),
             "method": "one process, three engines (plain WorkerEvaluator; NodeLane.run, the code a Ray actor runs "
             "for a job; serve's LanePool of local lanes); pools started together, one warm-up verify per path "
             "side by side (not timed), then the paths one after the other in each timed round; medians of the "
