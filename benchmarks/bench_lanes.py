@@ -113,7 +113,7 @@ def throughput(n_jobs: int = 12) -> dict[str, Any]:
         ray.shutdown()
 
     def median(key: str, lanes_n: int) -> float:
-        return statistics.median(r[key] for r in rows if r["lanes"] == lanes_n)
+        return round(statistics.median(r[key] for r in rows if r["lanes"] == lanes_n), 3)
 
     def ratio(key: str) -> tuple[float, float, float]:
         one, two = median(key, 1), median(key, 2)
@@ -133,7 +133,8 @@ def throughput(n_jobs: int = 12) -> dict[str, Any]:
             "cores_busy": {"1_lane": busy1, "2_lanes": median("cores_busy", 2)},
             "ceiling": {"ratio_if_2_lanes_used_every_core": round(cpu_cores / busy1, 2) if busy1 else None,
                         "why": "one lane already keeps `cores_busy.1_lane` cores busy (its judge starts the next "
-                        "candidate's runner while the current one runs); two lanes can at most fill the machine"},
+                        "candidate's runner while the current one runs); two lanes can at most fill the machine. "
+                        "Meaningful on an idle machine only: under load a lane gets less than it would use"},
             "method": f"median of two interleaved runs per lane count, {n_jobs} candidates per timed round after a "
             "warm-up job per lane. Verify rows: real interpreter verifies (each candidate gets a fresh runner "
             "process that imports torch and triton: CPU-bound on this machine, shared with other processes: "
