@@ -130,32 +130,52 @@ class TreeCPU:
                 "is taken off the driver's"}
 
 
+EVALUATION_ROLES = frozenset({"runner", "judge", "worker"})
+"""The processes our engines start: while one of them is runnable, an engine is still starting something."""
+
+
+def _runnable(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return False
+    return data[data.rfind(")") + 2:][:1] in ("R", "D")
+
+
 async def wait_quiet(root: int | None = None, below_cores: float = 0.15, window_s: float = 1.0,
-                     max_s: float = 120.0) -> dict[str, Any]:
-    """Wait until the tree under `root` burns less than `below_cores` over `window_s` (engines done
-    starting their spares and each lane's next runner), at most `max_s`. Returns how long it took and
-    the last rate and the CPU seconds burned meanwhile by role (what a timed round started at once would
-    have had to share the machine with). A pid that exits between two looks counts nothing; a new one
-    counts all its CPU."""
+                     max_s: float = 120.0, quiet_windows: int = 2) -> dict[str, Any]:
+    """Wait until, for `quiet_windows` windows of `window_s` in a row, no runner, judge or worker of the
+    tree under `root` was runnable at any 0.1 s look (load-proof: a process waiting for a CPU is
+    runnable too) and the whole tree burned less than `below_cores` (engines done starting their spares
+    and each lane's next runner); at most `max_s`. Returns how long it took, the last rate, and the CPU
+    seconds burned meanwhile by role (what a timed round started at once would have shared the machine
+    with). A pid that exits between two looks counts nothing; a new one counts all its CPU."""
     import asyncio
 
     t = TreeCPU(root)
     t.sample()
     start = dict(t.cpu)
     began = time.monotonic()
+    calm = 0
     while True:
         before, t0 = dict(t.cpu), time.monotonic()
-        await asyncio.sleep(window_s)
-        t.sample()
+        busy = False
+        while time.monotonic() - t0 < window_s:
+            await asyncio.sleep(0.1)
+            t.sample()
+            busy = busy or any(_runnable(pid) for pid in t.tree
+                               if pid != t.root and t.role.get(pid) in EVALUATION_ROLES)
         dt = time.monotonic() - t0
         burned = sum(max(0.0, cpu - before.get(pid, 0.0)) for pid, cpu in t.cpu.items() if pid != t.root)
         rate = burned / dt
+        calm = calm + 1 if rate < below_cores and not busy else 0
         waited = time.monotonic() - began
-        if rate < below_cores or waited >= max_s:
+        if calm >= quiet_windows or waited >= max_s:
             by_role: dict[str, float] = {}
             for pid, cpu in t.cpu.items():
                 if pid != t.root:
                     by_role[t.role[pid]] = by_role.get(t.role[pid], 0.0) + cpu - start.get(pid, 0.0)
-            return {"waited_s": round(waited, 1), "cores_at_end": round(rate, 2), "quiet": rate < below_cores,
+            return {"waited_s": round(waited, 1), "cores_at_end": round(rate, 2), "quiet": calm >= quiet_windows,
                     "cpu_s_while_waiting": {k: round(v, 2) for k, v in sorted(by_role.items(), key=lambda kv: -kv[1])
                                             if v >= 0.01}}

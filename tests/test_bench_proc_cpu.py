@@ -41,7 +41,8 @@ def test_cpu_row_splits_the_runners_from_the_rest():
 
 
 def test_wait_quiet_waits_for_a_busy_child_and_says_so():
-    child = subprocess.Popen([sys.executable, "-c", BUSY.replace("0.6", "2.0")])
+    # named as a runner: a runnable one (even one the load keeps waiting for a CPU) is never quiet
+    child = subprocess.Popen([sys.executable, "-c", BUSY.replace("0.6", "2.0"), "egg_mcp.evaluation.runner"])
     try:
         t0 = time.monotonic()
         result = asyncio.run(wait_quiet(window_s=0.5, max_s=30))

@@ -258,7 +258,9 @@ class WorkerPool:
         worker = await self._spawn(mode)
         pool = self._pool.setdefault(mode, [])
         if self._closed or len(pool) >= self._spare_target(mode):  # closed, or the burst ended meanwhile
-            await self._dispose(worker)
+            # disposed outside this refill: while it dies, a take must not count it as a spare on its way
+            # (it would start no replacement, and the pool would end a burst with no spare at all)
+            self._track(self._dispose(worker))
             return
         pool.append(worker)
 
