@@ -136,11 +136,13 @@ def throughput(n_jobs: int = 12) -> dict[str, Any]:
                         "candidate's runner while the current one runs); two lanes can at most fill the machine. "
                         "Meaningful on an idle machine only: under load a lane gets less than it would use"},
             "method": f"median of two interleaved runs per lane count, {n_jobs} candidates per timed round after a "
-            "warm-up job per lane. Verify rows: real interpreter verifies (each candidate gets a fresh runner "
+            "warm-up job per lane and a wait until no runner, judge or worker of ours is runnable (quiet_before: the "
+            "engines' spares and each lane's next runner started, the steady state of a running server; "
+            "cpu_s_while_waiting is what the round would otherwise have shared the CPU with). Verify rows: real interpreter verifies (each candidate gets a fresh runner "
             "process that imports torch and triton: CPU-bound on this machine, shared with other processes: "
             "see loadavg_* and cpu_count). cpu: CPU seconds of the benchmark's whole process tree by role during "
             "the timed round (benchmarks/proc_cpu.py). Device-bound rows: worker jobs holding their lane 2 s "
-            "each, as a GPU kernel would"}
+            "each, as a GPU kernel would, after one short such job per lane and the same wait"}
 
 
 async def lane_path_vs_plain(rounds: int = 2, sizes: dict[str, int] | None = None, device: str = "cuda",
