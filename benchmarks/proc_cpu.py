@@ -78,15 +78,21 @@ class TreeCPU:
         """Read the tree's pids' stat files; a pid seen for the first time is read once to learn its parent
         (a pid outside the tree is remembered as such: each sample stays cheap)."""
         live = {int(name) for name in os.listdir("/proc") if name.isdigit()}
-        for pid in sorted(live - self.tree - self.outside):  # new pids, parents (lower pids) first mostly
+        parents = {}
+        for pid in live - self.tree - self.outside:
             st = _stat(str(pid))
-            if st is None:
-                continue
-            if pid == self.root or st[0] in self.tree:
-                self.tree.add(pid)
-                self.role[pid] = role_of(_cmdline(str(pid)), pid == self.root)
-            else:
-                self.outside.add(pid)
+            if st is not None:
+                parents[pid] = st[0]
+        grown = True
+        while grown:  # parent before child whatever their pids (pids wrap around: a child may have the lower)
+            grown = False
+            for pid, ppid in list(parents.items()):
+                if pid == self.root or ppid in self.tree:
+                    self.tree.add(pid)
+                    self.role[pid] = role_of(_cmdline(str(pid)), pid == self.root)
+                    del parents[pid]
+                    grown = True
+        self.outside |= set(parents)
         for pid in self.tree & live:
             st = _stat(str(pid))
             if st is not None:

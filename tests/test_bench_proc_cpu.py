@@ -51,3 +51,16 @@ def test_wait_quiet_waits_for_a_busy_child_and_says_so():
     finally:
         child.wait()
     assert not asyncio.run(wait_quiet(window_s=0.3, max_s=0.1, below_cores=-1))["quiet"]
+
+
+def test_a_child_with_a_lower_pid_than_its_parent_is_in_the_tree(monkeypatch):
+    """pids wrap around (pid_max): a new process can have a lower pid than its parent; it is still ours."""
+    import benchmarks.proc_cpu as proc_cpu
+
+    fake = {100: (1, 0.0), 500: (100, 1.0), 50: (500, 2.0), 60: (7, 3.0)}  # root 100 -> 500 -> 50; 60 is not ours
+    monkeypatch.setattr(proc_cpu.os, "listdir", lambda path: [str(p) for p in fake])
+    monkeypatch.setattr(proc_cpu, "_stat", lambda pid: fake.get(int(pid)))
+    monkeypatch.setattr(proc_cpu, "_cmdline", lambda pid: "python -m egg_mcp.evaluation.runner" if pid == "50" else "")
+    tree = TreeCPU(root=100)
+    tree.sample()
+    assert tree.tree == {100, 500, 50} and tree.role[50] == "runner" and 60 in tree.outside
