@@ -89,18 +89,23 @@ def throughput(n_jobs: int = 12) -> dict[str, Any]:
                     before = list(os.getloadavg())
                     with TreeCPU() as cpu:
                         verify = await _round(pool, n_jobs, f"timed{lanes_n}")
+                    # until each lane is back in the state the round began in (its next runner started)
+                    back = await wait_quiet()
                     after = list(os.getloadavg())
                     await _device_round(pool, lanes_n, 0.1)  # each lane's first worker job starts its spares
                     dquiet = await wait_quiet()
                     with TreeCPU() as dcpu:
                         device = await _device_round(pool, n_jobs, 2.0)
-                    return verify, cpu.report(), (before, after), device, dcpu.report(), (quiet, dquiet)
+                    return verify, cpu.report(), (before, after), device, dcpu.report(), (quiet, dquiet, back)
                 finally:
                     await pool.aclose()
 
             (wall, verdicts), cpu, (before, after), (dwall, douts), dcpu, quiet = asyncio.run(go())
+            cycle = wall + quiet[2]["last_busy_s"]
             rows.append({"lanes": lanes_n, "jobs": n_jobs, "wall_s": round(wall, 2),
                          "candidates_per_hour": round(n_jobs * 3600 / wall, 1), "verdicts": sorted(set(verdicts)),
+                         "same_state_wall_s": round(cycle, 2), "same_state_per_hour": round(n_jobs * 3600 / cycle, 1),
+                         "back_to_start_state": quiet[2],
                          "loadavg_before": before, "loadavg_after": after, "quiet_before": quiet[0],
                          **_cpu_row(cpu, n_jobs),
                          "device_bound_wall_s": round(dwall, 2), "device_bound_per_hour": round(n_jobs * 3600 / dwall, 1),
@@ -120,10 +125,12 @@ def throughput(n_jobs: int = 12) -> dict[str, Any]:
         return one, two, round(two / one, 2)
 
     one, two, verify_ratio = ratio("candidates_per_hour")
+    s1, s2, same_state_ratio = ratio("same_state_per_hour")
     d1, d2, device_ratio = ratio("device_bound_per_hour")
     cpu_cores = os.cpu_count()
     busy1 = median("cores_busy", 1)
     return {"rows": rows, "per_hour_1_lane": one, "per_hour_2_lanes": two, "ratio": verify_ratio,
+            "same_state_per_hour_1_lane": s1, "same_state_per_hour_2_lanes": s2, "same_state_ratio": same_state_ratio,
             "device_bound_per_hour_1_lane": d1, "device_bound_per_hour_2_lanes": d2, "device_bound_ratio": device_ratio,
             "target": 1.5, "cpu_count": cpu_cores, "loadavg_at_start": loadavg, "loadavg_at_end": list(os.getloadavg()),
             "cpu_s_per_candidate": {"1_lane": median("cpu_s_per_candidate", 1),
@@ -138,7 +145,10 @@ def throughput(n_jobs: int = 12) -> dict[str, Any]:
             "method": f"median of two interleaved runs per lane count, {n_jobs} candidates per timed round after a "
             "warm-up job per lane and a wait until no runner, judge or worker of ours is runnable (quiet_before: the "
             "engines' spares and each lane's next runner started, the steady state of a running server; "
-            "cpu_s_while_waiting is what the round would otherwise have shared the CPU with). Verify rows: real interpreter verifies (each candidate gets a fresh runner "
+            "cpu_s_while_waiting is what the round would otherwise have shared the CPU with). wall_s: until the last "
+            "result; same_state_wall_s: until each lane is back in that state (its next runner started: the "
+            "round then begins and ends alike, so a lane's ready runner at the start is paid for); ratio and "
+            "same_state_ratio from each. Verify rows: real interpreter verifies (each candidate gets a fresh runner "
             "process that imports torch and triton: CPU-bound on this machine, shared with other processes: "
             "see loadavg_* and cpu_count). cpu: CPU seconds of the benchmark's whole process tree by role during "
             "the timed round (benchmarks/proc_cpu.py). Device-bound rows: worker jobs holding their lane 2 s "

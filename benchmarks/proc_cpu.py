@@ -154,7 +154,8 @@ async def wait_quiet(root: int | None = None, below_cores: float = 0.15, window_
     """Wait until, for `quiet_windows` windows of `window_s` in a row, no runner, judge or worker of the
     tree under `root` was runnable at any 0.1 s look (load-proof: a process waiting for a CPU is
     runnable too) and the whole tree burned less than `below_cores` (engines done starting their spares
-    and each lane's next runner); at most `max_s`. Returns how long it took, the last rate, and the CPU
+    and each lane's next runner); at most `max_s`. Returns how long it took, when an evaluation process
+    was last seen runnable (`last_busy_s`, 0.1 s resolution), the last rate, and the CPU
     seconds burned meanwhile by role (what a timed round started at once would have shared the machine
     with). A pid that exits between two looks counts nothing; a new one counts all its CPU."""
     import asyncio
@@ -164,14 +165,15 @@ async def wait_quiet(root: int | None = None, below_cores: float = 0.15, window_
     start = dict(t.cpu)
     began = time.monotonic()
     calm = 0
+    last_busy = 0.0
     while True:
         before, t0 = dict(t.cpu), time.monotonic()
         busy = False
         while time.monotonic() - t0 < window_s:
             await asyncio.sleep(0.1)
             t.sample()
-            busy = busy or any(_runnable(pid) for pid in t.tree
-                               if pid != t.root and t.role.get(pid) in EVALUATION_ROLES)
+            if any(_runnable(pid) for pid in t.tree if pid != t.root and t.role.get(pid) in EVALUATION_ROLES):
+                busy, last_busy = True, time.monotonic() - began
         dt = time.monotonic() - t0
         burned = sum(max(0.0, cpu - before.get(pid, 0.0)) for pid, cpu in t.cpu.items() if pid != t.root)
         rate = burned / dt
@@ -182,6 +184,7 @@ async def wait_quiet(root: int | None = None, below_cores: float = 0.15, window_
             for pid, cpu in t.cpu.items():
                 if pid != t.root:
                     by_role[t.role[pid]] = by_role.get(t.role[pid], 0.0) + cpu - start.get(pid, 0.0)
-            return {"waited_s": round(waited, 1), "cores_at_end": round(rate, 2), "quiet": calm >= quiet_windows,
+            return {"waited_s": round(waited, 1), "last_busy_s": round(last_busy, 2),
+                    "cores_at_end": round(rate, 2), "quiet": calm >= quiet_windows,
                     "cpu_s_while_waiting": {k: round(v, 2) for k, v in sorted(by_role.items(), key=lambda kv: -kv[1])
                                             if v >= 0.01}}

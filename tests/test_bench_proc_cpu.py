@@ -48,6 +48,7 @@ def test_wait_quiet_waits_for_a_busy_child_and_says_so():
         result = asyncio.run(wait_quiet(window_s=0.5, max_s=30))
         assert result["quiet"] and time.monotonic() - t0 >= 1.0, result
         assert sum(result["cpu_s_while_waiting"].values()) >= 1.0, result  # the child's busy loop, by role
+        assert 0.5 <= result["last_busy_s"] <= result["waited_s"], result  # the busy child, seen runnable
     finally:
         child.wait()
     assert not asyncio.run(wait_quiet(window_s=0.3, max_s=0.1, below_cores=-1))["quiet"]
