@@ -231,3 +231,55 @@ def test_the_cluster_view_is_cached_and_a_gone_cluster_is_reported():
     pool = LanePool([lane(0)], describe_cluster=view)
     first, second = pool.describe(), pool.describe()
     assert first["cluster"] == {"error": "ConnectionError: GCS unreachable"} == second["cluster"] and len(calls) == 1
+
+
+class ExpectingEvaluator(FakeEvaluator):
+    """Records what the pool told it about the jobs queued behind each one it got."""
+
+    def __init__(self):
+        super().__init__(time_ms=1.0, gpu=True)
+        self.told: list[int] = []
+
+    def expect_jobs(self, n: int) -> None:
+        self.told.append(n)
+
+    async def run_job(self, target, payload, *, timeout_s, uses_gpu, wrapper_argv=None):
+        await asyncio.sleep(0.05)
+        return JobOutcome(ok=True, result={})
+
+
+def test_a_lane_s_engine_is_told_how_many_spare_served_jobs_wait_behind_each_job():
+    """The pool hands a lane one job at a time, so its engine cannot see the queue that would make it
+    start spares in parallel (engine_pool's burst): each dispatch says how many such jobs still wait."""
+    ev = ExpectingEvaluator()
+    pool = LanePool([LocalLane(ev, device_index=0, device_model="GPU-X", host="h")])
+
+    async def main():
+        device_jobs = [pool.run_job("egg_mcp.tiling.measure:trial_job", {"i": i}, timeout_s=5, uses_gpu=True)
+                       for i in range(4)]
+        verify = [pool.evaluate(REF_A, "# c", EvalOptions())]  # a task's judge: no spare worker, not counted
+        cpu_only = [pool.run_job("egg_mcp.analysis.reference:analyze_job", {}, timeout_s=5, uses_gpu=False)]
+        return await asyncio.gather(*device_jobs, *verify, *cpu_only)
+
+    run(main())
+    # FIFO: the first device job found the lane idle and nothing queued yet; the second had two device
+    # jobs behind it (the verify behind them takes no spare); the CPU-only job took no lane
+    assert ev.told == [0, 2, 1, 0, 0]
+    assert jobs.spare_served(jobs.baselines_spec(REF_A, EvalOptions()))
+    assert not jobs.spare_served(jobs.run_job_spec("egg_mcp.x:y", {}, timeout_s=1, uses_gpu=True, wrapper_argv=["ncu"]))
+
+
+def test_an_engine_told_of_queued_jobs_starts_spares_for_them(tmp_path):
+    from egg_mcp.evaluation.engine import WorkerEvaluator
+
+    ev = WorkerEvaluator(scratch_dir=tmp_path, force_interpreter=True, spare_workers=1, burst_spares=3,
+                         protect_server_memory=False)
+    scheduled: list[str] = []
+    ev._track = lambda coro, mode=None: (scheduled.append(mode), coro.close())  # no process is started
+    assert ev._spare_target("interp") == 1
+    ev.expect_jobs(2)
+    assert ev._spare_target("interp") == 3 and scheduled == ["interp"] * 3
+    ev.expect_jobs(9)
+    assert ev._spare_target("interp") == 4  # burst_spares caps it
+    ev.expect_jobs(0)
+    assert ev._spare_target("interp") == 1

@@ -155,3 +155,43 @@ def test_has_gpu_is_false_when_forced_to_the_interpreter(tmp_path):
     assert WorkerEvaluator(scratch_dir=tmp_path, force_interpreter=True).has_gpu() is False
     with pytest.raises(ValueError, match="no usable CUDA GPU"):
         WorkerEvaluator(scratch_dir=tmp_path, force_interpreter=True).evaluation_mode("cuda")
+
+
+def test_a_surplus_spare_being_disposed_does_not_stand_in_for_a_replacement(tmp_path):
+    """A burst's surplus spare is disposed by its refill; while it dies (up to seconds), a job that takes
+    the last ready spare must still start a replacement, or the pool ends the burst with none."""
+    from types import SimpleNamespace
+
+    class FakeWorker:
+        def __init__(self):
+            self.proc = SimpleNamespace(returncode=None)
+
+        def alive(self):
+            return True
+
+    async def scenario():
+        ev = WorkerEvaluator(scratch_dir=tmp_path, force_interpreter=True, spare_workers=1, burst_spares=3,
+                             protect_server_memory=False)
+        dying, release = asyncio.Event(), asyncio.Event()
+
+        async def fake_spawn(mode, wrapper_argv=None):
+            return FakeWorker()
+
+        async def slow_dispose(worker):
+            dying.set()
+            await release.wait()
+
+        ev._spawn, ev._dispose = fake_spawn, slow_dispose
+        ev._pool["interp"] = [FakeWorker()]  # the standing spare, ready
+        ev._track(ev._refill("interp"), "interp")  # a burst's spare arrives after the burst ended: surplus
+        await asyncio.wait_for(dying.wait(), 5)
+        _, pooled = await ev._take_worker("interp", None)  # a job takes the ready spare meanwhile
+        await asyncio.sleep(0.05)
+        release.set()
+        await asyncio.sleep(0.05)
+        spares = len(ev._pool.get("interp", []))
+        await ev.aclose()
+        return pooled, spares
+
+    pooled, spares = asyncio.run(scenario())
+    assert pooled and spares == 1

@@ -45,6 +45,19 @@ def run_job_spec(target: str, payload: dict[str, Any], *, timeout_s: float, uses
             "uses_gpu": bool(uses_gpu), "wrapper_argv": list(wrapper_argv) if wrapper_argv else None}
 
 
+QUEUED_KEY = "queued_behind"
+"""Set by the pool on a job it hands to a lane: how many jobs that take a spare worker wait behind it."""
+
+
+def spare_served(spec: dict[str, Any]) -> bool:
+    """Does the lane's engine run this job in a pre-started one-shot worker of its device mode (so a
+    queue of them wants spares starting in parallel)? Baselines, memcheck and unwrapped device jobs
+    (tiling trials, compare); not verify (a task's persistent judge) nor a wrapped (ncu) job."""
+    kind = spec["kind"]
+    return kind in ("baselines", "memcheck") or (kind == "run_job" and bool(spec.get("uses_gpu"))
+                                                   and not spec.get("wrapper_argv"))
+
+
 def exclusive(spec: dict[str, Any]) -> bool:
     """Does this job take a lane (its device) for itself? Every job but a CPU-only `run_job` (the
     reference analysis): a candidate's timing always runs on an idle device."""
@@ -65,6 +78,8 @@ async def execute(evaluator, spec: dict[str, Any], *, remote: bool = False,
     if kind not in KINDS:
         raise ValueError(f"unknown job kind {kind!r}; one of {KINDS}")
     files: dict[str, str] = {}
+    if QUEUED_KEY in spec and hasattr(evaluator, "expect_jobs"):
+        evaluator.expect_jobs(int(spec[QUEUED_KEY]))
     if kind in ("evaluate", "memcheck", "baselines"):
         options = EvalOptions.model_validate(spec["options"])
         if kind == "evaluate":

@@ -126,7 +126,7 @@ class LanePool:
         self.fell_back = False
         self._busy: set[str] = set()
         self._cpu_jobs: dict[str, int] = {}
-        self._waiters: list[tuple[asyncio.Future, str | None]] = []
+        self._waiters: list[tuple[asyncio.Future, str | None, bool]] = []  # (lane wanted, task key, spare-served)
         self._affinity: dict[str, str] = {}
         self._moved_from: dict[str, str] = {}
         self._cluster_view: tuple[float, dict[str, Any]] | None = None
@@ -176,7 +176,7 @@ class LanePool:
                        "device_model": lane.device_model, "via": lane.via, "busy": lane.name in self._busy}
                       for lane in self.lanes],
             "gpus_by_model": by_model,
-            "queue_depth": sum(1 for f, _ in self._waiters if not f.done()),
+            "queue_depth": sum(1 for f, _, _ in self._waiters if not f.done()),
             "jobs_done": self.jobs_done,
             "lost_lanes": self.lost[-10:],
             "fell_back_to_local": self.fell_back,
@@ -199,15 +199,18 @@ class LanePool:
         moved: str | None = None
         for attempt in range(1, self.retries + 2):
             exclusive = jobs.exclusive(spec)
+            sent = spec
             if exclusive:
-                lane, moved_now = await self._acquire(key)
+                lane, moved_now = await self._acquire(key, jobs.spare_served(spec))
                 moved = moved or moved_now
+                if lane is not None:  # the lane's engine keeps that many spare workers starting (its burst)
+                    sent = {**spec, jobs.QUEUED_KEY: self._queued_for(lane)}
             else:
                 lane = self._least_busy()
             if lane is None:
                 return jobs.lost_result(spec, lost + ["no evaluation lane is left"])
             try:
-                reply = await lane.run(spec, progress)
+                reply = await lane.run(sent, progress)
             except LaneLost as exc:
                 lost.append(f"{lane.name}: {exc}"[:300])
                 self._drop(lane, str(exc))
@@ -227,7 +230,13 @@ class LanePool:
     def _alive_models(self) -> set[str]:
         return {lane.device_model for lane in self.lanes}
 
-    async def _acquire(self, key: str | None) -> tuple[Lane | None, str | None]:
+    def _queued_for(self, lane: Lane) -> int:
+        """Jobs still waiting that this lane may get and that its engine serves with a one-shot spare
+        worker: the engine cannot see this queue (it gets one job at a time), so it is told."""
+        return sum(1 for future, key, served in self._waiters
+                   if served and not future.done() and self._affinity.get(key, lane.device_model) == lane.device_model)
+
+    async def _acquire(self, key: str | None, spare_served: bool = False) -> tuple[Lane | None, str | None]:
         """Wait (FIFO) for an idle lane of the task's model; None when no lane is left at all."""
         moved = None
         if key is not None and key in self._moved_from:
@@ -238,7 +247,7 @@ class LanePool:
             if not self.lanes:
                 return None, moved
         future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._waiters.append((future, key))
+        self._waiters.append((future, key, spare_served))
         self._assign()
         try:
             lane = await future
@@ -251,7 +260,7 @@ class LanePool:
     def _assign(self) -> None:
         """Hand idle lanes to the waiters in arrival order (a waiter bound to a busy model waits on)."""
         for entry in list(self._waiters):
-            future, key = entry
+            future, key, _ = entry
             if future.done():
                 self._waiters.remove(entry)
                 continue

@@ -215,15 +215,28 @@ class WorkerPool:
         shutil.rmtree(worker.workdir, ignore_errors=True)
 
     def _spare_target(self, mode: str) -> int:
-        """Spares wanted now: the standing pool plus one per queued job, up to burst_spares."""
-        return self.spare_workers + min(self._waiting.get(mode, 0), self.burst_spares)
+        """Spares wanted now: the standing pool plus one per queued job (here, or in a lane pool in front
+        of this engine: `expect_jobs`), up to burst_spares."""
+        return self.spare_workers + min(self._waiting.get(mode, 0) + self._expected_jobs(mode), self.burst_spares)
+
+    def _expected_jobs(self, mode: str) -> int:
+        return getattr(self, "_expected", {}).get(mode, 0)
+
+    def expect_jobs(self, n: int) -> None:
+        """A lane pool (egg_mcp/cluster) hands this engine one job at a time and holds `n` more that will
+        each take a one-shot worker of its device mode: start spares for them now, as for jobs queued
+        here (otherwise each job waits for the spare its predecessor's take began to start)."""
+        mode = self.evaluation_mode()
+        self._expected = {mode: max(0, int(n))}
+        self._schedule_refill(mode)
 
     def _schedule_refill(self, mode: str) -> None:
         if self._closed or self.spare_workers <= 0 or mode == "plain":
             return
         pool = self._pool.setdefault(mode, [])
         target = self._spare_target(mode)
-        if not self._waiting.get(mode) and len(pool) > target:  # burst over: idle spares hold host and GPU memory
+        if not self._waiting.get(mode) and not self._expected_jobs(mode) and len(pool) > target:
+            # burst over: idle spares hold host and GPU memory
             surplus, pool[:] = pool[target:], pool[:target]
             for worker in surplus:
                 self._track(self._dispose(worker))
@@ -245,7 +258,9 @@ class WorkerPool:
         worker = await self._spawn(mode)
         pool = self._pool.setdefault(mode, [])
         if self._closed or len(pool) >= self._spare_target(mode):  # closed, or the burst ended meanwhile
-            await self._dispose(worker)
+            # disposed outside this refill: while it dies, a take must not count it as a spare on its way
+            # (it would start no replacement, and the pool would end a burst with no spare at all)
+            self._track(self._dispose(worker))
             return
         pool.append(worker)
 
