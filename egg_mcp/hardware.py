@@ -190,12 +190,31 @@ def apply_calibration(spec: GpuSpec | None, calibration: Calibration) -> GpuSpec
         else:
             spec.peak_flops[key] = c.value
         spec.provenance[key] = f"measured on this GPU at {calibration.measured_at}: {c.method}"
+    _upper_bounds(spec)
     spec.source = "measured"
     spec.uuid = d.uuid
     spec.measured_at = calibration.measured_at
     if d.sm_clock_max_mhz:
         spec.sm_clock_mhz = d.sm_clock_max_mhz
     return spec
+
+
+def _upper_bounds(spec: GpuSpec) -> None:
+    """Floors need an upper bound of each path's rate, and two calibration rows are not one: cuBLAS's IEEE
+    SGEMM (mm_fp32_ieee, 76 % of the FMA peak on the H200) runs below what an IEEE Triton kernel can approach
+    (the FMA peak, fp32_fma), and the calibration's 3xTF32 GEMM is a plain Triton kernel (a lower bound)
+    while 3xTF32 can run at the TF32 ceiling / 3. Found on the H200 (benchmarks/results/h200_2026-12-01_s6/
+    guidance.json): a 3xTF32 kernel called "below the floor" of the fp32 path it beat."""
+    flops = spec.peak_flops
+    for key, bound, why in (("fp32", flops.get("fp32_fma"), "the FMA peak"),
+                            ("tf32x3", flops["tf32"] / 3 if flops.get("tf32") else None,
+                             "the TF32 ceiling / 3 (three TF32 products per fp32 product)")):
+        if bound and bound > flops.get(key, 0.0):
+            was = flops.get(key)
+            flops[key] = bound
+            spec.provenance[key] = (f"derived from {why} measured on this GPU ({bound / 1e12:.3g} TFLOP/s)"
+                                    + (f", above the {was / 1e12:.3g} TFLOP/s a library/plain kernel reached: "
+                                       f"{spec.provenance.get(key, '')}" if was else ""))
 
 
 class Ceiling(BaseModel):

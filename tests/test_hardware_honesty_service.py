@@ -36,3 +36,18 @@ def test_start_task_and_seed_brief_are_honest_without_known_gpu(tmp_path, monkey
     assert "H200" not in text and "4.3 TB/s" not in text  # no borrowed ceilings anywhere in the replies
     seeds = asyncio.run(service.generate_seeds(started.task_id))
     assert installed_triton() in seeds.brief  # the Triton that is installed here, not a remembered one
+
+
+def test_with_size_overrides_the_analysis_is_at_the_sizes_verify_times(tmp_path, monkeypatch):
+    # the H200 guidance run: a batch-32 attention timed against a batch-128 floor read as "below the floor"
+    monkeypatch.setattr(hardware, "nvml_gpu_names", lambda: [])
+    monkeypatch.setattr(hardware, "nvml_gpu_uuids", lambda: [])
+    ev = _AnalysingEvaluator()
+    service = make_service(tmp_path / "ws", ev)
+    full = asyncio.run(service.start_task("softmax")).analysis
+    ev.jobs.clear()
+    small = asyncio.run(service.start_task("softmax", size_overrides={"batch_size": 64, "dim": 256}))
+    # first at the default sizes (the memory check reads it), then at the overrides: the one kept
+    assert [j["size_overrides"] for j in ev.jobs] == [{}, {"batch_size": 64, "dim": 256}]
+    assert small.analysis["min_bytes"] * (4096 * 8192) == pytest.approx(full["min_bytes"] * (64 * 256))
+    assert any("at the size_overrides" in note for note in small.notes)

@@ -3,6 +3,7 @@ the tolerance policy, rates with provenance, and the fastest admissible path (CP
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from egg_mcp.analysis.models import OpInfo
@@ -97,3 +98,25 @@ def test_half_task_ladder_starts_at_its_own_dtype():
     errors = measure_path_errors([ADDMM], "bfloat16")
     ladder = precision_ladder(errors, "bfloat16", 1e-2, 1e-2, H200)
     assert [r.path for r in ladder.rungs] == ["bf16", "fp8"] and ladder.fastest == "bf16"
+
+
+def test_after_calibration_floors_use_upper_bounds_of_each_path():
+    # the H200 calibration (benchmarks/results/h200_2026-12-01_s6/calibrate.json): the plain Triton 3xTF32 GEMM
+    # (35.5) and cuBLAS's SGEMM (51.1) are not what the paths can reach: the guidance run flagged a 3xTF32 kernel
+    # "below the floor" of the fp32 path it had beaten
+    def row(key, value):
+        return {"key": key, "value": value, "unit": "FLOP/s", "best_ms": 1.0, "median_ms": 1.0, "amount": 1e12,
+                "method": f"{key} probe"}
+
+    cal = Calibration.model_validate({
+        "device": {"name": "NVIDIA H200", "uuid": "GPU-x"}, "measured_at": "2026-12-01T12:44:00Z",
+        "ceilings": [row("fp32_fma", 64.4e12), row("mm_fp32_ieee", 51.1e12), row("mm_tf32", 414.2e12),
+                     row("mm_tf32x3", 35.5e12)]})
+    spec = apply_calibration(H200, cal)
+    assert spec.peak_flops["fp32"] == 64.4e12 and "FMA peak" in spec.provenance["fp32"]
+    assert spec.peak_flops["tf32x3"] == pytest.approx(414.2e12 / 3)
+    assert "51.1 TFLOP/s" in spec.provenance["fp32"] and "35.5 TFLOP/s" in spec.provenance["tf32x3"]
+    ladder = precision_ladder(measure_path_errors([ADDMM], "float32"), "float32", 1e-4, 1e-4, spec)
+    assert ladder.fastest == "tf32x3"
+    rung = next(r for r in ladder.rungs if r.path == "tf32x3")
+    assert rung.rate.source == "derived" and rung.rate.value == pytest.approx(138.07e12, rel=1e-3)
