@@ -96,7 +96,9 @@ async def _call(client, tool: str, **args) -> tuple[dict[str, Any], int, int]:
     if result.is_error:
         raise RuntimeError(f"{tool} failed: {result.content[0].text[:1500]}")
     text = "".join(getattr(c, "text", "") for c in result.content)
-    return result.structured_content, len(json.dumps(result.structured_content)), len(text)
+    # sizes as they travel: compact JSON, UTF-8 (json.dumps' default spaces and \u escapes add ~10 %)
+    wire = json.dumps(result.structured_content, separators=(",", ":"), ensure_ascii=False).encode()
+    return result.structured_content, len(wire), len(text.encode())
 
 
 def _decision(summary: str) -> dict[str, Any]:

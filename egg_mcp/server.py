@@ -29,7 +29,7 @@ from egg_mcp import __version__
 from egg_mcp.config import ServerConfig
 from egg_mcp.evaluation.api import Evaluator
 from egg_mcp.hardware import GpuSpec, detect_gpu
-from egg_mcp.profiling.compact import CompactProfile, compact_report
+from egg_mcp.profiling.compact import CompactProfile, fit_reply
 from egg_mcp.profiling.models import ProfileReport
 from egg_mcp.tiling.models import TilingProposal
 from egg_mcp.surface.schemas import harden_tools
@@ -250,9 +250,11 @@ def create_server(
                                                      size_overrides=size_overrides)
         if not detail:
             base = f"egg://tasks/{task_id}/reports/{report_id}"
-            report = compact_report(report, f"{base} (report), {base}/raw (metric table), or profile_ncu(detail=true)")
+            pointer = f"{base} (report), {base}/raw (metric table), or profile_ncu(detail=true)"
             brief = (f"Profile brief ({len(brief)} chars): resource egg://tasks/{task_id}/brief/profile, "
                      "or profile_ncu(detail=true)")
+            report = fit_reply(report, pointer, lambda c: ProfileResult(  # the whole reply within ~3 KB
+                task_id=task_id, candidate_id=candidate_id, report_id=report_id, report=c, brief=brief))
         return _out("profile_ncu", ProfileResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id,
                                                  report=report, brief=brief))
 

@@ -15,7 +15,7 @@ from egg_mcp.surface.summaries import MAX_TEXT
 from tests.mcp_driver import SEEDS, call, drive_to_done
 
 TOOLS_LIST_BUDGET = 20_000
-PROFILE_BUDGET = 3_500  # the compact report (<= 3000 bytes) plus ids and the brief's pointer
+PROFILE_BUDGET = 3 * 1024  # the whole reply, ids and the brief's pointer included, as JSON on the wire
 ALL_TOOLS = {"start_task", "generate_seeds", "verify", "profile_ncu", "propose_tiling", "compare", "commit_stage",
              "task_status", "list_tasks", "get_context", "get_candidate", "export_kernel"}
 
@@ -83,7 +83,7 @@ class _Recording:
             assert text.lstrip()[:1] != "{", f"{name} text is JSON"
             self.texts[name] = max(size, self.texts.get(name, 0))
             if name == "profile_ncu":  # issue 18: compact by default, the raw metric table behind a resource
-                whole = len(json.dumps(result.structured_content).encode())
+                whole = len(json.dumps(result.structured_content, separators=(",", ":"), ensure_ascii=False).encode())
                 assert whole <= PROFILE_BUDGET, f"profile_ncu structured content is {whole} bytes"
                 self.reports.append((arguments["task_id"], result.structured_content["report_id"]))
         return result

@@ -63,3 +63,23 @@ def test_real_h200_profiles_compact_below_the_budget(kind):
     # the raw table holds every metric the full report had
     table = json.loads(raw_table(report.model_dump(mode="json")))["kernels"]
     assert sum(len(v) for v in table.values()) == sum(len(k.metrics) for k in report.kernels)
+
+
+def test_the_whole_reply_fits_not_only_the_report_in_it():
+    # the H200 guidance run: an attention profile's reply was 3.3 KB around a report that fit 3 KB
+    from pydantic import BaseModel
+
+    from egg_mcp.profiling.compact import CompactProfile, fit_reply
+
+    class Reply(BaseModel):
+        task_id: str
+        report: CompactProfile
+        brief: str
+
+    def wrap(c):
+        return Reply(task_id="t" * 40, report=c, brief="Profile brief (2817 chars): resource ... " * 8)
+
+    full = _wide_report()
+    assert len(wrap(compact_report(full, "pointer")).model_dump_json()) > MAX_BYTES  # the old way overflows
+    out = fit_reply(full, "pointer", wrap)
+    assert len(wrap(out).model_dump_json()) <= MAX_BYTES and out.kernels
