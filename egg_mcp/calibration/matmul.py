@@ -99,15 +99,75 @@ def add_tensor_pipe(rows: list[dict[str, Any]], readings: dict[str, dict[str, An
                            (row.get("sustained") or {}).get("rate"), reading))
 
 
+def _operands(size: int, device: str):
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(0)
+    return (torch.randn(size, size, device=device, generator=gen),
+            torch.randn(size, size, device=device, generator=gen))
+
+
+def gemm_maker(key: str, device: str = "cuda") -> Callable[[int], tuple[Callable[[], Any], float, str]]:
+    """make(size) -> (fn, FLOPs, label) for calibration GEMM `key` (mm_fp32_ieee, mm_tf32, mm_bf16, mm_fp16,
+    mm_fp8, mm_tf32x3): the one GEMM both the measurement and `calibrate --ncu` (ncu_gemm.py) run."""
+    import torch
+    import triton
+
+    from egg_mcp.calibration.kernels import _gemm_tf32x3 as gemm_tf32x3
+
+    def make(size: int):
+        a, b = _operands(size, device)
+        flops = 2.0 * size ** 3
+        if key in ("mm_fp32_ieee", "mm_tf32"):
+            tf32 = key == "mm_tf32"
+
+            def fn():
+                previous = torch.backends.cuda.matmul.allow_tf32
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                try:
+                    return torch.matmul(a, b)
+                finally:
+                    torch.backends.cuda.matmul.allow_tf32 = previous
+            label = "TF32 (allow_tf32=True)" if tf32 else "IEEE fp32 (allow_tf32=False)"
+            return fn, flops, f"torch.matmul fp32 {size}^3, {label} (cuBLAS)"
+        if key in ("mm_bf16", "mm_fp16"):
+            dtype = torch.bfloat16 if key == "mm_bf16" else torch.float16
+            a2, b2 = a.to(dtype), b.to(dtype)
+            del a, b
+            return (lambda: torch.matmul(a2, b2)), flops, f"torch.matmul {dtype} {size}^3 (cuBLAS)"
+        if key == "mm_fp8":
+            a8 = a.to(torch.float8_e4m3fn)
+            b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major B, as _scaled_mm requires
+            del a, b
+            one = torch.ones((), device=device, dtype=torch.float32)
+            return ((lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)),
+                    flops, f"torch._scaled_mm e4m3 {size}^3, bf16 out")
+        c = torch.empty_like(a)  # mm_tf32x3
+        grid = (triton.cdiv(size, 128) * triton.cdiv(size, 128),)
+
+        def fn():
+            return gemm_tf32x3[grid](a, b, c, size, size, size, BM=128, BN=128, BK=32, GROUP=8, num_warps=8,
+                                     num_stages=3)
+        fn()
+        previous = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            ref = torch.matmul(a, b)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = previous
+        err = float((c - ref).abs().max() / ref.abs().max())
+        del ref
+        return fn, flops, (f"Triton tl.dot(input_precision='tf32x3') GEMM {size}^3, 128x128x32 tiles, 8 warps, "
+                           f"3 stages (max error vs IEEE fp32 {err:.2g} of max |C|)")
+    return make
+
+
 def matmul_probes(timer, runs: int, cap: tuple[int, int], peaks, skipped: dict, *, quick: bool,
                   read: Callable[[], dict[str, Any]], device: str = "cuda", sizes: tuple[int, ...] | None = None,
                   fixed: int | None = None, measure=None, burst=None) -> list[dict]:
     """Every dense matmul ceiling this device supports (worker side; CUDA). `device`, `sizes`, `fixed`,
     `measure` and `burst` are for the CPU wiring test only."""
     import torch
-    import triton
-
-    from egg_mcp.calibration.kernels import _gemm_tf32x3 as gemm_tf32x3
 
     sizes = sizes or (QUICK_SIZES if quick else SIZES)
     fixed = fixed or (QUICK_FIXED_SIZE if quick else FIXED_SIZE)
@@ -126,57 +186,6 @@ def matmul_probes(timer, runs: int, cap: tuple[int, int], peaks, skipped: dict, 
 
     burst = burst or cuda_burst
 
-    def operands(size: int):
-        gen = torch.Generator(device=device).manual_seed(0)
-        return (torch.randn(size, size, device=device, generator=gen),
-                torch.randn(size, size, device=device, generator=gen))
-
-    def make_for(key: str):
-        def make(size: int):
-            a, b = operands(size)
-            flops = 2.0 * size ** 3
-            if key in ("mm_fp32_ieee", "mm_tf32"):
-                tf32 = key == "mm_tf32"
-
-                def fn():
-                    previous = torch.backends.cuda.matmul.allow_tf32
-                    torch.backends.cuda.matmul.allow_tf32 = tf32
-                    try:
-                        return torch.matmul(a, b)
-                    finally:
-                        torch.backends.cuda.matmul.allow_tf32 = previous
-                label = "TF32 (allow_tf32=True)" if tf32 else "IEEE fp32 (allow_tf32=False)"
-                return fn, flops, f"torch.matmul fp32 {size}^3, {label} (cuBLAS)"
-            if key in ("mm_bf16", "mm_fp16"):
-                dtype = torch.bfloat16 if key == "mm_bf16" else torch.float16
-                a2, b2 = a.to(dtype), b.to(dtype)
-                del a, b
-                return (lambda: torch.matmul(a2, b2)), flops, f"torch.matmul {dtype} {size}^3 (cuBLAS)"
-            if key == "mm_fp8":
-                a8 = a.to(torch.float8_e4m3fn)
-                b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major B, as _scaled_mm requires
-                del a, b
-                one = torch.ones((), device=device, dtype=torch.float32)
-                return ((lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)),
-                        flops, f"torch._scaled_mm e4m3 {size}^3, bf16 out")
-            c = torch.empty_like(a)  # mm_tf32x3
-            grid = (triton.cdiv(size, 128) * triton.cdiv(size, 128),)
-
-            def fn():
-                return gemm_tf32x3[grid](a, b, c, size, size, size, BM=128, BN=128, BK=32, GROUP=8, num_warps=8,
-                                         num_stages=3)
-            fn()
-            previous = torch.backends.cuda.matmul.allow_tf32
-            torch.backends.cuda.matmul.allow_tf32 = False
-            try:
-                ref = torch.matmul(a, b)
-            finally:
-                torch.backends.cuda.matmul.allow_tf32 = previous
-            err = float((c - ref).abs().max() / ref.abs().max())
-            del ref
-            return fn, flops, (f"Triton tl.dot(input_precision='tf32x3') GEMM {size}^3, 128x128x32 tiles, 8 warps, "
-                               f"3 stages (max error vs IEEE fp32 {err:.2g} of max |C|)")
-        return make
 
     plan: list[tuple[str, tuple[int, ...], str]] = [
         ("mm_fp32_ieee", (fixed,), "cuBLAS SGEMM reaches ~75 % of the FMA peak"),
@@ -191,7 +200,7 @@ def matmul_probes(timer, runs: int, cap: tuple[int, int], peaks, skipped: dict, 
     out = []
     for key, key_sizes, note in plan:
         try:
-            out.append(compute_ceiling(key, key_sizes, make_for(key), measure, burst, peaks, runs, note))
+            out.append(compute_ceiling(key, key_sizes, gemm_maker(key, device), measure, burst, peaks, runs, note))
         except Exception as exc:  # noqa: BLE001 - reported, never invented
             skipped[key] = f"{key} failed: {type(exc).__name__}: {str(exc)[:200]}"
         if device == "cuda":

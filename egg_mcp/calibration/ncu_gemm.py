@@ -39,23 +39,12 @@ def profile_gemms(payload: dict) -> dict:
     """Worker target (under ncu): each (key, size) GEMM warmed 3x, then once inside the profiled range."""
     import torch
 
+    from egg_mcp.calibration.matmul import gemm_maker
+
     cudart = torch.cuda.cudart()
     done = []
     for key, size in payload["gemms"]:
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        a = torch.randn(size, size, device="cuda", generator=gen)
-        b = torch.randn(size, size, device="cuda", generator=gen)
-        torch.backends.cuda.matmul.allow_tf32 = key == "mm_tf32"
-        if key == "mm_fp8":
-            a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
-            one = torch.ones((), device="cuda")
-            fn = lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
-        elif key in ("mm_bf16", "mm_fp16"):
-            dtype = torch.bfloat16 if key == "mm_bf16" else torch.float16
-            a2, b2 = a.to(dtype), b.to(dtype)
-            fn = lambda: torch.matmul(a2, b2)  # noqa: E731
-        else:
-            fn = lambda: torch.matmul(a, b)  # noqa: E731
+        fn, _, _ = gemm_maker(key)(size)  # the very GEMM the calibration measured at that shape
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
