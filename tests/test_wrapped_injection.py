@@ -31,9 +31,9 @@ def test_injection_roots_grant_the_tools_tree_not_the_top_or_the_jobs_dir(tmp_pa
     (home / "evil.so").write_bytes(b"")  # its dir holds the job's dir: granting it would expose the job
     env = {"LD_PRELOAD": f"{lib_dir}/./libcuda-injection.so:{home}/evil.so /libtop.so",
            "CUDA_INJECTION64_PATH": str(lib_dir / "libcuda-injection.so")}
-    assert injection_roots(env, avoid=[str(job)]) == [str(tree)]
-    assert injection_roots({}, avoid=[]) == []
-    assert injection_roots({"LD_PRELOAD": "relative/lib.so"}) == []
+    assert injection_roots(env, avoid=[str(job)], maps_text="") == [str(tree)]
+    assert injection_roots({}, avoid=[], maps_text="") == []
+    assert injection_roots({"LD_PRELOAD": "relative/lib.so"}, maps_text="") == []
 
 
 def test_ncu_injection_failure_is_told_apart_from_a_candidate_crash(tmp_path):

@@ -119,7 +119,8 @@ class CandidateSide:
         self.recorder = OpRecorder()
         self.recorder.__enter__()
         self.counter = LaunchCounter(self.recorder)
-        self.counter.install(), self.compile_clock.install()  # both before the candidate's import
+        self.counter.install()
+        self.compile_clock.install()  # before the candidate's import: its kernels' compiles are timed
         if self.device == "cuda" and self.opts.timing:
             from egg_mcp.evaluation.timing import GpuTimer
 

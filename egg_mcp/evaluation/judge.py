@@ -364,10 +364,7 @@ class Judge(Verdicts):
         held = self.held.held_timing(self.opts.timing_trials) if self.held is not None else None
         if baseline_ms is None and held is not None:  # measured by this judge minutes ago, on this GPU
             reference_timing, age = held
-            baseline_ms = reference_timing.median_ms
             self.judge_info["reference_timing"] = f"held ({age:.0f} s old, max {REFERENCE_TIMING_MAX_AGE_S:.0f} s)"
-            result["reference_timing"] = reference_timing.model_dump()
-            result["speedup"] = baseline_ms / stats.median_ms if stats.median_ms > 0 else None
         elif baseline_ms is None:
             from egg_mcp.evaluation.timing import GpuTimer
 
@@ -382,9 +379,10 @@ class Judge(Verdicts):
             timer = GpuTimer(torch.cuda.current_device())
             reference_timing, _ = timer.measure(lambda xs: self.ref_model(*xs), make_inputs,
                                                 n_runs=self.opts.timing_trials)
-            baseline_ms = reference_timing.median_ms
             self.judge_info["reference_timing"] = "measured"
             self.measured_reference_timing = reference_timing
+        if reference_timing is not None:
+            baseline_ms = reference_timing.median_ms
             result["reference_timing"] = reference_timing.model_dump()
             result["speedup"] = baseline_ms / stats.median_ms if stats.median_ms > 0 else None
         self.findings.extend(review_findings(stats.median_ms, reference_ms=baseline_ms,

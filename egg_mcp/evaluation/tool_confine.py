@@ -53,13 +53,17 @@ def tool_root(tool: str | None, avoid: Sequence[str] = ()) -> str | None:
     if not tool:
         return None
     real = Path(os.path.realpath(tool))
-    guarded = [Path(os.path.realpath(a)) for a in avoid if a]
     for root in ((real.parent.parent, real.parent) if real.parent.name == "bin" else (real.parent,)):
         if str(root) in ("/", "/usr", "/bin"):
             return None
-        if not any(g == root or root in g.parents for g in guarded):
+        if not _holds_any(root, avoid):
             return str(root)
     return None
+
+
+def _holds_any(root: Path, avoid: Sequence[str]) -> bool:
+    """Whether `root` is, or contains, one of `avoid` (granting it would expose that dir)."""
+    return any(g == root or root in g.parents for g in (Path(os.path.realpath(a)) for a in avoid if a))
 
 
 INJECTION_VARS = ("LD_PRELOAD", "CUDA_INJECTION64_PATH")
@@ -80,21 +84,21 @@ def mapped_injections(maps_text: str | None = None) -> list[str]:
             return []
     found: list[str] = []
     for line in maps_text.splitlines():
-        path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
+        fields = line.split(None, 5)
+        path = fields[5].strip() if len(fields) == 6 else ""
         if path.startswith("/") and "njection" in os.path.basename(path) and path not in found:
             found.append(path)
     return found
 
 
-def injection_roots(env: Mapping[str, str], avoid: Sequence[str] = (), maps_text: str | None = "") -> list[str]:
+def injection_roots(env: Mapping[str, str], avoid: Sequence[str] = (), maps_text: str | None = None) -> list[str]:
     """The install trees of the libraries a tool injected (read+execute). Why: on the H200 `ncu` in
     /usr/local/cuda/bin is a launcher for /opt/nvidia/nsight-compute/<version>; its injection libraries
     (LD_PRELOAD, target/linux-desktop-*/) and what they load lazily lie under that tree, which the tool's own
     path does not reveal. Under Landlock without this grant ncu printed "Failed to profile" and the worker
     exited with code 11. The tree is the part before `target/` (ncu's layout) or the library's own dir;
-    never "/", a top-level dir such as /usr or /opt, or a tree holding one of `avoid`. `maps_text`: None reads
-    this process's /proc/self/maps (mapped_injections); "" (the default, for tests) reads nothing."""
-    guarded = [Path(os.path.realpath(a)) for a in avoid if a]
+        never "/", a top-level dir such as /usr or /opt, or a tree holding one of `avoid`. `maps_text`: the
+    process's memory map (None: this process's /proc/self/maps; see mapped_injections)."""
     roots: list[str] = []
     named = [item for var in INJECTION_VARS for item in env.get(var, "").replace(":", " ").split()]
     for item in named + mapped_injections(maps_text):
@@ -103,7 +107,7 @@ def injection_roots(env: Mapping[str, str], avoid: Sequence[str] = (), maps_text
         real = Path(os.path.realpath(item))
         parts = real.parts
         root = Path(*parts[:parts.index("target")]) if "target" in parts[:-1] else real.parent
-        if len(root.parts) < 3 or any(g == root or root in g.parents for g in guarded):
+        if len(root.parts) < 3 or _holds_any(root, avoid):
             continue
         if str(root) not in roots and root.exists():
             roots.append(str(root))
@@ -147,10 +151,10 @@ def confine_wrapped(private_dir: Path, tool: str | None, tool_argv: Sequence[str
     from egg_mcp.evaluation import confinement
 
     ipc_open = os.environ.pop(IPC_VAR, "") == "open"
-    root = tool_root(tool, avoid=[str(private_dir), os.path.expanduser("~")])
-    rules: dict[str, Any] = {"tcp_ports": tool_ports(tool_argv), "scope_abstract_sockets": False} if ipc_open else {}
     avoid = [str(private_dir), os.path.expanduser("~")]
-    extra = [Path(r) for r in ([root] if root else []) + injection_roots(os.environ, avoid, maps_text=None) if r]
+    root = tool_root(tool, avoid)
+    rules: dict[str, Any] = {"tcp_ports": tool_ports(tool_argv), "scope_abstract_sockets": False} if ipc_open else {}
+    extra = [Path(r) for r in ([root] if root else []) + injection_roots(os.environ, avoid)]
     locks = ncu_lock_files() if tool and os.path.basename(tool) == "ncu" else []
     report = confinement.confine(Path(private_dir), extra_read=extra, extra_write=locks, **rules)
     if locks:
