@@ -204,7 +204,7 @@ def _upper_bounds(spec: GpuSpec) -> None:
     SGEMM (mm_fp32_ieee, 76 % of the FMA peak on the H200) runs below what an IEEE Triton kernel can approach
     (the FMA peak, fp32_fma), and the calibration's 3xTF32 GEMM is a plain Triton kernel (a lower bound)
     while 3xTF32 can run at the TF32 ceiling / 3. Found on the H200 (benchmarks/results/h200_2026-12-01_s6/
-    guidance.json): a 3xTF32 kernel called "below the floor" of the fp32 path it beat."""
+    guidance_c708d43.json): a 3xTF32 kernel called "below the floor" of the fp32 path it beat."""
     flops = spec.peak_flops
     for key, bound, why in (("fp32", flops.get("fp32_fma"), "the FMA peak"),
                             ("tf32x3", flops["tf32"] / 3 if flops.get("tf32") else None,

@@ -81,6 +81,7 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
         self.judge_ahead = judge_ahead  # a persistent judge starts the next runner during a job (Landlock hosts)
         self._judges: dict[str, list[_Worker]] = {}
         self._waiting: dict[str, int] = {}
+        self._expected: dict[str, int] = {}  # jobs a lane pool in front of this engine holds (expect_jobs)
         self.log_limit_bytes = log_limit_bytes
         self._gpu_lock = asyncio.Lock()  # FIFO: asyncio.Lock wakes waiters in arrival order
         self._cpu_slots = asyncio.Semaphore(max_cpu_jobs or max(1, (os.cpu_count() or 2)))

@@ -81,8 +81,8 @@ class _Worker:
 
 class WorkerPool:
     """Mixin of WorkerEvaluator: spawning, reading, disposing and pooling worker processes.
-    Expects `scratch_dir`, `log_limit_bytes`, `spare_workers`, `burst_spares`, `_waiting`, `_pool`,
-    `_refills`, `_live`, `_closed` and `judge_max_jobs`/`judge_idle_s` on self."""
+    Expects `scratch_dir`, `log_limit_bytes`, `spare_workers`, `burst_spares`, `_waiting`, `_expected`,
+    `_pool`, `_refills`, `_live`, `_closed` and `judge_max_jobs`/`judge_idle_s` on self."""
 
     async def start_pool(self) -> None:
         """Pre-start the spare workers now (otherwise they start with the first job): for verify (a judge
@@ -217,10 +217,7 @@ class WorkerPool:
     def _spare_target(self, mode: str) -> int:
         """Spares wanted now: the standing pool plus one per queued job (here, or in a lane pool in front
         of this engine: `expect_jobs`), up to burst_spares."""
-        return self.spare_workers + min(self._waiting.get(mode, 0) + self._expected_jobs(mode), self.burst_spares)
-
-    def _expected_jobs(self, mode: str) -> int:
-        return getattr(self, "_expected", {}).get(mode, 0)
+        return self.spare_workers + min(self._waiting.get(mode, 0) + self._expected.get(mode, 0), self.burst_spares)
 
     def expect_jobs(self, n: int) -> None:
         """A lane pool (egg_mcp/cluster) hands this engine one job at a time and holds `n` more that will
@@ -235,7 +232,7 @@ class WorkerPool:
             return
         pool = self._pool.setdefault(mode, [])
         target = self._spare_target(mode)
-        if not self._waiting.get(mode) and not self._expected_jobs(mode) and len(pool) > target:
+        if not self._waiting.get(mode) and not self._expected.get(mode) and len(pool) > target:
             # burst over: idle spares hold host and GPU memory
             surplus, pool[:] = pool[target:], pool[:target]
             for worker in surplus:
