@@ -376,3 +376,22 @@ def test_the_ieee_fp32_gemm_is_read_on_the_fma_pipe_and_explained_like_the_tenso
     row = {"key": "mm_fp32_ieee", "value": 51.1e12, "peak": 66.9e12, "amount": 2 * 8192 ** 3}
     out = ex.explain(row, 1980, _load(1980, [], 687, 700), 51.1e12, got)
     assert out["explained"] is True and "FMA pipe 78% busy" in out["reason"]
+
+
+def test_the_tf32x3_row_is_read_on_the_tensor_pipe_and_a_low_busy_share_explains_it():
+    """The plain Triton 3xTF32 GEMM reached 20 % of TF32/3 on the H200: with ncu's pipe reading for the same
+    launch the row is explained by the kernel's idle tensor pipe, or stays unexplained when they disagree."""
+    from egg_mcp.profiling.ncu_csv import render_raw_csv
+
+    assert "mm_tf32x3" in ex.PIPE_KEYS
+    text = render_raw_csv([{"ID": "0", "Kernel Name": "_gemm_tf32x3", ncu_gemm.PIPE_ELAPSED: "21.0",
+                            ncu_gemm.PIPE_ACTIVE: "22.0", ncu_gemm.CLOCK: "1980000000",
+                            ncu_gemm.DURATION: "31000000"}])
+    got = ncu_gemm.attribute(text, ["mm_tf32x3"])["mm_tf32x3"]
+    assert got["pipe"] == "tensor" and got["busy_pct"] == 21.0
+    # 2 x 8192^3 in 31 ms = 35.5 TFLOP/s; TF32/3 at 1830 MHz = 164.9, at 1980 MHz 178.4: 19.9 % per clock
+    row = {"key": "mm_tf32x3", "value": 35.5e12, "peak": 164.9e12, "amount": 2 * 8192 ** 3}
+    out = ex.explain(row, 1830, _load(1980, [], 392, 700), 35.4e12, got)
+    assert out["explained"] is True and "tensor pipe 21% busy" in out["reason"] and "idle 79%" in out["reason"]
+    busy_but_slow = {**got, "busy_pct": 60.0}
+    assert ex.explain(row, 1830, _load(1980, [], 392, 700), 35.4e12, busy_but_slow)["explained"] is False
