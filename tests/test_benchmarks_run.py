@@ -58,6 +58,15 @@ def test_verify_latency_quick_runs_both_judge_paths_through_mcp(tmp_path):
     assert len({c["judge"]["pid"] for c in oneshot}) == len(oneshot)
 
 
+@pytest.mark.slow
+def test_verify_latency_light_runs_the_persistent_path_only(tmp_path):
+    run = _load()
+    assert run.main(["verify_latency_light", "--quick", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "verify_latency_light.json").read_text())["result"]
+    assert list(result["paths"]) == ["persistent"] and result["candidate_aa_persistent_over_oneshot"] is None
+    assert result["paths"]["persistent"]["back_to_back"]["summary"]["all_correct"]
+
+
 def test_guidance_suite_checks_the_issue_18_rules():
     """The GPU guidance suite's checks (benchmarks/guidance_suite.py), on canned texts."""
     from benchmarks import guidance_suite as g
