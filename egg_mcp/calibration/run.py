@@ -20,7 +20,7 @@ async def calibrate(evaluator: Evaluator, workspace_root: Path | None, *, quick:
                     device_index: int = 0, timeout_s: float = TIMEOUT_S, ncu: bool = False) -> Calibration:
     """Measure this GPU's ceilings in an isolated GPU job (serialised with every other GPU job) and
     store them under `<workspace>/calibration/<uuid>.json` when `workspace_root` is given. `ncu`: also read
-    the tensor-core GEMMs' tensor-pipe busy share with Nsight Compute (ncu_gemm.py)."""
+    the GEMMs' pipe busy share and the L2 probe's L2 throughput with Nsight Compute, in one job (ncu_gemm.py)."""
     if not evaluator.has_gpu():
         raise CalibrationError("no GPU: calibration measures a CUDA GPU; there is nothing to measure on this machine")
     outcome = await evaluator.run_job(TARGET, {"quick": quick, "device_index": device_index},
