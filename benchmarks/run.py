@@ -109,7 +109,8 @@ def suite_calibrate(out: Path, quick: bool, ncu: bool = False) -> dict[str, Any]
 
 
 def suite_calibrate_ncu(out: Path, quick: bool) -> dict[str, Any]:
-    """calibrate plus ncu's tensor-pipe busy share of each tensor-core GEMM (an ncu-wrapped job, ~30 s more)."""
+    """calibrate plus, in one ncu-wrapped job (~30 s more), each GEMM's pipe busy share and the L2 probe's
+    lts__t_bytes rate and share of ncu's sustained peak (the l2_read row beside ncu's peak for that unit)."""
     return suite_calibrate(out, quick, ncu=True)
 
 

@@ -227,7 +227,7 @@ def test_ncu_readings_map_to_the_gemms_in_order_or_not_at_all():
     assert got["mm_fp8"]["clock_mhz"] == 1980.0 and got["mm_fp8"]["kernel_ms"] == 1.4
     assert got["mm_tf32"]["kernel"] == "nvjet_hsh_256x128_0"
     wrong = ncu_gemm.attribute(_ncu_csv(5), keys)  # a GEMM that launched two kernels: nothing guessed
-    assert all("5 kernels for 4 GEMMs" in r["error"] for r in wrong.values())
+    assert all("5 kernels for 4 launches" in r["error"] for r in wrong.values())
     argv = ncu_gemm.ncu_prefix("/x/ncu", "/tmp/log.csv")
     assert argv[-1] == "--" and "--clock-control" in argv and argv[argv.index("--clock-control") + 1] == "none"
 

@@ -138,6 +138,57 @@ def explain_copy(copy: dict[str, Any], read: dict[str, Any] | None) -> dict[str,
     return {"reason": "unexplained: neither the copy nor a pure read reaches 90 % of the peak", "explained": False}
 
 
+L2_PEAK_SOURCE = ("ncu's peak for lts__t_bytes (bytes through the L2 slices' tag stage): lts__t_bytes.sum.per_second / "
+                  "lts__t_bytes.sum.pct_of_peak_sustained_elapsed of the L2 probe's own launch under ncu (at that "
+                  "launch's clocks; not a datasheet figure)")
+
+
+def add_l2_reading(row: dict[str, Any], reading: dict[str, Any] | None, dram_read: dict[str, Any] | None) -> None:
+    """Put the l2_read row beside ncu's peak for lts__t_bytes (`calibrate --ncu`, ncu_gemm.l2_reading) and
+    re-explain it; a failed reading leaves the row without a peak and says why."""
+    if reading is None:
+        return
+    row["ncu_l2"] = reading
+    if reading.get("peak") and not reading.get("error"):
+        row.update(peak=float(reading["peak"]), peak_source=L2_PEAK_SOURCE, ratio_to_peak=row["value"] / reading["peak"],
+                   peak_clock_mhz=None, peak_clock_source=None)
+    row.update(explain_l2(row, dram_read))
+
+
+def explain_l2(row: dict[str, Any], dram_read: dict[str, Any] | None) -> dict[str, Any]:
+    """reason / explained of the l2_read row against ncu's peak for lts__t_bytes. Within 10 %: explained.
+    Else the measured factor is the probe's first pass, which comes from DRAM (the timer, and ncu, flush L2
+    before the launch): ncu's DRAM bytes of the launch at the measured DRAM read ceiling, plus the rest at
+    ncu's L2 peak, predict a share of the peak; explained when the measured share is within 10 % of it.
+    Otherwise "unexplained" with the numbers."""
+    reading = row.get("ncu_l2") or {}
+    peak, value = row.get("peak"), row["value"]
+    if not peak:
+        why = f"ncu's L2 reading failed: {reading['error'][:200]}" if reading.get("error") else "nothing to compare with"
+        return {"reason": f"no peak figure for this unit: {why}", "explained": False}
+    share = value / peak
+    if share > 1 / WITHIN:
+        return {"reason": f"unexplained: {share:.0%} of ncu's peak for lts__t_bytes, more than 10 % above it (the "
+                          f"probe's byte count and ncu's disagree)", "explained": False}
+    if share >= WITHIN:
+        return {"reason": f"within 10 % of ncu's peak for lts__t_bytes ({share:.0%})", "explained": True}
+    seen = (f"ncu read the L2 at {float(reading.get('pct_of_peak') or 0):.0f} % of that peak in the profiled launch "
+            f"({float(reading.get('bytes_per_s') or 0) / 1e12:.2f} TB/s)")
+    dram_bytes, amount = reading.get("dram_read_bytes"), row.get("amount")
+    dram_rate = (dram_read or {}).get("value")
+    if not (dram_bytes is not None and dram_rate and amount):
+        return {"reason": f"unexplained: {share:.0%} of ncu's peak for lts__t_bytes; {seen}; no DRAM reading to weigh "
+                          f"the first pass with", "explained": False}
+    dram_bytes = min(float(dram_bytes), float(amount))
+    predicted = float(amount) / (dram_bytes / float(dram_rate) + (float(amount) - dram_bytes) / float(peak)) / float(peak)
+    text = (f"the first pass from DRAM ({dram_bytes / 2 ** 20:.0f} MiB per ncu, at the measured DRAM read ceiling "
+            f"{float(dram_rate) / 1e12:.2f} TB/s) and the rest at ncu's peak predict {predicted:.0%} of ncu's peak for "
+            f"lts__t_bytes, measured {share:.0%}")
+    if abs(share / predicted - 1) <= 1 - WITHIN:
+        return {"reason": f"{text}: the gap is the first pass", "explained": True}
+    return {"reason": f"unexplained: {text}; {seen}", "explained": False}
+
+
 def label(row: dict[str, Any], by_key: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """reason / explained for a row that has none yet (the matmul rows carry theirs): DRAM copy via the read,
     FLOP rates via `explain` with the clock sampled for them, anything else by its ratio alone."""
@@ -145,6 +196,9 @@ def label(row: dict[str, Any], by_key: dict[str, dict[str, Any]]) -> dict[str, A
         return {}
     if row["key"] == "dram_copy":
         return explain_copy(row, by_key.get("dram_read"))
+    if row["key"] == "l2_read" and not row.get("peak"):
+        return {"reason": "no peak figure for this unit: nothing to compare with (`egg-mcp calibrate --ncu` reads "
+                          "ncu's peak for lts__t_bytes on this probe's launch)", "explained": False}
     if row.get("unit") == "FLOP/s":
         got = explain(row, row.get("peak_clock_mhz"), row.get("clock_under_load"),
                       (row.get("sustained") or {}).get("rate"), row.get("tensor_pipe"))

@@ -36,6 +36,9 @@ class MeasuredCeiling(BaseModel):
     shapes: list[dict[str, Any]] = Field(default_factory=list, description="matmuls: every size swept, rate or error")
     tensor_pipe: dict[str, Any] | None = Field(
         None, description="`calibrate --ncu`: ncu's tensor-pipe busy % and SM clock for the kept GEMM, or its error")
+    ncu_l2: dict[str, Any] | None = Field(
+        None, description="`calibrate --ncu`, l2_read only: ncu's lts__t_bytes rate and share of its sustained peak for "
+                          "the probe's launch, the peak derived from them, the DRAM bytes read, or its error")
     reason: str | None = Field(None, description="why the ceiling sits where it does, from the measurements above")
     explained: bool | None = Field(None, description="within 10 % of the peak, or the measured factors account for "
                                                      "the gap within 10 %; None in records from before the label")

@@ -1,11 +1,15 @@
-"""Optional (`egg-mcp calibrate --ncu`): how busy the tensor pipe is in each calibration GEMM, per ncu.
+"""Optional (`egg-mcp calibrate --ncu`): how busy the tensor pipe is in each calibration GEMM, and ncu's
+L2 throughput for the L2 probe's launch, per ncu.
 
 A second engine job after the calibration job, wrapped by ncu the way profile_ncu is (the engine's
-`wrapper_argv`; ncu's start-up is most of the cost, so one job for all GEMMs): `profile_gemms` builds
-each GEMM at the shape the sweep kept, warms it up outside the profiled range, then runs it once
-between cudaProfilerStart/Stop (`--profile-from-start off`). `--clock-control none` leaves the clock
-as the calibration saw it. The profiled launches are attributed to the GEMMs in order, one kernel
-each; any other count is reported as an error, never guessed. No ncu: {"error": ...} per GEMM.
+`wrapper_argv`; ncu's start-up is most of the cost, so ONE job): `profile_gemms` builds each GEMM at the
+shape the sweep kept, then the L2 probe's launch (probes.l2_launch), warms each up outside the profiled
+range (Triton compiles there), then runs it once between cudaProfilerStart/Stop (`--profile-from-start
+off`). `--clock-control none` leaves the clock as the calibration saw it; ncu's default cache control
+flushes the caches before the launch, as the calibration's timer does. The profiled launches are
+attributed to the GEMMs and then the L2 probe in order, one kernel each; any other count is reported as
+an error, never guessed. No ncu: {"error": ...} per row. A metric this ncu lacks: an error on the rows
+that need it only.
 """
 
 from __future__ import annotations
@@ -24,7 +28,15 @@ FMA_ELAPSED = "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_elapsed"
 FMA_KEYS = ("mm_fp32_ieee",)
 CLOCK = "sm__cycles_elapsed.avg.per_second"
 DURATION = "gpu__time_duration.sum"
-METRICS = (PIPE_ACTIVE, PIPE_ELAPSED, FMA_ACTIVE, FMA_ELAPSED, CLOCK, DURATION)
+L2_RATE = "lts__t_bytes.sum.per_second"
+L2_PCT = "lts__t_bytes.sum.pct_of_peak_sustained_elapsed"
+"""Bytes through the L2 slices' tag stage per second, and as a share of ncu's own sustained peak for the same
+counter over the launch's elapsed cycles: ncu's peak for lts__t_bytes is their quotient (not a datasheet figure)."""
+DRAM_READ = "dram__bytes_read.sum"
+"""What the L2 probe's launch read from DRAM (its first pass, after ncu's cache flush): the measured factor."""
+L2_KEY = "l2_read"
+L2_KERNEL = "_l2_reread"
+METRICS = (PIPE_ACTIVE, PIPE_ELAPSED, FMA_ACTIVE, FMA_ELAPSED, CLOCK, DURATION, L2_RATE, L2_PCT, DRAM_READ)
 TARGET = "egg_mcp.calibration.ncu_gemm:profile_gemms"
 TIMEOUT_S = 180.0
 
@@ -35,16 +47,32 @@ def ncu_prefix(ncu: str, log_file: str, metrics: tuple[str, ...] = METRICS) -> l
             "--clock-control", "none", "--profile-from-start", "off", "--log-file", log_file, "--"]
 
 
+def _l2_maker(payload_l2: dict):
+    """The L2 probe's launch as the calibration built it (same L2 size, SM count and `quick`)."""
+    import torch
+
+    from egg_mcp.calibration.probes import l2_launch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    fn, _, _, _ = l2_launch(props.multi_processor_count, int(getattr(props, "L2_cache_size", 0) or 0),
+                            bool(payload_l2.get("quick", False)))
+    return fn
+
+
 def profile_gemms(payload: dict) -> dict:
-    """Worker target (under ncu): each (key, size) GEMM warmed 3x, then once inside the profiled range."""
+    """Worker target (under ncu): each (key, size) GEMM, then the L2 probe when `payload["l2"]` is given, each
+    warmed 3x (compiles, cuBLAS heuristics) outside the profiled range, then run once inside it."""
     import torch
 
     from egg_mcp.calibration.matmul import gemm_maker
 
     cudart = torch.cuda.cudart()
+    makers = [(key, lambda key=key, size=size: gemm_maker(key)(size)[0]) for key, size in payload["gemms"]]
+    if payload.get("l2") is not None:
+        makers.append((L2_KEY, lambda: _l2_maker(payload["l2"])))
     done = []
-    for key, size in payload["gemms"]:
-        fn, _, _ = gemm_maker(key)(size)  # the very GEMM the calibration measured at that shape
+    for key, make in makers:
+        fn = make()  # the very launch the calibration measured
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
@@ -52,63 +80,98 @@ def profile_gemms(payload: dict) -> dict:
         fn()
         torch.cuda.synchronize()
         cudart.cudaProfilerStop()
+        del fn
         done.append(key)
     return {"profiled": done}
 
 
 def attribute(text: str, keys: list[str]) -> dict[str, dict[str, Any]]:
-    """{key: {"busy_pct", "busy_active_pct", "clock_mhz", "kernel_ms", "kernel", "method"} or {"error"}} from
-    ncu's raw CSV; launches map to `keys` in order, one each."""
-    from egg_mcp.profiling.ncu_csv import parse_ncu_output, short_kernel_name
+    """{key: reading or {"error"}} from ncu's raw CSV; launches map to `keys` in order, one each. A GEMM's
+    reading: {"pipe", "busy_pct", "busy_active_pct", "clock_mhz", "kernel_ms", "kernel", "method"}; the L2
+    probe's (key "l2_read"): see `l2_reading`."""
+    from egg_mcp.profiling.ncu_csv import parse_ncu_output
 
     log = parse_ncu_output(text)
     if len(log.launches) != len(keys):
-        why = (f"ncu profiled {len(log.launches)} kernels for {len(keys)} GEMMs (one each expected); not attributed"
-               + (f"; ncu: {' | '.join(log.errors)[:300]}" if log.errors else ""))
+        why = (f"ncu profiled {len(log.launches)} kernels for {len(keys)} launches ({', '.join(keys)}; one kernel "
+               f"each expected); not attributed" + (f"; ncu: {' | '.join(log.errors)[:300]}" if log.errors else ""))
         return {k: {"error": why} for k in keys}
-    out: dict[str, dict[str, Any]] = {}
-    for key, launch in zip(keys, log.launches):
-        clock, duration = launch.value(CLOCK), launch.value(DURATION)
-        fma = key in FMA_KEYS
-        names = (FMA_ELAPSED, FMA_ACTIVE) if fma else (PIPE_ELAPSED, PIPE_ACTIVE)
-        elapsed, active = launch.value(names[0]), launch.value(names[1])
-        metric = names[0] if elapsed is not None else names[1]
-        row: dict[str, Any] = {
-            "pipe": "FMA" if fma else "tensor",
-            "busy_pct": elapsed if elapsed is not None else active, "busy_active_pct": active,
+    return {key: (l2_reading(launch) if key == L2_KEY else _pipe_reading(key, launch))
+            for key, launch in zip(keys, log.launches)}
+
+
+def l2_reading(launch) -> dict[str, Any]:
+    """ncu's L2 throughput for the L2 probe's launch: {"bytes_per_s", "pct_of_peak", "peak", "dram_read_bytes",
+    "clock_mhz", "kernel_ms", "kernel", "method"}, peak = bytes_per_s / (pct_of_peak / 100): ncu's sustained
+    peak for lts__t_bytes at the launch's own clocks. {"error"} when a metric is missing or the kernel is not
+    the probe's (the launches were then not in the order expected)."""
+    from egg_mcp.profiling.ncu_csv import short_kernel_name
+
+    kernel = short_kernel_name(launch.kernel_name)[:120]
+    if L2_KERNEL not in launch.kernel_name:
+        return {"error": f"the launch attributed to the L2 probe is {kernel}, not {L2_KERNEL}: not attributed",
+                "kernel": kernel}
+    rate, pct = launch.value(L2_RATE), launch.value(L2_PCT)
+    missing = [m for m, v in ((L2_RATE, rate), (L2_PCT, pct)) if v is None]
+    if missing:
+        return {"error": f"ncu gave no {' or '.join(missing)} for {kernel} (a metric this ncu lacks or renamed): "
+                         f"no ncu L2 peak", "kernel": kernel}
+    if rate <= 0 or pct <= 0:
+        return {"error": f"ncu read {rate:.3g} B/s, {pct:.3g} % of peak at L2 for {kernel}: no peak derivable",
+                "kernel": kernel}
+    clock, duration = launch.value(CLOCK), launch.value(DURATION)
+    return {"bytes_per_s": rate, "pct_of_peak": pct, "peak": rate / (pct / 100), "dram_read_bytes": launch.value(DRAM_READ),
             "clock_mhz": clock / 1e6 if clock else None, "kernel_ms": duration / 1e6 if duration else None,
-            "kernel": short_kernel_name(launch.kernel_name)[:120],
-            "method": f"ncu --clock-control none: {metric} of one launch after 3 warm-ups"}
-        if row["busy_pct"] is None:
-            row = {"error": f"ncu gave no {row['pipe']}-pipe metric for {row['kernel']}", "kernel": row["kernel"]}
-        elif row["busy_pct"] <= 0:
-            row["error"] = (f"ncu read the {row['pipe']} pipe 0 % busy in {row['kernel']}: the pipe metric does not "
-                            f"count this kernel's instructions")
-        out[key] = row
-    return out
+            "kernel": kernel,
+            "method": f"ncu --clock-control none, one launch after 3 warm-ups: {L2_RATE} / ({L2_PCT} / 100)"}
 
 
-async def read_tensor_pipe(evaluator, gemms: list[tuple[str, int]], timeout_s: float = TIMEOUT_S
-                           ) -> dict[str, dict[str, Any]]:
-    """Run the ncu-wrapped job; {key: reading or {"error"}} for every GEMM."""
+def _pipe_reading(key: str, launch) -> dict[str, Any]:
+    """One GEMM's pipe busy share: the FMA pipe for cuBLAS's IEEE fp32 GEMM, the tensor pipe otherwise."""
+    from egg_mcp.profiling.ncu_csv import short_kernel_name
+
+    clock, duration = launch.value(CLOCK), launch.value(DURATION)
+    fma = key in FMA_KEYS
+    names = (FMA_ELAPSED, FMA_ACTIVE) if fma else (PIPE_ELAPSED, PIPE_ACTIVE)
+    elapsed, active = launch.value(names[0]), launch.value(names[1])
+    metric = names[0] if elapsed is not None else names[1]
+    row: dict[str, Any] = {
+        "pipe": "FMA" if fma else "tensor",
+        "busy_pct": elapsed if elapsed is not None else active, "busy_active_pct": active,
+        "clock_mhz": clock / 1e6 if clock else None, "kernel_ms": duration / 1e6 if duration else None,
+        "kernel": short_kernel_name(launch.kernel_name)[:120],
+        "method": f"ncu --clock-control none: {metric} of one launch after 3 warm-ups"}
+    if row["busy_pct"] is None:
+        return {"error": f"ncu gave no {row['pipe']}-pipe metric for {row['kernel']}", "kernel": row["kernel"]}
+    if row["busy_pct"] <= 0:
+        row["error"] = (f"ncu read the {row['pipe']} pipe 0 % busy in {row['kernel']}: the pipe metric does not "
+                        f"count this kernel's instructions")
+    return row
+
+
+async def read_tensor_pipe(evaluator, gemms: list[tuple[str, int]], timeout_s: float = TIMEOUT_S,
+                           l2: dict | None = None) -> dict[str, dict[str, Any]]:
+    """Run the ncu-wrapped job; {key: reading or {"error"}} for every GEMM, and for "l2_read" when `l2` (the
+    L2 probe's build options, {"quick": ...}) is given: its launch is profiled last, in the same job."""
     from egg_mcp.profiling.runner import find_ncu
 
-    keys = [k for k, _ in gemms]
+    keys = [k for k, _ in gemms] + ([L2_KEY] if l2 is not None else [])
     ncu = find_ncu()
     if ncu is None:
         return {k: {"error": "ncu not found (set EGG_MCP_NCU or install Nsight Compute)"} for k in keys}
     from egg_mcp.profiling.ncu_csv import invalid_metrics, parse_ncu_output
 
     metrics = METRICS
+    payload: dict[str, Any] = {"gemms": [list(g) for g in gemms], **({"l2": dict(l2)} if l2 is not None else {})}
     with tempfile.TemporaryDirectory(prefix="egg-calib-ncu-") as tmp:
         for attempt in (1, 2):
             log = Path(tmp) / f"ncu_{attempt}.csv"
-            outcome = await evaluator.run_job(TARGET, {"gemms": [list(g) for g in gemms]}, timeout_s=timeout_s,
+            outcome = await evaluator.run_job(TARGET, payload, timeout_s=timeout_s,
                                               uses_gpu=True, wrapper_argv=ncu_prefix(ncu, str(log), metrics))
             text = log.read_text(errors="replace") if log.exists() else ""
             bad = invalid_metrics(text + (outcome.stderr_tail or ""), metrics)
             if attempt == 1 and bad and not parse_ncu_output(text).launches:
-                metrics = tuple(m for m in metrics if m not in bad)  # an older ncu without the elapsed rollup
+                metrics = tuple(m for m in metrics if m not in bad)  # an older ncu: no elapsed rollup, no L2 metric
                 continue
             break
         if not outcome.ok or not text:

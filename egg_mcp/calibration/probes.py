@@ -53,6 +53,26 @@ def _fma_entry(timer, facts: dict[str, Any], runs: int, quick: bool, peaks) -> d
     return entry
 
 
+def l2_launch(sm_count: int, l2_bytes: int, quick: bool, block: int = 4096):
+    """(launch, bytes one launch reads, method, buffer) of the L2 probe: `_l2_reread` over a buffer of 1/3 of L2,
+    re-read 8 (quick) or 16 times with .cg loads. The one launch both the calibration times and `calibrate
+    --ncu` profiles (ncu_gemm.py), so ncu's L2 reading is of the very kernel the row measured."""
+    l2_bytes = l2_bytes or 40 * MiB  # a device that reports no L2 size: the H100's
+    small_bytes = max(4 * MiB, (l2_bytes // 3) // (block * 4) * (block * 4))
+    buf = torch.ones(small_bytes // 4, device="cuda", dtype=torch.float32)
+    n_blocks, passes = buf.numel() // block, 8 if quick else 16
+    programs = min(n_blocks, sm_count * 4)
+    per_prog = triton.cdiv(n_blocks, programs)
+    out = torch.empty(programs, device="cuda", dtype=torch.float32)
+
+    def fn():
+        return _l2_reread[(programs,)](buf, out, n_blocks, PASSES=passes, BLOCK=block, num_warps=8)
+
+    method = (f"Triton kernel re-reading a {small_bytes // MiB} MiB buffer (1/3 of L2) {passes} times with .cg loads "
+              f"(L1 bypassed)")
+    return fn, 4.0 * block * per_prog * programs * passes, method, buf
+
+
 def device_facts(index: int = 0) -> dict[str, Any]:
     """Name, UUID, driver, clocks and versions of CUDA device `index` (NVML where present)."""
     props = torch.cuda.get_device_properties(index)
@@ -137,19 +157,11 @@ def run_probes(payload: dict) -> dict:
                            peaks))
     del src
 
-    small_bytes = max(4 * MiB, (l2 // 3) // (block * 4) * (block * 4))
-    buf = torch.ones(small_bytes // 4, device="cuda", dtype=torch.float32)
-    n_blocks, passes = buf.numel() // block, 8 if quick else 16
-    programs_l2 = min(n_blocks, facts["sm_count"] * 4)
-    per_prog = triton.cdiv(n_blocks, programs_l2)
-    out = torch.empty(programs_l2, device="cuda", dtype=torch.float32)
-    best, med = _best_ms(timer, lambda: _l2_reread[(programs_l2,)](buf, out, n_blocks, PASSES=passes, BLOCK=block,
-                                                                   num_warps=8), runs)
-    ceilings.append(_entry("l2_read", "bytes", 4.0 * block * per_prog * programs_l2 * passes, best, med,
-                           f"Triton kernel re-reading a {small_bytes // MiB} MiB buffer (1/3 of L2) {passes} times "
-                           f"with .cg loads (L1 bypassed), best of {runs}", peaks,
+    fn, amount, method, buf = l2_launch(facts["sm_count"], l2, quick)
+    best, med = _best_ms(timer, fn, runs)
+    ceilings.append(_entry("l2_read", "bytes", amount, best, med, f"{method}, best of {runs}", peaks,
                            "the first pass comes from DRAM (the timer flushes L2 before each run): a lower bound"))
-    del buf
+    del fn, buf
 
     ceilings.append(_fma_entry(timer, facts, runs, quick, peaks))
 

@@ -20,7 +20,7 @@ async def calibrate(evaluator: Evaluator, workspace_root: Path | None, *, quick:
                     device_index: int = 0, timeout_s: float = TIMEOUT_S, ncu: bool = False) -> Calibration:
     """Measure this GPU's ceilings in an isolated GPU job (serialised with every other GPU job) and
     store them under `<workspace>/calibration/<uuid>.json` when `workspace_root` is given. `ncu`: also read
-    the tensor-core GEMMs' tensor-pipe busy share with Nsight Compute (ncu_gemm.py)."""
+    the GEMMs' pipe busy share and the L2 probe's L2 throughput with Nsight Compute, in one job (ncu_gemm.py)."""
     if not evaluator.has_gpu():
         raise CalibrationError("no GPU: calibration measures a CUDA GPU; there is nothing to measure on this machine")
     outcome = await evaluator.run_job(TARGET, {"quick": quick, "device_index": device_index},
@@ -39,18 +39,25 @@ async def calibrate(evaluator: Evaluator, workspace_root: Path | None, *, quick:
 
 
 async def _with_tensor_pipe(evaluator: Evaluator, record: dict, timeout_s: float) -> dict:
-    """The record with ncu's tensor-pipe reading on each tensor-core GEMM row and the rows re-explained."""
+    """The record with ncu's pipe reading on each GEMM row and ncu's L2 throughput on the l2_read row (one
+    ncu job for all of them), and those rows re-explained."""
     import time
 
-    from egg_mcp.calibration.explain import PIPE_KEYS
+    from egg_mcp.calibration.explain import PIPE_KEYS, add_l2_reading
     from egg_mcp.calibration.matmul import add_tensor_pipe
-    from egg_mcp.calibration.ncu_gemm import read_tensor_pipe
+    from egg_mcp.calibration.ncu_gemm import L2_KEY, read_tensor_pipe
 
     started = time.perf_counter()
-    rows = [r for r in record.get("ceilings", []) if r.get("key") in PIPE_KEYS and r.get("shape")]
-    if rows:
-        add_tensor_pipe(rows, await read_tensor_pipe(evaluator, [(r["key"], r["shape"]) for r in rows],
-                                                     timeout_s=timeout_s))
+    ceilings = record.get("ceilings", [])
+    rows = [r for r in ceilings if r.get("key") in PIPE_KEYS and r.get("shape")]
+    by_key = {r.get("key"): r for r in ceilings}
+    l2 = by_key.get(L2_KEY)
+    if rows or l2:
+        readings = await read_tensor_pipe(evaluator, [(r["key"], r["shape"]) for r in rows], timeout_s=timeout_s,
+                                          l2={"quick": bool(record.get("quick"))} if l2 else None)
+        add_tensor_pipe(rows, readings)
+        if l2:
+            add_l2_reading(l2, readings.get(L2_KEY), by_key.get("dram_read"))
     extra = dict(record.get("extra") or {})
     extra["ncu_wall_s"] = round(time.perf_counter() - started, 2)
     return {**record, "extra": extra}
@@ -82,6 +89,19 @@ def _load_text(load: dict) -> str:
     return "; ".join(parts)
 
 
+def _l2_text(t: dict, amount: float) -> str:
+    if t.get("error"):
+        return t["error"]
+    seconds = (t.get("kernel_ms") or 0) * 1e-3
+    counted = f"; it counted {t['bytes_per_s'] * seconds / amount:.2f}x the probe's bytes" if seconds and amount else ""
+    dram = t.get("dram_read_bytes")
+    return (f"lts__t_bytes {t['bytes_per_s'] / 1e12:.2f} TB/s = {t['pct_of_peak']:.1f} % of its sustained peak "
+            f"({t['peak'] / 1e12:.2f} TB/s) in the profiled launch"
+            + (f", {dram / 2 ** 20:.0f} MiB read from DRAM" if dram is not None else "")
+            + (f", SM clock {t['clock_mhz']:.0f} MHz" if t.get("clock_mhz") else "")
+            + f", kernel {t.get('kernel')}{counted}")
+
+
 def describe(calibration: Calibration) -> list[str]:
     """Human-readable lines: device, then per ceiling the measured value, the peak, the clock-adjusted peak,
     the reason label, the method, the peak's source and clock, and what NVML / ncu saw while it ran."""
@@ -111,6 +131,8 @@ def describe(calibration: Calibration) -> list[str]:
                 text += (f"; at the {c.clock_under_load.get('median_mhz'):.0f} MHz SM clock under load: peak "
                          f"{_fmt(c.clock_adjusted_peak, c.unit)}, ratio {c.ratio_to_clock_adjusted_peak:.0%}")
             lines.append(f"{pad}{text}")
+        if c.ncu_l2:
+            lines.append(f"{pad}ncu: {_l2_text(c.ncu_l2, c.amount)}")
         if c.tensor_pipe:
             t = c.tensor_pipe
             lines.append(f"{pad}ncu: " + (t["error"] if t.get("error") else

@@ -1,0 +1,247 @@
+"""Issue 14: the L2 ceiling beside ncu's peak for the same unit (`calibrate --ncu`; CPU, ncu's CSV canned).
+
+The L2 probe's launch is profiled in the same ncu job as the GEMMs, after them; ncu's lts__t_bytes rate and
+its share of ncu's sustained peak give that peak, which the l2_read row is then compared with and explained
+against (within 10 %, or the probe's first pass from DRAM), or left "unexplained" with the numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from egg_mcp.calibration import explain as ex
+from egg_mcp.calibration import ncu_gemm
+from egg_mcp.calibration.models import Calibration
+from egg_mcp.calibration.run import describe
+from egg_mcp.profiling.ncu_csv import render_raw_csv
+
+MiB = 1 << 20
+L2_AMOUNT = 16.0 * 20 * MiB  # the H200 probe: a 20 MiB buffer read 16 times
+DRAM_READ = {"key": "dram_read", "unit": "bytes/s", "value": 4.57e12, "peak": 4.81e12}
+
+
+def _gemm_launch(i: int, name: str = "nvjet_sm90_tst_320x128") -> dict:
+    return {"ID": str(i), "Kernel Name": name, ncu_gemm.PIPE_ELAPSED: "93.3", ncu_gemm.PIPE_ACTIVE: "96.9",
+            ncu_gemm.CLOCK: "1611000000", ncu_gemm.DURATION: "1377440", ncu_gemm.L2_RATE: "1.2e12",
+            ncu_gemm.L2_PCT: "11.0", ncu_gemm.DRAM_READ: "402653184"}
+
+
+def _l2_launch(i: int, rate="8100000000000", pct="74.0", name="_l2_reread", drop=()) -> dict:
+    launch = {"ID": str(i), "Kernel Name": name, ncu_gemm.PIPE_ELAPSED: "0", ncu_gemm.PIPE_ACTIVE: "0",
+              ncu_gemm.CLOCK: "1980000000", ncu_gemm.DURATION: "42100", ncu_gemm.L2_RATE: rate,
+              ncu_gemm.L2_PCT: pct, ncu_gemm.DRAM_READ: str(20 * MiB)}
+    return {k: v for k, v in launch.items() if k not in drop}
+
+
+def _l2_row(value=7.98e12) -> dict:
+    return {"key": "l2_read", "unit": "bytes/s", "value": value, "best_ms": L2_AMOUNT / value * 1e3,
+            "median_ms": L2_AMOUNT / value * 1e3, "amount": L2_AMOUNT, "peak": None, "ratio_to_peak": None,
+            "method": "Triton kernel re-reading a 20 MiB buffer (1/3 of L2) 16 times with .cg loads, best of 10"}
+
+
+# ------------------------------------------------------------------------------------- attribution
+
+
+def test_the_l2_launch_is_attributed_last_and_gives_ncus_peak_for_lts_bytes():
+    text = render_raw_csv([_gemm_launch(0), _gemm_launch(1), _l2_launch(2)])
+    got = ncu_gemm.attribute(text, ["mm_bf16", "mm_fp16", "l2_read"])
+    l2 = got["l2_read"]
+    assert l2["bytes_per_s"] == 8.1e12 and l2["pct_of_peak"] == 74.0
+    assert l2["peak"] == pytest.approx(8.1e12 / 0.74) and l2["dram_read_bytes"] == 20 * MiB
+    assert l2["kernel"] == "_l2_reread" and l2["kernel_ms"] == pytest.approx(0.0421)
+    assert ncu_gemm.L2_RATE in l2["method"] and ncu_gemm.L2_PCT in l2["method"]
+    # the GEMMs keep their pipe readings, unaffected by the L2 metrics on their rows
+    assert got["mm_bf16"]["busy_pct"] == 93.3 and got["mm_fp16"]["pipe"] == "tensor" and "peak" not in got["mm_fp16"]
+
+
+def test_a_missing_l2_metric_is_an_error_on_that_row_only():
+    text = render_raw_csv([_gemm_launch(0), _l2_launch(1, drop=(ncu_gemm.L2_PCT,))])
+    got = ncu_gemm.attribute(text, ["mm_bf16", "l2_read"])
+    assert ncu_gemm.L2_PCT in got["l2_read"]["error"] and "no ncu L2 peak" in got["l2_read"]["error"]
+    assert got["mm_bf16"]["busy_pct"] == 93.3 and "error" not in got["mm_bf16"]
+    zero = ncu_gemm.attribute(render_raw_csv([_l2_launch(0, pct="0")]), ["l2_read"])["l2_read"]
+    assert "no peak derivable" in zero["error"]  # no division by a zero share
+
+
+def test_launch_count_mismatch_and_a_foreign_kernel_are_not_guessed():
+    extra = render_raw_csv([_gemm_launch(0), _gemm_launch(1), _l2_launch(2)])  # a GEMM that launched twice
+    got = ncu_gemm.attribute(extra, ["mm_bf16", "l2_read"])
+    assert all("3 kernels for 2 launches" in r["error"] and "not attributed" in r["error"] for r in got.values())
+    swapped = render_raw_csv([_l2_launch(0), _gemm_launch(1)])  # out of order: the L2 slot holds a GEMM
+    got = ncu_gemm.attribute(swapped, ["mm_bf16", "l2_read"])
+    assert "not _l2_reread" in got["l2_read"]["error"] and "nvjet" in got["l2_read"]["error"]
+
+
+# ------------------------------------------------------------------------------------ explanation
+
+
+def test_l2_row_within_10_percent_of_ncus_peak_is_explained():
+    row = _l2_row(7.98e12)
+    reading = ncu_gemm.l2_reading(_parsed(_l2_launch(0, rate="8.2e12", pct="95.0")))
+    ex.add_l2_reading(row, reading, DRAM_READ)
+    assert row["peak"] == pytest.approx(8.2e12 / 0.95) and row["ratio_to_peak"] == pytest.approx(7.98 / (8.2 / 0.95))
+    assert row["peak_source"].startswith("ncu's peak for lts__t_bytes") and "not a datasheet" in row["peak_source"]
+    assert row["explained"] is True and row["reason"].startswith("within 10 % of ncu's peak for lts__t_bytes (92%)")
+
+
+def test_the_first_pass_from_dram_explains_a_gap_it_accounts_for_and_nothing_more():
+    # ncu's peak 9.2 TB/s: 20 MiB from DRAM at 4.57 TB/s plus 300 MiB at 9.2 TB/s predict 94 %, measured 87 %
+    row = _l2_row(7.98e12)
+    ex.add_l2_reading(row, {"bytes_per_s": 8.1e12, "pct_of_peak": 8.1 / 9.2 * 100, "peak": 9.2e12,
+                            "dram_read_bytes": 20 * MiB}, DRAM_READ)
+    predicted = L2_AMOUNT / (20 * MiB / 4.57e12 + (L2_AMOUNT - 20 * MiB) / 9.2e12) / 9.2e12
+    assert predicted == pytest.approx(0.940, abs=0.002)
+    assert row["explained"] is True and "the gap is the first pass" in row["reason"]
+    assert "predict 94% of ncu's peak for lts__t_bytes, measured 87%" in row["reason"]
+    # ncu's peak 10.9 TB/s: the first pass predicts 92 %, measured 73 %: unexplained, with the numbers
+    far = _l2_row(7.98e12)
+    ex.add_l2_reading(far, {"bytes_per_s": 8.1e12, "pct_of_peak": 74.0, "peak": 8.1e12 / 0.74,
+                            "dram_read_bytes": 20 * MiB}, DRAM_READ)
+    assert far["explained"] is False and far["reason"].startswith("unexplained: the first pass from DRAM (20 MiB")
+    assert "measured 73%" in far["reason"] and "ncu read the L2 at 74 % of that peak" in far["reason"]
+    # no DRAM row: the factor cannot be weighed, and the row says so
+    bare = _l2_row(7.98e12)
+    ex.add_l2_reading(bare, {"bytes_per_s": 8.1e12, "pct_of_peak": 74.0, "peak": 8.1e12 / 0.74,
+                             "dram_read_bytes": 20 * MiB}, None)
+    assert bare["explained"] is False and "no DRAM reading" in bare["reason"]
+    # far above ncu's peak is not "within 10 %": the byte counts disagree
+    above = _l2_row(13e12)
+    ex.add_l2_reading(above, {"bytes_per_s": 8.1e12, "pct_of_peak": 74.0, "peak": 8.1e12 / 0.74}, DRAM_READ)
+    assert above["explained"] is False and "above it" in above["reason"]
+
+
+def test_a_failed_l2_reading_leaves_the_row_without_a_peak_and_says_why():
+    row = _l2_row()
+    ex.add_l2_reading(row, {"error": "ncu not found (set EGG_MCP_NCU or install Nsight Compute)"}, DRAM_READ)
+    assert row["peak"] is None and row["explained"] is False
+    assert row["reason"] == ("no peak figure for this unit: ncu's L2 reading failed: ncu not found (set EGG_MCP_NCU "
+                             "or install Nsight Compute)")
+    plain = _l2_row()
+    ex.relabel([plain])  # no --ncu: the row points at the flag that reads the peak
+    assert plain["explained"] is False and "--ncu" in plain["reason"] and "lts__t_bytes" in plain["reason"]
+
+
+def _parsed(launch: dict):
+    """One launch as ncu_csv parses it from the raw CSV."""
+    from egg_mcp.profiling.ncu_csv import parse_ncu_output
+
+    return parse_ncu_output(render_raw_csv([launch])).launches[0]
+
+
+# ------------------------------------------------------------------------- the one ncu job, end to end
+
+
+class _FakeEngine:
+    """The calibration job returns `record`; the ncu-wrapped job writes ncu's CSV for what its payload asks
+    (GEMMs in order, then the L2 probe), or an ==ERROR== for a metric this 'ncu' lacks."""
+
+    def __init__(self, record: dict, lacks: tuple[str, ...] = ()):
+        self.record, self.lacks, self.ncu_calls = record, lacks, []
+
+    def has_gpu(self):
+        return True
+
+    async def run_job(self, target, payload, *, timeout_s, uses_gpu, wrapper_argv=None):
+        if wrapper_argv is None:
+            return SimpleNamespace(ok=True, result=self.record, error=None, timed_out=False, exit_code=0,
+                                   stderr_tail="")
+        asked = wrapper_argv[wrapper_argv.index("--metrics") + 1].split(",")
+        self.ncu_calls.append((target, payload, asked))
+        log = wrapper_argv[wrapper_argv.index("--log-file") + 1]
+        bad = [m for m in self.lacks if m in asked]
+        with open(log, "w") as f:
+            if bad:
+                f.write(f"==ERROR== Failed to find metric {bad[0]}\n")
+            else:
+                launches = [_gemm_launch(i) for i, _ in enumerate(payload["gemms"])]
+                if "l2" in payload:
+                    launches.append(_l2_launch(len(launches)))
+                f.write(render_raw_csv([{k: v for k, v in ln.items() if k in ("ID", "Kernel Name", *asked)}
+                                        for ln in launches]))
+        return SimpleNamespace(ok=True, result={}, error=None, timed_out=False, exit_code=0, stderr_tail="")
+
+
+def _record() -> dict:
+    row = lambda key, unit, value, **kw: {"key": key, "unit": unit, "value": value, "best_ms": 1.0,  # noqa: E731
+                                          "median_ms": 1.0, "amount": value * 1e-3, "method": f"probe {key}", **kw}
+    bf16 = row("mm_bf16", "FLOP/s", 796.7e12, peak=989.4e12, ratio_to_peak=0.805, shape=8192, peak_clock_mhz=1830)
+    ceilings = [row("dram_read", "bytes/s", 4.57e12, peak=4.81e12, ratio_to_peak=0.95), _l2_row(7.98e12), bf16]
+    ex.relabel(ceilings)
+    return {"device": {"name": "NVIDIA H200", "uuid": None}, "ceilings": ceilings, "quick": False,
+            "measured_at": "2026-12-01T13:15:00+00:00"}
+
+
+def test_calibrate_ncu_profiles_the_l2_probe_in_the_same_job_and_reports_it_beside_ncus_peak(monkeypatch):
+    import egg_mcp.profiling.runner as prof_runner
+    from egg_mcp.calibration.run import calibrate
+
+    monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: "/opt/ncu")
+    engine = _FakeEngine(_record())
+    cal = asyncio.run(calibrate(engine, None, ncu=True))
+    assert len(engine.ncu_calls) == 1  # one ncu job for the GEMMs and the L2 probe
+    target, payload, asked = engine.ncu_calls[0]
+    assert target == ncu_gemm.TARGET and payload == {"gemms": [["mm_bf16", 8192]], "l2": {"quick": False}}
+    assert {ncu_gemm.L2_RATE, ncu_gemm.L2_PCT, ncu_gemm.DRAM_READ} <= set(asked)
+    l2 = cal.get("l2_read")
+    assert l2.peak == pytest.approx(8.1e12 / 0.74) and l2.ratio_to_peak == pytest.approx(7.98e12 / (8.1e12 / 0.74))
+    assert l2.ncu_l2["pct_of_peak"] == 74.0 and l2.explained is False and "measured 73%" in l2.reason
+    assert cal.get("mm_bf16").tensor_pipe["busy_pct"] == 93.3  # the GEMM rows read as before
+    text = "\n".join(describe(cal))
+    head = next(ln for ln in describe(cal) if ln.startswith("l2_read"))
+    assert "7.98 TB/s" in head and "10.95 TB/s" in head and "73%" in head
+    assert "peak: ncu's peak for lts__t_bytes" in text
+    assert "ncu: lts__t_bytes 8.10 TB/s = 74.0 % of its sustained peak (10.95 TB/s)" in text
+    assert "20 MiB read from DRAM" in text and "kernel _l2_reread" in text
+
+
+def test_an_ncu_without_the_l2_metric_leaves_the_gemm_rows_read(monkeypatch):
+    import egg_mcp.profiling.runner as prof_runner
+
+    monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: "/opt/ncu")
+    engine = _FakeEngine({}, lacks=(ncu_gemm.L2_PCT,))
+    got = asyncio.run(ncu_gemm.read_tensor_pipe(engine, [("mm_bf16", 8192)], l2={"quick": True}))
+    assert len(engine.ncu_calls) == 2 and ncu_gemm.L2_PCT not in engine.ncu_calls[1][2]  # asked again without it
+    assert engine.ncu_calls[0][1]["l2"] == {"quick": True}
+    assert got["mm_bf16"]["busy_pct"] == 93.3 and ncu_gemm.L2_PCT in got["l2_read"]["error"]
+    monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: None)
+    none = asyncio.run(ncu_gemm.read_tensor_pipe(engine, [("mm_bf16", 8192)], l2={"quick": True}))
+    assert set(none) == {"mm_bf16", "l2_read"} and all("ncu not found" in r["error"] for r in none.values())
+
+
+# ---------------------------------------------------------------------------------- the worker side
+
+
+def test_the_worker_profiles_one_launch_each_in_order_with_warm_ups_outside_the_range(monkeypatch):
+    """profile_gemms (the target ncu wraps) on the CPU with CUDA faked: each GEMM, then the L2 probe, runs
+    3 times before cudaProfilerStart (compiles happen there) and exactly once between Start and Stop."""
+    import torch
+
+    from egg_mcp.calibration import matmul
+
+    events: list[str] = []
+    cudart = SimpleNamespace(cudaProfilerStart=lambda: events.append("start"),
+                             cudaProfilerStop=lambda: events.append("stop"))
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: cudart)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(matmul, "gemm_maker",
+                        lambda key: (lambda size: ((lambda: events.append(f"{key}@{size}")), 0.0, key)))
+    quick_seen = []
+
+    def l2_maker(options):
+        quick_seen.append(options["quick"])
+        return lambda: events.append("l2")
+
+    monkeypatch.setattr(ncu_gemm, "_l2_maker", l2_maker)
+    got = ncu_gemm.profile_gemms({"gemms": [["mm_bf16", 8192], ["mm_fp8", 16384]], "l2": {"quick": True}})
+    assert got == {"profiled": ["mm_bf16", "mm_fp8", "l2_read"]} and quick_seen == [True]
+    profiled = [events[i + 1] for i, e in enumerate(events) if e == "start"]
+    assert profiled == ["mm_bf16@8192", "mm_fp8@16384", "l2"]
+    for i, e in enumerate(events):
+        if e == "start":
+            assert events[i + 2] == "stop" and events[i - 3:i] == [events[i + 1]] * 3  # 3 warm-ups, then one
+    events.clear()
+    assert ncu_gemm.profile_gemms({"gemms": [["mm_bf16", 8192]]}) == {"profiled": ["mm_bf16"]}  # no L2 asked
+    assert "l2" not in events
