@@ -79,6 +79,41 @@ def replay_problem(record: dict, gpu) -> dict | None:
             "rho_now_n": len(ok), "rows": rows}
 
 
+COMPILED = REPO / "benchmarks" / "results" / "tiling" / "compile_study_guidance.json"
+
+
+def compile_agreement(gpu, path: Path = COMPILED) -> dict:
+    """The model's shared memory and programs per SM against Triton's own sm_90 build of every config of the two
+    candidates' spaces (tiling_compile_guidance.py): a check on configs the H200 never ran (held out)."""
+    from egg_mcp.tiling.attention import attention_smem
+    from egg_mcp.tiling.costs import _ctas_per_sm, _round_up, dot_regs
+
+    study = json.loads(path.read_text())
+    out: dict = {"file": str(path.relative_to(REPO)), "triton": study["triton"]}
+    for r in study["rows"]:
+        if "error" in r:
+            continue
+        c, w, s = r["config"], r["config"]["num_warps"], r["config"]["num_stages"]
+        bm, bn = c["BLOCK_M"], c["BLOCK_N"]
+        compiled_c = _ctas_per_sm(gpu, 32 * w, r["registers"], r["shared_bytes"])
+        row = out.setdefault(r["kernel"], {"configs": 0, "smem_exact": 0, "ctas_agree_now": 0, "ctas_agree_before": 0})
+        row["configs"] += 1
+        if r["kernel"] == "attn_kernel":
+            smem = attention_smem(bm, bn, c["BLOCK_D"], s, bm >= 64 and w >= 4, "tf32x3") * 4
+            before = (s * 2 * bn * c["BLOCK_D"] + bm * c["BLOCK_D"]) * 4  # the model of guidance_6438ad0
+            row["smem_exact"] += smem == r["shared_bytes"]
+            row["smem_exact_before"] = row.get("smem_exact_before", 0) + (before == r["shared_bytes"])
+            continue
+        bk = c["BLOCK_K"]
+        smem = s * (bm + bn) * bk * 4
+        now = _ctas_per_sm(gpu, 32 * w, min(255, _round_up(dot_regs(bm, bn, bk, w, "tf32x3"), 8)), smem)
+        before = _ctas_per_sm(gpu, 32 * w, min(255, _round_up(bm * bn / (32 * w) + 32, 8)), smem)
+        row["smem_exact"] += smem == r["shared_bytes"]
+        row["ctas_agree_now"] += now == compiled_c
+        row["ctas_agree_before"] += before == compiled_c
+    return out
+
+
 def replay(files: list[Path] | None = None) -> dict:
     gpu = h200_spec()
     cases = []
@@ -89,7 +124,8 @@ def replay(files: list[Path] | None = None) -> dict:
                 rel = Path(path).resolve()
                 case["file"] = str(rel.relative_to(REPO)) if rel.is_relative_to(REPO) else str(path)
                 cases.append(case)
-    return {"label": LABEL, "calibration": str(CALIBRATION.relative_to(REPO)), "cases": cases}
+    return {"label": LABEL, "calibration": str(CALIBRATION.relative_to(REPO)), "cases": cases,
+            "compiler_check": compile_agreement(gpu) if COMPILED.exists() else None}
 
 
 def markdown(result: dict) -> list[str]:
@@ -104,7 +140,23 @@ def markdown(result: dict) -> list[str]:
             cfg = ", ".join(f"{k}={v}" for k, v in r["config"].items())
             now = "pruned" if r["predicted_ms_now"] is None else f"{r['predicted_ms_now']:.3f}"
             parts = " + ".join(f"{v:.3f}" for v in r["per_launch_ms_now"].values() if v is not None)
-            lines.append(f"- {cfg}: {r['measured_ms']:.3f} / {r['predicted_ms_recorded']:.3f} / {now} = {parts}")
+            lines.append(f"- {cfg}: {r['measured_ms']:.3f} / {r['predicted_ms_recorded']:.3f} / {now}"
+                         + (f" = {parts}" if len(r["per_launch_ms_now"]) > 1 else ""))
+    check = result.get("compiler_check")
+    if check:
+        lines += ["", f"Against Triton {check['triton']}'s own sm_90 build of every config of the two candidates' spaces "
+                      f"(`{Path(check['file']).name}`, compiled on a CPU; configs the H200 never ran):"]
+        for kernel, row in check.items():
+            if not isinstance(row, dict):
+                continue
+            if kernel == "attn_kernel":
+                lines.append(f"- {kernel}: shared memory exact on {row['smem_exact']}/{row['configs']} configs "
+                             f"(model of the recorded run: {row['smem_exact_before']}/{row['configs']})")
+            else:
+                lines.append(f"- {kernel}: programs per SM as the compiler's registers and shared memory allow on "
+                             f"{row['ctas_agree_now']}/{row['configs']} configs (model of the recorded run: "
+                             f"{row['ctas_agree_before']}/{row['configs']}); shared memory exact on "
+                             f"{row['smem_exact']}/{row['configs']}")
     return lines
 
 
