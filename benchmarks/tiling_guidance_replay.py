@@ -3,6 +3,8 @@ on the configs the H200 measured (benchmarks/results/h200_2026-12-01_s6/guidance
 
     python3 benchmarks/tiling_guidance_replay.py [GUIDANCE.json ...]
 
+(a new `run.py guidance --out D` record can be passed as GUIDANCE.json: its rho at the model it ran with, beside now.)
+
 No GPU: the measured times are the H200's, recorded by `benchmarks/run.py guidance` (guidance_suite.py). The
 candidate's kernels are priced as that run told them apart (`tiling.kernels`: each launch's own kind, dims and
 parameters, read there by the meta-device launch probe), on the H200 spec with the ceilings of the stored
@@ -118,7 +120,8 @@ def replay(files: list[Path] | None = None) -> dict:
     gpu = h200_spec()
     cases = []
     for path in files or GUIDANCE:
-        for record in json.loads(Path(path).read_text())["result"]["problems"]:
+        data = json.loads(Path(path).read_text())
+        for record in data.get("result", data)["problems"]:  # run.py's record, or guidance_suite.py's own file
             case = replay_problem(record, gpu)
             if case is not None:
                 rel = Path(path).resolve()
