@@ -144,3 +144,9 @@ def test_guidance_replay_checks_the_model_against_the_compiler(guidance):
     assert check["attn_kernel"]["smem_exact"] == 20 and check["attn_kernel"]["smem_exact_before"] == 2
     lin = check["linear_kernel"]
     assert lin["configs"] == 48 and lin["ctas_agree_now"] > lin["ctas_agree_before"]
+
+
+def test_other_precisions_keep_the_earlier_shared_memory_estimate():
+    """Only tf32x3 was compiled: bf16 attention keeps K/V stages + one Q (no hi/lo, no staged P)."""
+    for wgmma in (True, False):
+        assert attention_smem(64, 64, 128, 2, wgmma, "bf16") == 2 * 2 * 64 * 128 + 64 * 128

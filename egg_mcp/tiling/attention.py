@@ -35,14 +35,16 @@ SOFTMAX_OPS = 6  # CUDA-core instructions per score element (scale, mask, max, s
 
 def attention_smem(bm: int, bn: int, d: int, stages: int, wgmma: bool, ctype: str) -> int:
     """Elements of shared memory one program takes, as Triton 3.6 allocates them for sm_90
-    (benchmarks/results/tiling/compile_study_guidance.json, its `ttg.local_alloc`s): Q is staged in shared memory
-    (its hi and lo parts under tf32x3); wgmma multi-buffers K and V `stages` times; the mma.sync path buffers them
-    stages - 1 times (one buffer at 1 stage) and stages P (hi and lo) for the second dot. Exact on the 16 wgmma and
-    the two pipelined mma.sync configs compiled there; at 1 stage Triton reuses buffers (48-64 KB vs 56-80 here)."""
-    copies = 2 if ctype == "tf32x3" else 1
+    (benchmarks/results/tiling/compile_study_guidance.json, its `ttg.local_alloc`s, tf32x3): Q is staged in shared
+    memory, its hi and lo parts; wgmma multi-buffers K and V `stages` times; the mma.sync path buffers them
+    stages - 1 times (one buffer at 1 stage) and stages P's hi and lo for the second dot. Exact on the 16 wgmma and
+    the 4 pipelined mma.sync configs compiled there; at 1 stage Triton reuses buffers (48-64 KB vs 56-80 here).
+    Other precisions (not compiled here) keep the earlier estimate: K/V stages and one copy of Q."""
+    if ctype != "tf32x3":
+        return stages * 2 * bn * d + bm * d
     if wgmma:
-        return stages * 2 * bn * d + copies * bm * d
-    return (2 * (stages - 1) if stages > 1 else 1) * bn * d + copies * (bm * d + bm * bn)
+        return stages * 2 * bn * d + 2 * bm * d
+    return (2 * (stages - 1) if stages > 1 else 1) * bn * d + 2 * (bm * d + bm * bn)
 
 
 def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int], dtype: str,
