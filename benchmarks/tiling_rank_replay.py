@@ -13,6 +13,8 @@ Per case (the latest stored run of each of the ten cases):
   * older runs kept only the exhaustive best and the best the search found: the exhaustive best's rank in
     the current model's ranking (and in the ranking of the model of that run), and whether the top 8 hold it.
 `--before FILE.json` (this script's output at an earlier commit) adds the earlier numbers beside each case.
+Then the guidance suite's recorded propose_tiling trials (multi-kernel attention + projections, tf32x3 GEMM;
+`tiling_guidance_replay.py`): rho per case over its measured configs, beside the rho the model of that run gave.
 Writes OUT.json and OUT.md.
 """
 
@@ -217,14 +219,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     before = json.loads(Path(args.before).read_text()) if args.before else None
     result = run(stored_files() + list(args.files))
+    from tiling_guidance_replay import markdown as guidance_markdown, replay as guidance_replay
+
+    result["guidance"] = guidance_replay()
     if before:
         result["before"] = {"git_commit": before["git_commit"],
                             "rho": {c["case"]: c.get("rho") for c in before["cases"]}}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    out.with_suffix(".md").write_text(markdown(result, before))
-    print(markdown(result, before))
+    text = markdown(result, before) + "\n## Guidance suite cases (" + result["guidance"]["label"] + ")\n\n" + "\n".join(
+        guidance_markdown(result["guidance"])) + "\n"
+    out.with_suffix(".md").write_text(text)
+    print(text)
     return 0
 
 

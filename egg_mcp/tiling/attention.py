@@ -2,11 +2,24 @@
 the keys in BLOCK_N steps: S = Q K^T, online softmax, O += P V).
 
 dims: BH (batch x heads), T (queries), S (keys), D (head dim as the kernel holds it, padded to a power of
-two). Per key step: two dots of BLOCK_M x BLOCK_N x D at the kernel's compute type (`model.dot_step_s`,
-with the tf32x3 split and register pressure), the softmax's exps on the SFUs, and the K and V tiles
-loaded from L2. A causal kernel (a `tl.where` mask in the loop and the source saying "causal") visits
-only the keys up to its last query. Feasibility: shared memory for the K/V stages and Q, and the
-accumulator + score registers per thread.
+two). Per key step: two dots of BLOCK_M x BLOCK_N x D at the kernel's compute type (`costs.dot_step_parts`:
+tensor-core time and the tf32x3 split on CUDA cores), the softmax's exps on the SFUs, and the K and V tiles
+loaded from L2. A causal kernel (a `tl.where` mask in the loop) visits only the keys up to its last query.
+
+A key step is one dependent chain (split -> S = Q K^T -> softmax -> split -> O += P V): inside one program the
+tensor-core and CUDA-core parts run one after the other, and only other programs resident on the SM fill the
+idle unit. So the step costs max(tensor, CUDA-core, (tensor + CUDA-core) / programs per SM), and the programs
+per SM come from the shared memory and registers the config really takes:
+  * on sm_90 a BLOCK_M >= 64 tile at >= 4 warps runs wgmma, which reads Q from shared memory (its hi and lo
+    parts under tf32x3): Triton 3.6 for sm_90 reported exactly stages x 2 x BLOCK_N x D + 2 x BLOCK_M x D fp32
+    words on all 16 wgmma configs of the attention candidate (benchmarks/results/tiling/
+    compile_study_guidance.json); the mma.sync path keeps Q in registers;
+  * registers: the O accumulator and the score tile, and under tf32x3 the hi and lo of the operands held in
+    registers (P always, Q on the mma.sync path).
+Found on the H200 (guidance_6438ad0.json, KernelBench 43): BLOCK_M=64 tiles (wgmma, 128-192 KB: one program per
+SM) ran 0.33-0.48 ms slower than BLOCK_M=32 ones (72-112 KB: two per SM) where the old model, with one
+program's chain priced as if other programs overlapped it, predicted them faster.
+Feasibility: shared memory, and the accumulator + score registers per thread.
 """
 
 from __future__ import annotations
@@ -20,11 +33,25 @@ SFU_PER_SM_PER_CLK = 16  # exp2 throughput per SM per clock (Hopper-class MUFU)
 SOFTMAX_OPS = 6  # CUDA-core instructions per score element (scale, mask, max, subtract, sum, rescale)
 
 
+def attention_smem(bm: int, bn: int, d: int, stages: int, wgmma: bool, ctype: str) -> int:
+    """Elements of shared memory one program takes, as Triton 3.6 allocates them for sm_90
+    (benchmarks/results/tiling/compile_study_guidance.json, its `ttg.local_alloc`s, tf32x3): Q is staged in shared
+    memory, its hi and lo parts; wgmma multi-buffers K and V `stages` times; the mma.sync path buffers them
+    stages - 1 times (one buffer at 1 stage) and stages P's hi and lo for the second dot. Exact on the 16 wgmma and
+    the 4 pipelined mma.sync configs compiled there; at 1 stage Triton reuses buffers (48-64 KB vs 56-80 here).
+    Other precisions (not compiled here) keep the earlier estimate: K/V stages and one copy of Q."""
+    if ctype != "tf32x3":
+        return stages * 2 * bn * d + bm * d
+    if wgmma:
+        return stages * 2 * bn * d + 2 * bm * d
+    return (2 * (stages - 1) if stages > 1 else 1) * bn * d + 2 * (bm * d + bm * bn)
+
+
 def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int], dtype: str,
               est: ConfigEstimate) -> list[tuple[str, str]]:
     from egg_mcp.tiling.costs import (
         DTYPE_BYTES, GEMM_TILE_FIXED_S, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, _ctas_per_sm, _persistent,
-        compute_type, dot_step_s,
+        compute_type, dot_step_parts, rows_redone,
     )
 
     fired: list[tuple[str, str]] = []
@@ -37,12 +64,15 @@ def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, di
     tile = f"{name('T', bm)}, {name('S', bn)}"
     if min(bm, bn) < 16:
         fired.append(("dot_min", f"{tile}: tl.dot needs every tile dimension >= 16"))
-    est.smem_bytes = (stages * 2 * bn * d + bm * d) * nbytes
+    ctype = compute_type(dtype, space)
+    wgmma = gpu.arch == "sm_90" and bm >= 64 and w >= 4
+    est.smem_bytes = attention_smem(bm, bn, d, stages, wgmma, ctype) * nbytes
     if est.smem_bytes > gpu.smem_per_block_optin_bytes:
         fired.append(("smem", f"{tile}, D={d}, {k.names.get('stages', 'num_stages')}={stages} needs "
                               f"{est.smem_bytes / 1024:.0f} KB shared memory > {gpu.smem_per_block_optin_bytes / 1024:.0f} KB"))
     live = (bm * d + bm * bn) / (32 * w)  # output accumulator + the score tile
-    est.regs_per_thread = min(MAX_REGS, int(math.ceil((live + 40) / 8) * 8))
+    split = 2 * (bm * bn + (0 if wgmma else bm * d)) / (32 * w) if ctype == "tf32x3" else 0.0  # hi/lo of P (and Q)
+    est.regs_per_thread = min(MAX_REGS, int(math.ceil((live + split + 40) / 8) * 8))
     if live >= 256:
         fired.append(("spill", f"{tile}, D={d}, {k.names.get('warps', 'num_warps')}={w} keeps {live:.0f} fp32 "
                                "accumulator + score registers per thread (>= 256): spills"))
@@ -63,19 +93,29 @@ def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, di
         steps = [math.ceil(min((i + 1) * bm, s_len) / bn) for i in range(q_blocks)]
     else:
         steps = [math.ceil(s_len / bn)] * q_blocks
-    ctype = compute_type(dtype, space)
-    t_dots = 2 * dot_step_s(bm, bn, d, w, ctype, gpu, dtype, est.notes, what="attention tile")
+    t_tensor, t_split = (2 * x for x in dot_step_parts(bm, bn, d, w, ctype, gpu, est.notes, what="attention tile"))
+    redo = rows_redone(bm, w, gpu)
+    if redo > 1:  # warps along M (Triton's layout for chained dots): extra warpgroups redo S = Q K^T
+        t_tensor *= (1 + redo) / 2
+        est.notes.append(f"{k.names.get('warps', 'num_warps')}={w} covers {16 * w} rows of a {bm}-row tile: "
+                         f"S = Q K^T is computed {16 * w // bm}x (fewer warps or a larger BLOCK_M)")
     clock = (gpu.sm_clock_mhz or 1500) * 1e6
     t_softmax = bm * bn * (1 / (SFU_PER_SM_PER_CLK * clock) + SOFTMAX_OPS / (128 * clock))
+    t_cuda = t_split + t_softmax
+    t_chain = max(t_tensor, t_cuda, (t_tensor + t_cuda) / max(c, 1))  # other programs fill the idle unit
     l2_sm = L2_OVER_DRAM * gpu.dram_bytes_per_s / gpu.sm_count
     t_load = 2 * bn * d * nbytes / l2_sm
     pipeline = {1: 0.6, 2: 0.85}.get((stages - 1) * max(c, 1) + 1, 1.0)
-    t_step = max(t_dots + t_softmax, t_load) / pipeline
+    t_step = max(t_chain, t_load) / pipeline
     total_steps = bh * sum(steps)
     per_sm = max(total_steps / gpu.sm_count, max(steps))
     t_sm = per_sm * t_step + math.ceil(programs / gpu.sm_count) * GEMM_TILE_FIXED_S / max(c, 1)
     est.predicted_ms = (t_sm + LAUNCH_OVERHEAD_S) * 1e3
     est.intensity = 4 * bm * bn * d / (2 * bn * d * nbytes)
-    if t_softmax > t_dots:
-        est.notes.append(f"softmax-bound: exps {t_softmax * 1e9:.0f} ns > dots {t_dots * 1e9:.0f} ns per key step")
+    if t_softmax > t_tensor:
+        est.notes.append(f"softmax-bound: exps {t_softmax * 1e9:.0f} ns > dots {t_tensor * 1e9:.0f} ns per key step")
+    if c == 1 and t_cuda > 0.25 * t_tensor:
+        est.notes.append(f"one program per SM ({est.smem_bytes / 1024:.0f} KB shared memory, {est.regs_per_thread} "
+                         f"registers): its dots ({t_tensor * 1e9:.0f} ns) and CUDA-core work ({t_cuda * 1e9:.0f} ns) "
+                         "per key step run one after the other; a smaller tile lets two programs overlap them")
     return fired

@@ -86,27 +86,59 @@ H200 a tf32x3 128x128x32 tile ran 3.05 ms at 4 warps (accumulators + hi/lo opera
 1.80 ms at 8 (issue 18)."""
 
 
-def dot_step_s(bm: int, bn: int, bk: int, w: int, ctype: str, gpu: GpuSpec, dtype: str, notes: list[str],
-               what: str = "tile") -> float:
-    """Seconds of one BM x BN x BK dot step on one SM at the compute type's rate, with the precision's own
-    costs: the tf32x3 split (CUDA cores) and its register pressure, the FMA path of IEEE fp32."""
-    peak_sm = gpu.peak_flops.get(ctype, gpu.peak_flops["fp32"]) / gpu.sm_count
-    eff = 1.0
-    acc = bm * bn / (32 * w)
-    regs = acc + 32
+SMEM_BYTES_PER_CLK = 128
+"""Shared-memory bandwidth of one SM per clock: 32 banks of 4 bytes each per clock (CUDA C++ Programming Guide,
+"Shared Memory" of compute capabilities 5.x-9.0)."""
+
+
+def rows_redone(bm: int, w: int, gpu: GpuSpec) -> float:
+    """How many times a wgmma tile's rows are computed when Triton lays every warp along M. It does for chained
+    dots (an attention step; and tf32x3, which Triton lowers to three dots feeding one accumulator): a warpgroup
+    covers 64 rows, so BLOCK_M < 16 x num_warps leaves warpgroups redoing the same rows. Seen in Triton 3.6's sm_90
+    build (benchmarks/tiling_compile_guidance.py): attention 64x64 at 8 warps issues twice the HGMMAs for S = Q K^T
+    of 4 warps (96 vs 48); the 64-row tf32x3 GEMMs at 8 warps carry two MMA layouts (warps [4, 2] and [8, 1]) and
+    22-40 barriers per program against 6 for 128 rows."""
+    if gpu.arch != "sm_90" or bm < 64 or w < 4 or 16 * w <= bm:
+        return 1.0
+    return 16 * w / bm
+
+
+def dot_regs(bm: int, bn: int, bk: int, w: int, ctype: str) -> float:
+    """Live registers per thread of a BM x BN x BK dot step: the fp32 accumulator, ~32 for addresses and masks, and
+    for tf32x3 the hi and lo parts of both operands (Triton splits them in registers before the three tensor-core
+    products). The same count decides spills and how many programs an SM holds: a tf32x3 128x128x32 tile at 8 warps
+    is 160 here and 208 in Triton 3.6's sm_90 build (benchmarks/results/tiling/compile_study_guidance.json), one
+    program per SM either way, where the accumulator alone (96) said two."""
+    regs = bm * bn / (32 * w) + 32
     if ctype == "tf32x3":
-        regs += 2 * (bm + bn) * bk / (32 * w)  # hi and lo of both operands live in registers
-    elif ctype == "fp32":
-        eff *= FMA_DOT_EFFICIENCY
+        regs += 2 * (bm + bn) * bk / (32 * w)
+    return regs
+
+
+def dot_step_parts(bm: int, bn: int, bk: int, w: int, ctype: str, gpu: GpuSpec, notes: list[str],
+                   what: str = "tile") -> tuple[float, float]:
+    """(tensor-core or FMA seconds, CUDA-core seconds) of one BM x BN x BK dot step on one SM: the products at the
+    compute type's rate (derated for the FMA path of IEEE fp32 and for spills) and the tf32x3 split (CUDA cores).
+    Apart because a dependent chain runs them one after the other (attention.py)."""
+    peak_sm = gpu.peak_flops.get(ctype, gpu.peak_flops["fp32"]) / gpu.sm_count
+    eff = FMA_DOT_EFFICIENCY if ctype == "fp32" else 1.0
+    regs = dot_regs(bm, bn, bk, w, ctype)
     if regs > MAX_REGS:
         eff *= SPILL_EFFICIENCY
         notes.append(f"{what}: ~{regs:.0f} live registers per thread ({ctype} at {w} warps) > {MAX_REGS}: spills "
                      "in the K loop; more warps or a smaller tile")
-    t = 2 * bm * bn * bk / (peak_sm * eff)
+    split = 0.0
     if ctype == "tf32x3":
         lanes = 128 * (gpu.sm_clock_mhz or 1500) * 1e6  # fp32 lanes per SM per second
-        t += SPLIT_OPS * (bm + bn) * bk / lanes
-    return t
+        split = SPLIT_OPS * (bm + bn) * bk / lanes
+    return 2 * bm * bn * bk / (peak_sm * eff), split
+
+
+def dot_step_s(bm: int, bn: int, bk: int, w: int, ctype: str, gpu: GpuSpec, dtype: str, notes: list[str],
+               what: str = "tile") -> float:
+    """Seconds of one BM x BN x BK dot step on one SM at the compute type's rate, with the precision's own
+    costs: the tf32x3 split (CUDA cores) and its register pressure, the FMA path of IEEE fp32."""
+    return sum(dot_step_parts(bm, bn, bk, w, ctype, gpu, notes, what))
 
 
 def _ctas_per_sm(gpu: GpuSpec, threads: int, regs: int, smem: int) -> int:

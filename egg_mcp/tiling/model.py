@@ -28,7 +28,7 @@ from egg_mcp.tiling.dims import next_pow2
 from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate, KernelCall, TilingConfig, TunableParam
 
 from egg_mcp.tiling.costs import (  # noqa: F401  (re-exported: one set of constants)
-    ACC_SPILL_REGS, DRAM_LATENCY_S, DTYPE_BYTES, FMA_DOT_EFFICIENCY, GEMM_TILE_FIXED_S, KB, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE, SPILL_EFFICIENCY, SPLIT_OPS, TRANSCENDENTAL_OPS, _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, _ctas_per_sm, _is_pow2, _persistent, _round_up, compute_type, dot_step_s,
+    ACC_SPILL_REGS, DRAM_LATENCY_S, DTYPE_BYTES, FMA_DOT_EFFICIENCY, GEMM_TILE_FIXED_S, KB, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE, SPILL_EFFICIENCY, SPLIT_OPS, TRANSCENDENTAL_OPS, _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, _ctas_per_sm, _is_pow2, SMEM_BYTES_PER_CLK, _persistent, _round_up, compute_type, dot_regs, dot_step_parts, dot_step_s, rows_redone,
 )
 
 
@@ -106,7 +106,8 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
                               f"{est.smem_bytes / KB:.0f} KB shared memory ({s} x ({bm}+{bn}) x {bk} x {nbytes} B) > "
                               f"{gpu.smem_per_block_optin_bytes / KB:.0f} KB"))
     acc = bm * bn / (32 * w)
-    est.regs_per_thread = min(MAX_REGS, _round_up(acc + 32, 8))
+    ctype = compute_type(dtype, space)
+    est.regs_per_thread = min(MAX_REGS, _round_up(dot_regs(bm, bn, bk, w, ctype), 8))  # tf32x3 hi/lo included
     if acc >= ACC_SPILL_REGS:
         fired.append(("spill", f"{tile}, {k.names.get('warps', 'num_warps')}={w} keeps {acc:.0f} fp32 accumulator "
                                f"registers per thread (>= {ACC_SPILL_REGS}): spills to local memory"))
@@ -136,7 +137,16 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
     s_eff = (s - 1) * max(c, 1) + 1  # co-resident programs hide latency like extra stages
     eff *= {1: 0.45, 2: 0.75, 3: 0.95}.get(s_eff, 1.0)
     k_iters = math.ceil(math.ceil(K / k.split) / bk)
-    t_math = dot_step_s(bm, bn, bk, w, compute_type(dtype, space), gpu, dtype, est.notes) / eff
+    t_tensor, t_split = dot_step_parts(bm, bn, bk, w, ctype, gpu, est.notes)
+    redo = rows_redone(bm, w, gpu) if ctype == "tf32x3" else 1.0
+    t_convert = 0.0
+    if redo > 1:  # two of the three products on warps along M, the accumulator converted between the layouts
+        t_tensor *= (2 * redo + 1) / 3
+        t_convert = 2 * bm * bn * 4 / (SMEM_BYTES_PER_CLK * (gpu.sm_clock_mhz or 1500) * 1e6)
+        est.notes.append(f"tf32x3 at {label('M', bm)} with {w} warps: {16 * w} rows of warps on {bm} rows, two of its "
+                         f"three products computed {redo:.0f}x and the accumulator moved through shared memory every "
+                         "K step; use 4 warps or a larger BLOCK_M")
+    t_math = (t_tensor + t_split + t_convert) / eff
     t_load = (bm + bn) * bk * nbytes / l2_sm
     t_tile = GEMM_TILE_FIXED_S / max(c, 1) + k_iters * max(t_math, t_load)
     t_compute = math.ceil(tiles / gpu.sm_count) * t_tile
