@@ -28,7 +28,7 @@ from egg_mcp.tiling.dims import next_pow2
 from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate, KernelCall, TilingConfig, TunableParam
 
 from egg_mcp.tiling.costs import (  # noqa: F401  (re-exported: one set of constants)
-    ACC_SPILL_REGS, DRAM_LATENCY_S, DTYPE_BYTES, FMA_DOT_EFFICIENCY, GEMM_TILE_FIXED_S, KB, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE, SPILL_EFFICIENCY, SPLIT_OPS, TRANSCENDENTAL_OPS, _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, _ctas_per_sm, _is_pow2, _persistent, _round_up, compute_type, dot_step_s,
+    ACC_SPILL_REGS, DRAM_LATENCY_S, DTYPE_BYTES, FMA_DOT_EFFICIENCY, GEMM_TILE_FIXED_S, KB, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE, SPILL_EFFICIENCY, SPLIT_OPS, TRANSCENDENTAL_OPS, _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, _ctas_per_sm, _is_pow2, _persistent, _round_up, compute_type, dot_step_s, live_regs,
 )
 
 
@@ -106,7 +106,8 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
                               f"{est.smem_bytes / KB:.0f} KB shared memory ({s} x ({bm}+{bn}) x {bk} x {nbytes} B) > "
                               f"{gpu.smem_per_block_optin_bytes / KB:.0f} KB"))
     acc = bm * bn / (32 * w)
-    est.regs_per_thread = min(MAX_REGS, _round_up(acc + 32, 8))
+    ctype = compute_type(dtype, space)
+    est.regs_per_thread = min(MAX_REGS, _round_up(live_regs(bm, bn, bk, w, ctype), 8))
     if acc >= ACC_SPILL_REGS:
         fired.append(("spill", f"{tile}, {k.names.get('warps', 'num_warps')}={w} keeps {acc:.0f} fp32 accumulator "
                                f"registers per thread (>= {ACC_SPILL_REGS}): spills to local memory"))
@@ -136,7 +137,7 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
     s_eff = (s - 1) * max(c, 1) + 1  # co-resident programs hide latency like extra stages
     eff *= {1: 0.45, 2: 0.75, 3: 0.95}.get(s_eff, 1.0)
     k_iters = math.ceil(math.ceil(K / k.split) / bk)
-    t_math = dot_step_s(bm, bn, bk, w, compute_type(dtype, space), gpu, dtype, est.notes) / eff
+    t_math = dot_step_s(bm, bn, bk, w, ctype, gpu, dtype, est.notes) / eff
     t_load = (bm + bn) * bk * nbytes / l2_sm
     t_tile = GEMM_TILE_FIXED_S / max(c, 1) + k_iters * max(t_math, t_load)
     t_compute = math.ceil(tiles / gpu.sm_count) * t_tile
