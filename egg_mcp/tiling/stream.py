@@ -86,11 +86,16 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
         working_set = gpu.sm_count * c * row_elems * nbytes
         reads += reads * (1 / L2_OVER_DRAM if working_set < gpu.l2_bytes else 1.0)
     writes = row_elems * nbytes if kind != "reduction" else br * 4
+    broadcast_once = 0.0
     if kind == "elementwise" and n_rows > 1:
-        # the broadcast operand (a bias row), read by every program: it is n_cols elements, so after the first
-        # programs it comes from L2 (an 8192-wide bf16 bias is 16 KB of a 60 MB L2), not DRAM. Charged at DRAM
-        # cost it priced BLOCK_M=1 tiles of biasgelu_a ~15 % slow (113-118 us predicted, 99-104 measured on the H200)
-        reads += bc * nbytes / (L2_OVER_DRAM if n_cols * nbytes < gpu.l2_bytes / 2 else 1.0)
+        # the broadcast operand (a bias row), read by every program: the whole row is n_cols elements, and when it
+        # fits an SM's L1 (>= its shared-memory size; 16 KB for an 8192-wide bf16 bias) each SM fetches it once
+        # (from L2) and every later program hits L1. Charged at DRAM cost per program, it priced biasgelu_a's
+        # BLOCK_M=1 tiles ~15 % slow (113-118 us predicted, 99-104 measured on the H200)
+        if n_cols * nbytes <= gpu.smem_per_sm_bytes / 2:
+            broadcast_once = n_cols * nbytes / L2_OVER_DRAM
+        else:
+            reads += bc * nbytes
     program_bytes = reads + writes
     active = min(gpu.sm_count, programs)
     share = min(SM_MAX_SHARE * gpu.dram_bytes_per_s / gpu.sm_count, gpu.dram_bytes_per_s / active)
@@ -103,7 +108,7 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
     # benchmarks/results/tiling/rank_replay.md).
     sector = min(1.0, bc * nbytes / 32)
     per_sm_programs = programs / active
-    t_bandwidth = per_sm_programs * program_bytes / (share * sector)
+    t_bandwidth = (per_sm_programs * program_bytes + broadcast_once) / (share * sector)
     chain = iters * passes * DRAM_LATENCY_S + PROGRAM_FIXED_S + _REDUCTIONS[kind] * REDUCTION_STEP_S * math.log2(
         max(w, 1) * 2) * (iters * passes if kind == "softmax" and iters > 1 else 1)
     rounds = math.ceil(math.ceil(per_sm_programs) / max(c, 1))
