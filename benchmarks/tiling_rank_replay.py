@@ -308,10 +308,10 @@ def search_markdown(result: dict, before: dict | None) -> str:
         rho0 = b.get("rho") if b else c.get("rho_recorded")
         bad0, big0 = (b["misordered"], b["misordered_2pct"]) if b else (c["misordered_recorded"],
                                                                           c["misordered_2pct_recorded"])
-        lines.append(f"| {c['case']} | {c['n']} | {_f(rho0)} | {_f(c['rho'])} | {bad0} → {c['misordered']} of "
+        lines.append(f"| {c['case']} | {c['n']} | {_f(rho0, '.3f')} | {_f(c['rho'], '.3f')} | {bad0} → {c['misordered']} of "
                      f"{c['pairs']} | {big0} → {c['misordered_2pct']} | {_f(c['measured_spread'], '.3f')} |")
     s = result["summary"]
-    lines += ["", f"rho >= 0.7 on {s['rho_ge_0_7']} of {s['with_rho']} cases now (median {_f(s['rho_median'])})"
+    lines += ["", f"rho >= 0.7 on {s['rho_ge_0_7']} of {s['with_rho']} cases now (median {_f(s['rho_median'], '.3f')})"
                   + (f"; {sum(1 for c in prior.values() if (c.get('rho') or -1) >= 0.7)} before." if before else
                      f"; {s['rho_ge_0_7_recorded']} with the model that ran.")]
     return "\n".join(lines) + "\n"
