@@ -254,6 +254,7 @@ def search_replay(path: Path, run_probe=_engine_probe) -> dict:
     """Replay of a `tiling_search.json` (H200 times through GpuTimer): per case the rho recorded when it ran and
     the current model's, over the same correct configs, with the mis-ordered pairs (all / > 2 % apart measured)."""
     data = json.loads(Path(path).read_text())
+    exhaustive = {case: (file, rec) for case, (file, rec) in stored_cases().items() if rec.get("configs")}
     cases = []
     for record in data.get("cases", []):
         rows = [r for r in record.get("configs") or [] if r.get("measured_ms") is not None]
@@ -279,6 +280,12 @@ def search_replay(path: Path, run_probe=_engine_probe) -> dict:
                    timing_cv_median=sorted(r["timing_cv"] for r in rows if r.get("timing_cv") is not None)[
                        len(rows) // 2] if all(r.get("timing_cv") is not None for r in rows) else None,
                    pick_over_best=round(min(times) / min(pairs)[1], 4) if pairs else None)
+        if record["case"] in exhaustive:  # the same configs timed by another run and timer: how stable the order is
+            file, stored = exhaustive[record["case"]]
+            then = {config_key(c["config"]): c["median_ms"] for c in stored["configs"] if c.get("median_ms")}
+            both = [(then[config_key(r["config"])], r["measured_ms"]) for r in rows if config_key(r["config"]) in then]
+            out["repeat"] = {"file": file, "n": len(both), "rho_between_runs": spearman(*map(list, zip(*both)))
+                             if len(both) >= 3 else None, "misordered_2pct": _misordered(both)[2]}
         cases.append(out)
     rhos = sorted(c["rho"] for c in cases if c.get("rho") is not None)
     before = sorted(c["rho_recorded"] for c in cases if c.get("rho_recorded") is not None)
@@ -314,6 +321,13 @@ def search_markdown(result: dict, before: dict | None) -> str:
     lines += ["", f"rho >= 0.7 on {s['rho_ge_0_7']} of {s['with_rho']} cases now (median {_f(s['rho_median'], '.3f')})"
                   + (f"; {sum(1 for c in prior.values() if (c.get('rho') or -1) >= 0.7)} before." if before else
                      f"; {s['rho_ge_0_7_recorded']} with the model that ran.")]
+    repeats = [c for c in result["cases"] if (c.get("repeat") or {}).get("rho_between_runs") is not None]
+    if repeats:
+        lines += ["", "How reproducible the measured order is: the same configs in the stored exhaustive runs (another "
+                      "timer, another day) vs this run, Spearman's rho between the two sets of times: " + "; ".join(
+                          f"{c['case']} {c['repeat']['rho_between_runs']:.3f} over {c['repeat']['n']} configs "
+                          f"({c['repeat']['misordered_2pct']} pairs swapped by > 2 %, `{Path(c['repeat']['file']).name}`)"
+                          for c in repeats) + ". A model rho well below these is the model's error, not noise."]
     return "\n".join(lines) + "\n"
 
 

@@ -104,3 +104,13 @@ def test_search_replay_reads_the_recorded_run(search_result):
     assert cases["biasgelu_a"]["rho"] > 0.7 and cases["biasgelu_b"]["rho"] > 0.9
     text = replay.search_markdown(search_result, None)
     assert "| biasgelu_b | 17 | 0.782 |" in text and "offline replay" in text
+
+
+def test_search_replay_measures_how_reproducible_the_order_is(search_result):
+    """The configs the s7 run shares with the stored exhaustive runs keep their order across timers (rho >= 0.94):
+    the per-case model rho below that is model error, which the replay must show beside it."""
+    cases = {c["case"]: c for c in search_result["cases"]}
+    repeats = {name: c["repeat"] for name, c in cases.items() if c.get("repeat")}
+    assert set(repeats) == {"layernorm_a", "rowsum_a", "biasgelu_a", "biasgelu_b"}  # batches 9-10 stored every time
+    assert all(r["n"] == 17 and r["rho_between_runs"] > 0.94 for r in repeats.values())
+    assert "How reproducible the measured order is" in replay.search_markdown(search_result, None)
