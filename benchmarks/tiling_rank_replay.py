@@ -1,6 +1,10 @@
 """Offline replay (CPU) of the stored H200 tiling timings: the current tiling model's rank correlation per case.
 
     python3 benchmarks/tiling_rank_replay.py [--out benchmarks/results/tiling/rank_replay] [--before FILE.json]
+    python3 benchmarks/tiling_rank_replay.py --search RUN/tiling_search.json [--out OUT] [--before OUT_EARLIER.json]
+
+`--search` replays a `run.py tiling_search` run instead (the 12 cases timed through GpuTimer, 11-17 configs
+each, see search_replay below).
 
 No GPU is used: every time comes from a stored `tiling_bench.py` run on the H200
 (benchmarks/results/tiling/batch*_tiling_bench.json); only the model is re-run, here, at this commit.
@@ -39,6 +43,8 @@ from egg_mcp.tiling.space import enumerate_configs, extract_space  # noqa: E402
 from tiling_bench import CASES, KERNELS  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "tiling"
+SEARCH_LABEL = ("offline replay (CPU) of recorded H200 measurements: the times are the H200's, measured through "
+                "GpuTimer by benchmarks/tiling_search.py; only the model is re-run")
 LABEL = ("offline replay (CPU) of stored H200 timings: the times are the H200's, measured by "
          "benchmarks/tiling_bench.py in the files named per case; only the model is re-run")
 
@@ -209,6 +215,124 @@ def run(files: list[Path] | None = None) -> dict:
     }
 
 
+def _misordered(pairs: list[tuple[float, float]], margin: float = 0.02) -> tuple[int, int, int]:
+    """(pairs, pairs the model orders against the measurement, those whose measured times differ by more than
+    `margin`): a swap of two configs within timing noise (timing_cv ~0.1-0.5 %) is not a model error."""
+    total = bad = big = 0
+    for i, (p1, m1) in enumerate(pairs):
+        for p2, m2 in pairs[i + 1:]:
+            total += 1
+            if (p1 - p2) * (m1 - m2) < 0:
+                bad += 1
+                big += abs(m1 - m2) > margin * min(m1, m2)
+    return total, bad, big
+
+
+def _search_space(record: dict, run_probe):
+    """The case's space and per-launch calls as `tiling_search.run_case` built them; a multi-kernel case needs the
+    launch probe (a CPU worker job on the meta device, `run_probe`), a single-kernel one prices its task dims."""
+    import tiling_search as ts
+    from egg_mcp.tiling.kernels import kernel_calls
+
+    inp = ts.case_inputs(record["case"], False)
+    canonical = normalize_dims(inp["kind"], inp["dims"])
+    space = extract_space(inp["candidate"], kind=inp["kind"], dims=canonical)
+    launches = None
+    if record["case"] in ts.MULTI_CASES and len(record.get("kernels") or []) > 1:
+        launches = run_probe({"reference_source": inp["reference"], "candidate_source": inp["candidate"],
+                              "dtype": inp["dtype"], "size_overrides": inp["overrides"]})
+    space.calls, _ = kernel_calls(space, inp["kind"], canonical, launches)
+    return space, canonical, inp
+
+
+def _engine_probe(payload: dict) -> list[dict] | None:
+    from engine_jobs import run_job
+
+    outcome, _ = run_job("egg_mcp.tiling.launches:probe_launches", payload, timeout_s=120, uses_gpu=False)
+    return (outcome.result or {}).get("launches") if outcome.ok else None
+
+
+def search_replay(path: Path, run_probe=_engine_probe) -> dict:
+    """Replay of a `tiling_search.json` (H200 times through GpuTimer): per case the rho recorded when it ran and
+    the current model's, over the same correct configs, with the mis-ordered pairs (all / > 2 % apart measured)."""
+    data = json.loads(Path(path).read_text())
+    exhaustive = {case: (file, rec) for case, (file, rec) in stored_cases().items() if rec.get("configs")}
+    cases = []
+    for record in data.get("cases", []):
+        rows = [r for r in record.get("configs") or [] if r.get("measured_ms") is not None]
+        out = {"case": record["case"], "kind": record.get("kind"), "dtype": record.get("dtype"),
+               "rho_recorded": record.get("rho")}
+        if not rows:
+            cases.append(dict(out, note=record.get("error") or "no correct measured config"))
+            continue
+        space, canonical, inp = _search_space(record, run_probe)
+        configs = [r["config"] for r in rows]
+        estimates = {config_key(e.config.values): e for e in estimate_all(
+            configs, space, gpu=GPU_TABLE["H200"], dims=canonical, kind=inp["kind"], dtype=inp["dtype"])}
+        pairs = [(estimates[config_key(r["config"])].predicted_ms, r["measured_ms"]) for r in rows
+                 if estimates[config_key(r["config"])].feasible]
+        recorded = [(r["predicted_ms"], r["measured_ms"]) for r in rows if r.get("predicted_ms") is not None]
+        times = [m for _, m in pairs]
+        total, bad, big = _misordered(pairs)
+        _, bad0, big0 = _misordered(recorded)
+        out.update(n=len(pairs), pruned_now=len(rows) - len(pairs),
+                   rho=spearman([p for p, _ in pairs], times), pairs=total, misordered=bad, misordered_2pct=big,
+                   misordered_recorded=bad0, misordered_2pct_recorded=big0,
+                   measured_spread=round(max(times) / min(times), 3) if times else None,
+                   timing_cv_median=sorted(r["timing_cv"] for r in rows if r.get("timing_cv") is not None)[
+                       len(rows) // 2] if all(r.get("timing_cv") is not None for r in rows) else None,
+                   pick_over_best=round(min(times) / min(pairs)[1], 4) if pairs else None)
+        if record["case"] in exhaustive:  # the same configs timed by another run and timer: how stable the order is
+            file, stored = exhaustive[record["case"]]
+            then = {config_key(c["config"]): c["median_ms"] for c in stored["configs"] if c.get("median_ms")}
+            both = [(then[config_key(r["config"])], r["measured_ms"]) for r in rows if config_key(r["config"]) in then]
+            out["repeat"] = {"file": file, "n": len(both), "rho_between_runs": spearman(*map(list, zip(*both)))
+                             if len(both) >= 3 else None, "misordered_2pct": _misordered(both)[2]}
+        cases.append(out)
+    rhos = sorted(c["rho"] for c in cases if c.get("rho") is not None)
+    before = sorted(c["rho_recorded"] for c in cases if c.get("rho_recorded") is not None)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "egg_mcp"], cwd=REPO, capture_output=True,
+                                text=True).stdout.strip())
+    return {"label": SEARCH_LABEL, "file": str(path), "git_commit": commit.strip() + ("+dirty" if dirty else ""),
+            "gpu_model": "NVIDIA H200", "cases": cases,
+            "summary": {"cases": len(cases), "with_rho": len(rhos), "rho_ge_0_7": sum(r >= 0.7 for r in rhos),
+                        "rho_median": rhos[len(rhos) // 2] if rhos else None,
+                        "rho_ge_0_7_recorded": sum(r >= 0.7 for r in before)}}
+
+
+def search_markdown(result: dict, before: dict | None) -> str:
+    prior = {c["case"]: c for c in (before or {}).get("cases", [])}
+    head = "rho before" if before else "rho recorded (model at measurement)"
+    lines = [f"# Tiling model rank vs measured time: {result['label']}", "",
+             f"Times: `{result['file']}`. Model at commit `{result['git_commit']}`"
+             + (f"; 'before' = the model at `{before['git_commit']}`" if before else "") + ".", "",
+             f"| case | n | {head} | rho now | mis-ordered pairs before → now | of them > 2 % apart measured, "
+             "before → now | measured max/min |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for c in result["cases"]:
+        if c.get("n") is None:
+            lines.append(f"| {c['case']} | 0 | — | — | — | — | {c.get('note', '')[:80]} |")
+            continue
+        b = prior.get(c["case"])
+        rho0 = b.get("rho") if b else c.get("rho_recorded")
+        bad0, big0 = (b["misordered"], b["misordered_2pct"]) if b else (c["misordered_recorded"],
+                                                                          c["misordered_2pct_recorded"])
+        lines.append(f"| {c['case']} | {c['n']} | {_f(rho0, '.3f')} | {_f(c['rho'], '.3f')} | {bad0} → {c['misordered']} of "
+                     f"{c['pairs']} | {big0} → {c['misordered_2pct']} | {_f(c['measured_spread'], '.3f')} |")
+    s = result["summary"]
+    lines += ["", f"rho >= 0.7 on {s['rho_ge_0_7']} of {s['with_rho']} cases now (median {_f(s['rho_median'], '.3f')})"
+                  + (f"; {sum(1 for c in prior.values() if (c.get('rho') or -1) >= 0.7)} before." if before else
+                     f"; {s['rho_ge_0_7_recorded']} with the model that ran.")]
+    repeats = [c for c in result["cases"] if (c.get("repeat") or {}).get("rho_between_runs") is not None]
+    if repeats:
+        lines += ["", "How reproducible the measured order is: the same configs in the stored exhaustive runs (another "
+                      "timer, another day) vs this run, Spearman's rho between the two sets of times: " + "; ".join(
+                          f"{c['case']} {c['repeat']['rho_between_runs']:.3f} over {c['repeat']['n']} configs "
+                          f"({c['repeat']['misordered_2pct']} pairs swapped by > 2 %, `{Path(c['repeat']['file']).name}`)"
+                          for c in repeats) + ". A model rho well below these is the model's error, not noise."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(RESULTS / "rank_replay"), help="output path without extension")
@@ -216,8 +340,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("files", nargs="*", type=Path,
                         help="tiling_bench.json files to replay after the stored ones (a new tiling_exhaustive run); "
                              "default: benchmarks/results/tiling/batch*_tiling_bench.json")
+    parser.add_argument("--search", type=Path, help="a tiling_search.json (run.py tiling_search) to replay instead")
     args = parser.parse_args(argv)
     before = json.loads(Path(args.before).read_text()) if args.before else None
+    if args.search:
+        result = search_replay(args.search)
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+        out.with_suffix(".md").write_text(search_markdown(result, before))
+        print(search_markdown(result, before))
+        return 0
     result = run(stored_files() + list(args.files))
     from tiling_guidance_replay import markdown as guidance_markdown, replay as guidance_replay
 

@@ -36,7 +36,20 @@ OVERLAP_P = 3.0  # exponent of the smooth max of bandwidth and latency time (inf
 
 _BASE_OPS = {"softmax": 10, "norm": 12, "reduction": 3, "elementwise": 6}  # instructions per element
 _TRANSCENDENTAL = {"exp", "exp2", "log", "log2", "erf", "tanh", "sigmoid", "sqrt", "rsqrt", "sin", "cos", "pow"}
-TRANSCENDENTAL_OPS = 12  # MUFU-based functions cost ~a dozen issue slots per element (erf is a polynomial)
+TRANSCENDENTAL_OPS = 12  # MUFU-based functions cost ~a dozen issue slots per element (an assumption)
+_FUNCTION_OPS = {"erf": 32}
+"""Issue slots per element of functions that are not one MUFU op. erf is a libdevice polynomial: bias+erf-GELU
+(benchmarks/tiling_kernels/bias_gelu.py, bf16) compiled for sm_90 on the CPU (`compile_sm90` of
+benchmarks/tiling_compile_study.py, cuobjdump -sass) is 37.5-38.3 SASS instructions per element at 32-64 elements
+per thread, the same kernel without the GELU 2.3-6.1: the GELU adds 32-36, so erf 32 beside the elementwise base
+of 6 (benchmarks/tiling_sass_count.py -> benchmarks/results/tiling/sass_bias_gelu.json). With 12, bias_gelu's issue time was half the H200's: every
+fast config was predicted ~75 us against 96-100 us measured, the model calling it bandwidth-bound."""
+PROGRAM_DISPATCH_S = 80e-9
+"""Seconds per program an SM needs to start programs, however little they do (the block dispatch rate). Measured
+on the H200 (batch10_tiling_bench.json, biasgelu_a): 1,048,576 programs of 64 elements ran 633.5 / 634.5 us at
+1 / 2 warps, 524,288 ran 319-321 us, 262,144 at 1-2 warps 162 us: linear in programs, not in warps or bytes,
+79.7-81.6 ns per program per SM. In-sample for those six configs of biasgelu_a; held out for biasgelu_b, where
+196,608 programs of 256 elements ran 120 us (predicted 91-93 without it, 119 with it)."""
 _REDUCTIONS = {"softmax": 2, "norm": 2, "reduction": 1, "elementwise": 0}
 # fp32 values live per element of the register tile (loaded value plus what is kept alongside it)
 _LIVE_PER_ELEMENT = {"softmax": 1.25, "norm": 1.25, "reduction": 1.0, "elementwise": 2.0}

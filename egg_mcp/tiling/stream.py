@@ -17,7 +17,7 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
     from egg_mcp.tiling.costs import (  # one set of constants for both models
         _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, DRAM_LATENCY_S,
         DTYPE_BYTES, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE,
-        TRANSCENDENTAL_OPS, WARP_STREAM_BPS, _ctas_per_sm, _persistent, _round_up,
+        PROGRAM_DISPATCH_S, TRANSCENDENTAL_OPS, WARP_STREAM_BPS, _FUNCTION_OPS, _ctas_per_sm, _persistent, _round_up,
     )
 
     fired: list[tuple[str, str]] = []
@@ -86,8 +86,16 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
         working_set = gpu.sm_count * c * row_elems * nbytes
         reads += reads * (1 / L2_OVER_DRAM if working_set < gpu.l2_bytes else 1.0)
     writes = row_elems * nbytes if kind != "reduction" else br * 4
+    broadcast_once = 0.0
     if kind == "elementwise" and n_rows > 1:
-        reads += bc * nbytes  # the broadcast operand, one row per program
+        # the broadcast operand (a bias row), read by every program: the whole row is n_cols elements, and when it
+        # fits an SM's L1 (>= its shared-memory size; 16 KB for an 8192-wide bf16 bias) each SM fetches it once
+        # (from L2) and every later program hits L1. Charged at DRAM cost per program, it priced biasgelu_a's
+        # BLOCK_M=1 tiles ~15 % slow (113-118 us predicted, 99-104 measured on the H200)
+        if n_cols * nbytes <= gpu.smem_per_sm_bytes / 2:
+            broadcast_once = n_cols * nbytes / L2_OVER_DRAM
+        else:
+            reads += bc * nbytes
     program_bytes = reads + writes
     active = min(gpu.sm_count, programs)
     share = min(SM_MAX_SHARE * gpu.dram_bytes_per_s / gpu.sm_count, gpu.dram_bytes_per_s / active)
@@ -100,7 +108,7 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
     # benchmarks/results/tiling/rank_replay.md).
     sector = min(1.0, bc * nbytes / 32)
     per_sm_programs = programs / active
-    t_bandwidth = per_sm_programs * program_bytes / (share * sector)
+    t_bandwidth = (per_sm_programs * program_bytes + broadcast_once) / (share * sector)
     chain = iters * passes * DRAM_LATENCY_S + PROGRAM_FIXED_S + _REDUCTIONS[kind] * REDUCTION_STEP_S * math.log2(
         max(w, 1) * 2) * (iters * passes if kind == "softmax" and iters > 1 else 1)
     rounds = math.ceil(math.ceil(per_sm_programs) / max(c, 1))
@@ -117,13 +125,20 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
     # instruction issue: every launched lane (masked ones too) costs ~ops instructions; a scheduler
     # needs ~4 resident warps to hide ALU / MUFU latency
     calls = {c.split(".")[-1] for kn in space.kernels for c in kn.tl_calls}
-    ops = _BASE_OPS[kind] + TRANSCENDENTAL_OPS * len(calls & _TRANSCENDENTAL)
+    ops = _BASE_OPS[kind] + sum(_FUNCTION_OPS.get(f, TRANSCENDENTAL_OPS) for f in calls & _TRANSCENDENTAL)
     lanes = covered * (passes if kind in ("softmax", "norm") else 1)
     warps_per_scheduler = min(c * w, gpu.max_threads_per_sm // 32) / 4
     issue_rate = 4 * 32 * (gpu.sm_clock_mhz or 1500) * 1e6 * min(1.0, warps_per_scheduler / 4)
     t_issue = lanes / active * ops / issue_rate
     # smooth max: near the boundary neither bandwidth, latency nor issue is fully hidden behind the others
     t_sm = sum(t ** OVERLAP_P for t in (t_bandwidth, t_latency, t_issue)) ** (1 / OVERLAP_P) * (1 + 0.1 * est.tail_waste)
+    # an SM starts programs at a bounded rate whatever they do: a hard floor, not blended in the smooth max (the
+    # dispatcher runs beside the programs; blended, it moved softmax_b's one-row configs by ~1 %)
+    t_dispatch = programs / gpu.sm_count * PROGRAM_DISPATCH_S
+    if t_dispatch > t_sm:
+        est.notes.append(f"dispatch-bound: {programs} programs of {br * bc} elements; an SM starts one every "
+                         f"~{PROGRAM_DISPATCH_S * 1e9:.0f} ns: larger blocks help")
+    t_sm = max(t_sm, t_dispatch)
     w_exact = est.waves
     if w_exact > 1:
         t_sm *= 1 + 0.3 * (math.ceil(w_exact) - w_exact) / math.ceil(w_exact)
