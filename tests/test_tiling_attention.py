@@ -150,3 +150,35 @@ def test_other_precisions_keep_the_earlier_shared_memory_estimate():
     """Only tf32x3 was compiled: bf16 attention keeps K/V stages + one Q (no hi/lo, no staged P)."""
     for wgmma in (True, False):
         assert attention_smem(64, 64, 128, 2, wgmma, "bf16") == 2 * 2 * 64 * 128 + 64 * 128
+
+
+LAYOUTS = json.loads((REPO / "benchmarks" / "results" / "tiling" / "attn_layouts_sm90.json").read_text())
+
+
+def test_mma_sync_tiles_hold_their_a_operands_per_warp_so_8_warps_fit_one_program_per_sm():
+    """Triton 3.6 lays mma.sync attention warps along N ([1, w]): every warp holds all BLOCK_M rows of Q and P, so a
+    32-row tf32x3 tile needs ~255 registers at 4 and at 8 warps (compiler: 255 / 244) - two programs per SM at 4
+    warps, one at 8. The old count halved the registers with the warps (3 and 2 programs)."""
+    rows = {(r["config"]["BLOCK_M"], r["config"]["BLOCK_N"], r["config"]["num_warps"], r["config"]["num_stages"]): r
+            for r in STUDY["rows"] if r["kernel"] == "attn_kernel" and "error" not in r}
+    assert rows[(32, 32, 4, 2)]["registers"] >= 240 and rows[(32, 32, 8, 2)]["registers"] >= 240
+    four, eight = _attn(32, 32, 4), _attn(32, 32, 8)
+    assert four.regs_per_thread >= 240 and eight.regs_per_thread >= 240
+    assert (four.ctas_per_sm, eight.ctas_per_sm) == (2, 1)
+
+
+def test_narrow_column_slices_redo_the_score_dot_as_the_compiler_does():
+    """32x32 at 8 warps splits the 32 score columns into 4-wide slices (an mma.sync tile is 8 wide): the compiled
+    kernel issues 1.5x the HMMAs of 4 warps (S = Q K^T twice, P V once); 32x64 at 8 warps issues the same as at 4.
+    On the H200 32x32 at 8 warps was the slowest of the six configs measured (2.12 ms vs 1.64 at 4 warps)."""
+    from egg_mcp.tiling.attention import columns_redone
+
+    hmma = {(r["BLOCK_M"], r["BLOCK_N"], r["num_warps"]): r["hmma_x_warps"] for r in LAYOUTS["rows"]}
+    assert LAYOUTS["triton"] == "3.6.0"
+    for bm, bn in ((32, 32), (32, 64)):
+        measured_ratio = hmma[(bm, bn, 8)] / hmma[(bm, bn, 4)]
+        model_ratio = (1 + columns_redone(bn, 8)) / 2 / ((1 + columns_redone(bn, 4)) / 2)
+        assert model_ratio == pytest.approx(measured_ratio)
+    slow, fast = _attn(32, 32, 8), _attn(32, 32, 4)
+    assert slow.predicted_ms > 1.2 * fast.predicted_ms
+    assert any("computed 2x" in n for n in slow.notes)

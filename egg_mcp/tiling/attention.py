@@ -47,6 +47,25 @@ def attention_smem(bm: int, bn: int, d: int, stages: int, wgmma: bool, ctype: st
     return (2 * (stages - 1) if stages > 1 else 1) * bn * d + 2 * (bm * d + bm * bn)
 
 
+def mma_sync_operand_regs(bm: int, bn: int, d: int, ctype: str) -> float:
+    """Registers per thread of the A operands on the mma.sync path (BLOCK_M < 64 on sm_90, or pre-Hopper). Triton 3.6
+    lays the warps along N there (warpsPerCTA [1, num_warps] in every such attention config compiled for sm_90,
+    benchmarks/results/tiling/compile_study_guidance.json and attn_layouts_sm90.json), so each warp holds all
+    BLOCK_M rows of Q (for S = Q K^T) and of P (for O += P V), whatever the warp count; tf32x3 holds hi and lo.
+    Hence 32-row tf32x3 tiles take ~255 registers at 4 and at 8 warps alike (the compiler: 255 / 244), so 8 warps
+    fit one program per SM where 4 fit two."""
+    copies = 2 if ctype == "tf32x3" else 1
+    return copies * (bm * d + bm * bn) / 32
+
+
+def columns_redone(bn: int, w: int) -> float:
+    """How many times S = Q K^T is computed when the mma.sync path splits BLOCK_N over the warps in slices narrower
+    than an mma tile (8 columns). Triton 3.6 for sm_90: a 32x32 tile at 8 warps issues 1.5x the HMMAs of 4 warps
+    (1152 vs 768 per program per key step: S twice, P V once), 32x64 at 8 warps the same 1536 as at 4
+    (attn_layouts_sm90.json)."""
+    return max(1.0, 8 * w / bn)
+
+
 def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int], dtype: str,
               est: ConfigEstimate) -> list[tuple[str, str]]:
     from egg_mcp.tiling.costs import (
@@ -71,8 +90,12 @@ def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, di
         fired.append(("smem", f"{tile}, D={d}, {k.names.get('stages', 'num_stages')}={stages} needs "
                               f"{est.smem_bytes / 1024:.0f} KB shared memory > {gpu.smem_per_block_optin_bytes / 1024:.0f} KB"))
     live = (bm * d + bm * bn) / (32 * w)  # output accumulator + the score tile
-    split = 2 * (bm * bn + (0 if wgmma else bm * d)) / (32 * w) if ctype == "tf32x3" else 0.0  # hi/lo of P (and Q)
-    est.regs_per_thread = min(MAX_REGS, int(math.ceil((live + split + 40) / 8) * 8))
+    if wgmma:
+        split = 2 * bm * bn / (32 * w) if ctype == "tf32x3" else 0.0  # hi/lo of P
+        regs = live + split + 40
+    else:
+        regs = live + mma_sync_operand_regs(bm, bn, d, ctype) + 40
+    est.regs_per_thread = min(MAX_REGS, int(math.ceil(regs / 8) * 8))
     if live >= 256:
         fired.append(("spill", f"{tile}, D={d}, {k.names.get('warps', 'num_warps')}={w} keeps {live:.0f} fp32 "
                                "accumulator + score registers per thread (>= 256): spills"))
@@ -99,6 +122,12 @@ def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, di
         t_tensor *= (1 + redo) / 2
         est.notes.append(f"{k.names.get('warps', 'num_warps')}={w} covers {16 * w} rows of a {bm}-row tile: "
                          f"S = Q K^T is computed {16 * w // bm}x (fewer warps or a larger BLOCK_M)")
+    redo_n = columns_redone(bn, w) if not wgmma else 1.0
+    if redo_n > 1:  # warps along N on the mma.sync path: fewer than 8 score columns per warp
+        t_tensor *= (1 + redo_n) / 2
+        est.notes.append(f"{k.names.get('warps', 'num_warps')}={w} splits {name('S', bn)} into {bn // w}-column "
+                         f"slices (an mma.sync tile is 8 wide): S = Q K^T is computed {redo_n:.0f}x (fewer warps or a "
+                         "larger BLOCK_N)")
     clock = (gpu.sm_clock_mhz or 1500) * 1e6
     t_softmax = bm * bn * (1 / (SFU_PER_SM_PER_CLK * clock) + SOFTMAX_OPS / (128 * clock))
     t_cuda = t_split + t_softmax
