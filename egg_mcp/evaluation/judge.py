@@ -179,10 +179,20 @@ class Judge(Verdicts):
 
     # -- the runner conversation -------------------------------------------------------------------
     def _ask_ready(self) -> None:
+        """A runner that dies before `ready` ran no candidate code (a started spare killed by the host's OOM killer
+        under load, say): it is replaced by a fresh one once, and the judge says so; a second death is a fault."""
         try:
             self.runner.wait_ready()
         except RunnerGone as gone:
-            raise Rejected(self._harness_fault(f"the sandboxed runner did not start ({gone.report.message})"))
+            self.runner.kill()
+            self.judge_info["runner_replaced"] = f"a started runner died before it was ready: {gone.report.message}"[:300]
+            self.runner = RunnerProcess(self.runner.mode, Path(os.getcwd()))
+            try:
+                self.runner.wait_ready()
+            except RunnerGone as again:
+                raise Rejected(self._harness_fault(f"the sandboxed runner did not start ({again.report.message})"))
+            except wire.WireError as exc:
+                raise Rejected(self._protocol(str(exc)))
         except wire.WireError as exc:
             raise Rejected(self._protocol(str(exc)))
         self.judge_info.update({f"runner_{k}": v for k, v in getattr(self.runner, "warmup", {}).items()})
