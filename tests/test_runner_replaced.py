@@ -30,7 +30,7 @@ def _judge():
 
 def test_a_runner_dead_before_ready_is_replaced_once(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(judge_mod, "RunnerProcess", lambda mode, workdir: _Runner(mode, workdir))
+    monkeypatch.setattr(judge_mod, "take", lambda mode: _Runner(mode))
     j = _judge()
     dead = _Runner("interp", dies=True)
     j.runner = dead
@@ -41,7 +41,7 @@ def test_a_runner_dead_before_ready_is_replaced_once(monkeypatch, tmp_path):
 
 def test_a_second_death_is_a_harness_fault(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(judge_mod, "RunnerProcess", lambda mode, workdir: _Runner(mode, workdir, dies=True))
+    monkeypatch.setattr(judge_mod, "take", lambda mode: _Runner(mode, dies=True))
     j = _judge()
     j.runner = _Runner("interp", dies=True)
     with pytest.raises(judge_mod.Rejected) as err:

@@ -31,14 +31,14 @@ async def calibrate(evaluator: Evaluator, workspace_root: Path | None, *, quick:
         raise CalibrationError(f"calibration job failed: {why}; stderr tail: {outcome.stderr_tail[-600:]}")
     record = outcome.result
     if ncu:
-        record = await _with_tensor_pipe(evaluator, record, timeout_s)
+        record = await _with_ncu_readings(evaluator, record, timeout_s)
     calibration = Calibration.model_validate(record)
     if workspace_root is not None and calibration.device.uuid:
         store.save(workspace_root, calibration)
     return calibration
 
 
-async def _with_tensor_pipe(evaluator: Evaluator, record: dict, timeout_s: float) -> dict:
+async def _with_ncu_readings(evaluator: Evaluator, record: dict, timeout_s: float) -> dict:
     """The record with ncu's pipe reading on each GEMM row and ncu's L2 throughput on the l2_read row (one
     ncu job for all of them), and those rows re-explained."""
     import time

@@ -180,21 +180,19 @@ class Judge(Verdicts):
     # -- the runner conversation -------------------------------------------------------------------
     def _ask_ready(self) -> None:
         """A runner that dies before `ready` ran no candidate code (a started spare killed by the host's OOM killer
-        under load, say): it is replaced by a fresh one once, and the judge says so; a second death is a fault."""
-        try:
-            self.runner.wait_ready()
-        except RunnerGone as gone:
-            self.runner.kill()
-            self.judge_info["runner_replaced"] = f"a started runner died before it was ready: {gone.report.message}"[:300]
-            self.runner = RunnerProcess(self.runner.mode, Path(os.getcwd()))
+        under load, say): it is replaced once (another started runner, else a fresh one), and the judge says so; a second death is a fault."""
+        for attempt in (1, 2):
             try:
                 self.runner.wait_ready()
-            except RunnerGone as again:
-                raise Rejected(self._harness_fault(f"the sandboxed runner did not start ({again.report.message})"))
+                break
+            except RunnerGone as gone:
+                if attempt == 2:
+                    raise Rejected(self._harness_fault(f"the sandboxed runner did not start ({gone.report.message})"))
+                self.runner.kill()
+                self.judge_info["runner_replaced"] = f"a started runner died before it was ready: {gone.report.message}"[:300]
+                self.runner = take(self.runner.mode)  # another started spare if one is alive, else a fresh runner
             except wire.WireError as exc:
                 raise Rejected(self._protocol(str(exc)))
-        except wire.WireError as exc:
-            raise Rejected(self._protocol(str(exc)))
         self.judge_info.update({f"runner_{k}": v for k, v in getattr(self.runner, "warmup", {}).items()})
 
     def _ask(self, header: dict[str, Any], expect: str, max_blob_bytes: int = 0):

@@ -147,13 +147,6 @@ def dot_step_parts(bm: int, bn: int, bk: int, w: int, ctype: str, gpu: GpuSpec, 
     return 2 * bm * bn * bk / (peak_sm * eff), split
 
 
-def dot_step_s(bm: int, bn: int, bk: int, w: int, ctype: str, gpu: GpuSpec, dtype: str, notes: list[str],
-               what: str = "tile") -> float:
-    """Seconds of one BM x BN x BK dot step on one SM at the compute type's rate, with the precision's own
-    costs: the tf32x3 split (CUDA cores) and its register pressure, the FMA path of IEEE fp32."""
-    return sum(dot_step_parts(bm, bn, bk, w, ctype, gpu, notes, what))
-
-
 def _ctas_per_sm(gpu: GpuSpec, threads: int, regs: int, smem: int) -> int:
     limits = [gpu.max_blocks_per_sm, gpu.max_threads_per_sm // threads]
     limits.append(gpu.regs_per_sm // (_round_up(max(regs, 1), 8) * threads))

@@ -28,7 +28,7 @@ from egg_mcp.tiling.dims import next_pow2
 from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate, KernelCall, TilingConfig, TunableParam
 
 from egg_mcp.tiling.costs import (  # noqa: F401  (re-exported: one set of constants)
-    ACC_SPILL_REGS, DRAM_LATENCY_S, DTYPE_BYTES, FMA_DOT_EFFICIENCY, GEMM_TILE_FIXED_S, KB, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE, SPILL_EFFICIENCY, SPLIT_OPS, TRANSCENDENTAL_OPS, _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, _ctas_per_sm, _is_pow2, SMEM_BYTES_PER_CLK, _persistent, _round_up, compute_type, dot_regs, dot_step_parts, dot_step_s, rows_redone,
+    ACC_SPILL_REGS, DRAM_LATENCY_S, DTYPE_BYTES, FMA_DOT_EFFICIENCY, GEMM_TILE_FIXED_S, KB, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE, SPILL_EFFICIENCY, SPLIT_OPS, TRANSCENDENTAL_OPS, _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, _ctas_per_sm, _is_pow2, SMEM_BYTES_PER_CLK, _persistent, _round_up, compute_type, dot_regs, dot_step_parts, rows_redone,
 )
 
 
