@@ -148,6 +148,9 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                                                      for r in rows if (r["judge"] or {}).get(
                                                          "runner_reported_triton_compile_s") is not None]),
             "max_abs_unaccounted_s": max((abs(r["unaccounted_s"] or 0) for r in rows), default=None),
+            # calls whose runner found launcher stubs built ahead by the judge's hint (launchers.py; runner-reported)
+            "calls_with_launchers_built_ahead": sum(1 for r in rows if (((r["judge"] or {}).get(
+                "runner_reported_launchers") or {}).get("built") or 0) >= 1),
             "phase_sums_s": sums, "all_correct": all(r["verdict"] == "correct" for r in rows),
             "candidate_median_ms": _p50(medians),
             "candidate_median_cv_across_calls": (round(statistics.pstdev(medians) / statistics.mean(medians), 5)

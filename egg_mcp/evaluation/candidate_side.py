@@ -27,7 +27,7 @@ import torch._dynamo  # noqa: F401  (torch imports it lazily on first use and re
 # before the snapshot, and in the prestarted runner rather than inside the first timed-out trial)
 import torch.utils.deterministic  # noqa: F401  (its flag poisons fresh allocations)
 
-from egg_mcp.evaluation import wire
+from egg_mcp.evaluation import launchers, wire
 from egg_mcp.evaluation.api import EvalOptions, IntegrityFinding, KernelInfo
 from egg_mcp.evaluation.compile_clock import CompileClock
 from egg_mcp.evaluation.failures import _failure, classify
@@ -97,6 +97,8 @@ class CandidateSide:
         self.timer = None
         self.sandbox: dict[str, Any] | None = None
         self.compile_clock = CompileClock()
+        self.launcher_reports: list[dict[str, Any]] = []
+        self.loaded = False
 
     def finding(self, check: str, detail: str, severity: str = "violation") -> None:
         self.findings.append(IntegrityFinding(check=check, severity=severity, detail=detail))
@@ -112,6 +114,7 @@ class CandidateSide:
 
     # -- load ------------------------------------------------------------------------------------
     def load(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        self.loaded = True
         self.opts = EvalOptions.model_validate(cmd["options"])
         src = self.private / "src"
         src.mkdir(exist_ok=True)
@@ -254,7 +257,7 @@ class CandidateSide:
                              "semantics leave inputs untouched: write to a new tensor")
         specs, blobs = wire.encode_values([_plain(o) for o in outs])
         return {"type": "outputs", "values": specs, "reused": bool(reused), "findings": self.new_findings(),
-                **self.compile_clock.report()}, blobs
+                **self.compile_clock.report(), **launchers.merge(self.launcher_reports)}, blobs
 
     def calls(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Repeated calls on one kept input set (the re-check's warm-up when there is no GPU timing)."""
@@ -384,6 +387,10 @@ def serve(sock: socket.socket, side: CandidateSide) -> None:
         kind = cmd.get("type")
         if kind == "exit":
             return
+        if kind == "launchers":  # never answered: the judge sends it to a waiting spare and reads no reply
+            if not side.loaded and not side.interpreter:  # only while no candidate (or reference) code exists here
+                side.launcher_reports.append(launchers.prebuild(cmd.get("signatures")))
+            continue
         try:
             if kind == "trial":
                 header, blobs = side.trial(cmd)

@@ -7,12 +7,16 @@ and how much of it is the kernel's own code generation (LLVM + ptxas: no harness
 harness overhead is what a reader needs. The number comes from the runner, where the candidate's code
 runs: the judge reports it as `runner_reported_triton_compile_s`, never uses it for a verdict or a timing.
 Launcher stubs and module loads are outside these hooks (they happen at the first launch).
+The hook also sees each compile's argument-type list: reported as `kernel_signatures`, the judge's hint for
+which launcher stubs its next runners build ahead (launchers.py; validated there, never trusted).
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any
+
+from egg_mcp.evaluation.launchers import MAX_SIGNATURES, signature_of
 
 
 class CompileClock:
@@ -21,6 +25,7 @@ class CompileClock:
     def __init__(self) -> None:
         self.seconds = 0.0
         self.kernels = 0
+        self.signatures: list[list[str]] = []
         self._started: float | None = None
 
     def install(self) -> bool:
@@ -34,6 +39,9 @@ class CompileClock:
 
         def on_miss(*args: Any, **kwargs: Any):
             self._started = time.perf_counter()
+            sig = signature_of(kwargs.get("compile"))
+            if sig is not None and sig not in self.signatures and len(self.signatures) < MAX_SIGNATURES:
+                self.signatures.append(sig)
             return before(*args, **kwargs) if before else False
 
         def on_compiled(*args: Any, **kwargs: Any):
@@ -47,7 +55,10 @@ class CompileClock:
         return True
 
     def report(self) -> dict[str, Any]:
-        return {"triton_compile_s": round(self.seconds, 4), "triton_compiles": self.kernels}
+        out: dict[str, Any] = {"triton_compile_s": round(self.seconds, 4), "triton_compiles": self.kernels}
+        if self.signatures:
+            out["kernel_signatures"] = [list(s) for s in self.signatures]
+        return out
 
 
 def reported_compile_s(message: dict[str, Any]) -> float | None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from egg_mcp.evaluation import wire
+from egg_mcp.evaluation import launchers, wire
 from egg_mcp.evaluation.api import ErrorReport, EvalOptions, IntegrityFinding, TimingStats
 from egg_mcp.evaluation.compare import compare_tensor, structure_mismatch
 from egg_mcp.evaluation.compile_clock import reported_compile_s
@@ -36,7 +36,7 @@ from egg_mcp.evaluation.judge_held import REFERENCE_TIMING_MAX_AGE_S, HeldRefere
 from egg_mcp.evaluation.judge_verdicts import Verdicts, timing_cross_check  # noqa: F401  (re-exported)
 from egg_mcp.evaluation.modules import import_source
 from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
-from egg_mcp.evaluation.runner_process import RunnerGone, RunnerProcess, take
+from egg_mcp.evaluation.runner_process import RunnerGone, RunnerProcess, take, teach_launchers
 
 RECHECK_CALLS = 3  # extra candidate calls on one input set before the re-check when there is no GPU timing
 TIMING_SEEDS = 64
@@ -288,8 +288,13 @@ class Judge(Verdicts):
         except wire.WireError as exc:
             raise Rejected(self._protocol(str(exc))) from None
         self._collect(message.get("findings", []))
-        if trial == 0 and stage == "correctness" and (said := reported_compile_s(message)) is not None:
-            self.judge_info["runner_reported_triton_compile_s"] = said  # the runner's word: shown, never used
+        if trial == 0 and stage == "correctness":
+            if (said := reported_compile_s(message)) is not None:
+                self.judge_info["runner_reported_triton_compile_s"] = said  # the runner's word: shown, never used
+            if (built := launchers.reported(message)) is not None:
+                self.judge_info["runner_reported_launchers"] = built
+            if self.runner.mode == "gpu":
+                teach_launchers(message.get("kernel_signatures"))  # for the spares: validated, build hints only
         if message.get("type") == "failed":
             raise Rejected(self._candidate_failed(message, counted=True))
         if message.get("type") != "outputs":

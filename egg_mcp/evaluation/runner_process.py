@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from egg_mcp.evaluation import confinement, wire
+from egg_mcp.evaluation import confinement, launchers, wire
 from egg_mcp.evaluation.api import ErrorReport
 
 SIGNAL_NAMES = {
@@ -95,6 +95,13 @@ class RunnerProcess:
     def request(self, header: dict[str, Any], max_blob_bytes: int = 0) -> tuple[dict, list[bytes]]:
         self.send(header)
         return self.recv(max_blob_bytes)
+
+    def tell_launchers(self, signatures: list[tuple[str, ...]]) -> None:
+        """Ask this waiting spare to build the launcher stubs of these type lists (launchers.py); no reply comes.
+        A spare that died meanwhile is noticed when it is taken, not here."""
+        if self.mode == "gpu" and signatures:
+            with contextlib.suppress(OSError, wire.WireError):
+                wire.send(self.sock, {"type": "launchers", "signatures": [list(s) for s in signatures]})
 
     def wait_ready(self) -> None:
         if not self.ready:
@@ -185,6 +192,15 @@ def reap_orphans() -> None:
 
 
 _prestarted: list[RunnerProcess] = []
+_known_launchers = launchers.KnownSignatures()
+
+
+def teach_launchers(raw: object) -> int:
+    """Learn the type lists a runner reported (validated) and send the new ones to every waiting spare."""
+    new = _known_launchers.learn(raw)
+    for runner in spares() if new else ():
+        runner.tell_launchers(new)
+    return len(new)
 
 
 def prestart(mode: str, depth: int = 1) -> None:
@@ -193,7 +209,9 @@ def prestart(mode: str, depth: int = 1) -> None:
         return
     _prestarted[:] = [r for r in _prestarted if r.proc.poll() is None]
     while len(_prestarted) < depth:
-        _prestarted.append(RunnerProcess(mode, Path(os.getcwd())))
+        runner = RunnerProcess(mode, Path(os.getcwd()))
+        runner.tell_launchers(_known_launchers.items)  # read after its warm-up, while it waits
+        _prestarted.append(runner)
 
 
 def take(mode: str) -> RunnerProcess:
