@@ -36,6 +36,14 @@ from typing import Any, Awaitable, Callable
 
 ORDER = ("trial", "verify", "verify", "trial")
 TOLERANCE = 0.01
+ROUNDS = {"gemm": 3}
+"""ABBA rounds per case. The bf16 GEMM is power-bound: its clock moves and one reading's CV is 4-5 %, so one
+ABBA round's ratio swings by about 1 % (session 6: 1.0108 in time, 1.0016 in cycles); three rounds, each
+cancelling a linear drift, average that out. The others read within 0.5 % CV: one round."""
+
+
+def order_for(case: str) -> tuple[str, ...]:
+    return ORDER * ROUNDS.get(case, 1)
 
 
 def trial_reading(result: dict[str, Any]) -> dict[str, Any]:
@@ -78,6 +86,12 @@ def summarize(readings: list[dict[str, Any]], tolerance: float = TOLERANCE) -> d
                same_method=len({r.get("method") for r in trials + verifies}) == 1)
     spreads = [abs(side[-1]["ms"] / side[0]["ms"] - 1) for side in (trials, verifies) if len(side) > 1]
     out["aa_spread"] = max(spreads) if spreads else None
+    if len(readings) > len(ORDER) and len(readings) % len(ORDER) == 0:  # several ABBA rounds: each one's ratio
+        rounds = [readings[i:i + len(ORDER)] for i in range(0, len(readings), len(ORDER))]
+        out["round_ratios"] = [
+            statistics.fmean(r["ms"] for r in b if r["side"] == "trial" and r.get("ms"))
+            / statistics.fmean(r["ms"] for r in b if r["side"] == "verify" and r.get("ms"))
+            for b in rounds if all(r.get("ms") for r in b)]
     if len(trials) > 1:
         out["trial_drift"] = trials[-1]["ms"] / trials[0]["ms"]
     clocks_t = [r["clock_mhz"] for r in trials if r.get("clock_mhz")]

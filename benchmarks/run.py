@@ -125,7 +125,8 @@ def suite_tiling_agreement(out: Path, quick: bool) -> dict[str, Any]:
     benchmarks/agreement.py says what each side does and why the order matters: one discarded trial to
     heat the GPU and fill the Triton cache, then trial, verify, verify, trial (ABBA: a linear drift of the
     GPU's clock cancels), each reading with its CV, method, clock and throttle reasons, and NVML clock /
-    power / temperature over each job from this process. ~2 min on the H200 (3 cases x 5 readings)."""
+    power / temperature over each job from this process; the power-bound GEMM reads three ABBA rounds
+(agreement.ROUNDS). ~3 min on the H200."""
     from benchmarks import agreement
     from benchmarks.engine_jobs import evaluator
     from egg_mcp.calibration.sampler import LoadSampler, nvml_reader
@@ -150,7 +151,8 @@ def suite_tiling_agreement(out: Path, quick: bool) -> dict[str, Any]:
             return await ev.evaluate(source, source, EvalOptions(dtype=dtype, tolerance=tol, size_overrides=overrides))
 
         watch = (lambda: LoadSampler(read, interval_s=0.02, settle_s=0.0)) if read else None
-        return {"case": name, "dtype": dtype, "sizes": overrides, **await agreement.run_case(trial, verify, watch)}
+        return {"case": name, "dtype": dtype, "sizes": overrides,
+                **await agreement.run_case(trial, verify, watch, order=agreement.order_for(name))}
 
     async def go():
         ev = evaluator()
@@ -168,7 +170,7 @@ def suite_tiling_agreement(out: Path, quick: bool) -> dict[str, Any]:
         print(f"[{r['case']}] trial {r['trial_ms']:.5f} ms (CV {r['trial_cv']:.2%}), verify {r['verify_ms']:.5f} ms "
               f"(CV {r['verify_cv']:.2%}), ratio {r['ratio']:.4f}; readings T {r['trial_readings_ms']} "
               f"V {r['verify_readings_ms']}; {r['verdict']}")
-    return {"cases": rows, "tolerance": agreement.TOLERANCE, "order": list(agreement.ORDER),
+    return {"cases": rows, "tolerance": agreement.TOLERANCE, "order": list(agreement.ORDER), "rounds": agreement.ROUNDS,
             "all_within": all(r.get("within_1pct") for r in rows), "wall_s": round(time.perf_counter() - started, 1)}
 
 
