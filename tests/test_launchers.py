@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from egg_mcp.evaluation import candidate_side, launchers, runner_process, wire
+from egg_mcp.evaluation import launchers, runner_loop, runner_process, wire
 from egg_mcp.evaluation.compile_clock import CompileClock
 
 GEMM = ["*fp32", "*fp32", "*fp32", "i32", "i32", "i32", "i32", "constexpr", "i32", "constexpr", "i32", "constexpr",
@@ -159,7 +159,7 @@ def test_a_runner_builds_only_before_any_code_is_loaded_and_never_answers(monkey
     side = type("Side", (), {name: None for name in ("confine", "load", "calls", "report", "guard", "time")})()
     side.loaded, side.interpreter, side.launcher_reports = loaded, interpreter, []
     judge_end, runner_end = socket.socketpair()
-    worker = threading.Thread(target=candidate_side.serve, args=(runner_end, side))
+    worker = threading.Thread(target=runner_loop.serve, args=(runner_end, side))
     worker.start()
     wire.send(judge_end, {"type": "launchers", "signatures": [GEMM]})
     wire.send(judge_end, {"type": "exit"})

@@ -14,7 +14,6 @@ process), and the judge treats it that way.
 from __future__ import annotations
 
 import secrets
-import socket
 import sys
 import threading
 import time
@@ -373,37 +372,3 @@ class CandidateSide:
         self.kept = make_inputs(0)
         return {"type": "timing", "stats": stats.model_dump(), "isolated_s": isolated_s,
                 "findings": self.new_findings()}
-
-
-def serve(sock: socket.socket, side: CandidateSide) -> None:
-    """Answer the judge's commands until `exit` (or until the judge goes away)."""
-    handlers = {"confine": side.confine, "load": side.load, "calls": side.calls, "report": side.report, "guard": side.guard,
-                "time": side.time}
-    while True:
-        try:
-            cmd, _ = wire.recv(sock, max_blob_bytes=0)
-        except wire.WireError:
-            return
-        kind = cmd.get("type")
-        if kind == "exit":
-            return
-        if kind == "launchers":  # never answered: the judge sends it to a waiting spare and reads no reply
-            if not side.loaded and not side.interpreter:  # only while no candidate (or reference) code exists here
-                side.launcher_reports.append(launchers.prebuild(cmd.get("signatures")))
-            continue
-        try:
-            if kind == "trial":
-                header, blobs = side.trial(cmd)
-                wire.send(sock, header, blobs)
-                continue
-            handler = handlers.get(str(kind))
-            if handler is None:
-                raise ValueError(f"unknown runner command {kind!r}")
-            wire.send(sock, handler(cmd))
-        except CandidateFailed as failed:
-            wire.send(sock, {"type": "failed", **failed.message, "findings": side.new_findings()})
-        except BaseException as exc:  # noqa: BLE001 - a runner-side bug: reported as such, not as the candidate's
-            import traceback
-
-            wire.send(sock, {"type": "runner_error", "kind": type(exc).__name__, "message": str(exc)[:2000],
-                             "traceback": traceback.format_exc()[-6000:]})

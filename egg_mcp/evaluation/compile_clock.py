@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from egg_mcp.evaluation.launchers import MAX_SIGNATURES, signature_of
+from egg_mcp.evaluation.launchers import MAX_SIGNATURES, reported, signature_of
 
 
 class CompileClock:
@@ -67,3 +67,14 @@ def reported_compile_s(message: dict[str, Any]) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e6:
         return round(float(value), 4)
     return None
+
+
+def runner_reports(message: dict[str, Any]) -> dict[str, Any]:
+    """What the judge shows of a runner's first-trial words: its Triton compile seconds and the launcher stubs
+    it built ahead, each bounded and labelled as the runner's (used for nothing)."""
+    out: dict[str, Any] = {}
+    if (said := reported_compile_s(message)) is not None:
+        out["runner_reported_triton_compile_s"] = said
+    if (built := reported(message)) is not None:
+        out["runner_reported_launchers"] = built
+    return out

@@ -26,13 +26,12 @@ from typing import Any
 
 import torch
 
-from egg_mcp.evaluation import launchers, wire
+from egg_mcp.evaluation import wire
 from egg_mcp.evaluation.api import ErrorReport, EvalOptions, IntegrityFinding, TimingStats
 from egg_mcp.evaluation.compare import compare_tensor, structure_mismatch
-from egg_mcp.evaluation.compile_clock import reported_compile_s
+from egg_mcp.evaluation.compile_clock import runner_reports
 from egg_mcp.evaluation.failures import _failure, classify, env_info
-from egg_mcp.evaluation.review import review_findings
-from egg_mcp.evaluation.judge_held import REFERENCE_TIMING_MAX_AGE_S, HeldReference
+from egg_mcp.evaluation.judge_held import HeldReference
 from egg_mcp.evaluation.judge_verdicts import Verdicts, timing_cross_check  # noqa: F401  (re-exported)
 from egg_mcp.evaluation.modules import import_source
 from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
@@ -289,10 +288,7 @@ class Judge(Verdicts):
             raise Rejected(self._protocol(str(exc))) from None
         self._collect(message.get("findings", []))
         if trial == 0 and stage == "correctness":
-            if (said := reported_compile_s(message)) is not None:
-                self.judge_info["runner_reported_triton_compile_s"] = said  # the runner's word: shown, never used
-            if (built := launchers.reported(message)) is not None:
-                self.judge_info["runner_reported_launchers"] = built
+            self.judge_info.update(runner_reports(message))  # the runner's words: shown, never used
             if self.runner.mode == "gpu":
                 teach_launchers(message.get("kernel_signatures"))  # for the spares: validated, build hints only
         if message.get("type") == "failed":
@@ -364,44 +360,6 @@ class Judge(Verdicts):
             result["mismatch"] = mismatch.model_dump()
             return result
         return None
-
-    def _reference_timing(self, result: dict[str, Any]) -> None:
-        """The reference timed here, after the runner and its descendants are dead (GPU only)."""
-        if "timing" not in result:
-            result["integrity"] = [f.model_dump() for f in self._unique()]
-            result["summary"] = self._correct_summary(result, result["correctness_trials"], None, None)
-            return
-        stats = TimingStats.model_validate(result["timing"])
-        reference_timing = None
-        baseline_ms = self.opts.baseline_ms
-        held = self.held.held_timing(self.opts.timing_trials) if self.held is not None else None
-        if baseline_ms is None and held is not None:  # measured by this judge minutes ago, on this GPU
-            reference_timing, age = held
-            self.judge_info["reference_timing"] = f"held ({age:.0f} s old, max {REFERENCE_TIMING_MAX_AGE_S:.0f} s)"
-        elif baseline_ms is None:
-            from egg_mcp.evaluation.timing import GpuTimer
-
-            cache: dict[int, list] = {}
-
-            def make_inputs(k: int) -> list:
-                if k not in cache:
-                    cache[k] = self.problem.inputs(self.timing_seeds[k] if k < len(self.timing_seeds)
-                                                   else secrets.randbits(62))
-                return cache[k]
-
-            timer = GpuTimer(torch.cuda.current_device())
-            reference_timing, _ = timer.measure(lambda xs: self.ref_model(*xs), make_inputs,
-                                                n_runs=self.opts.timing_trials)
-            self.judge_info["reference_timing"] = "measured"
-            self.measured_reference_timing = reference_timing
-        if reference_timing is not None:
-            baseline_ms = reference_timing.median_ms
-            result["reference_timing"] = reference_timing.model_dump()
-            result["speedup"] = baseline_ms / stats.median_ms if stats.median_ms > 0 else None
-        self.findings.extend(review_findings(stats.median_ms, reference_ms=baseline_ms,
-                                             floor_ms=self.opts.roofline_floor_ms))
-        result["integrity"] = [f.model_dump() for f in self._unique()]
-        result["summary"] = self._correct_summary(result, result["correctness_trials"], stats, reference_timing)
 
 
 def evaluate(payload: dict[str, Any]) -> dict[str, Any]:

@@ -1,10 +1,14 @@
-"""How the judge turns what it saw into a result dict (verdict, summary, fault). A mixin of Judge."""
+"""How the judge turns what it saw into a result dict (verdict, summary, fault, the reference's timing beside
+the candidate's). A mixin of Judge."""
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from egg_mcp.evaluation.api import ErrorReport, IntegrityFinding, MismatchReport, TimingStats
+from egg_mcp.evaluation.judge_held import REFERENCE_TIMING_MAX_AGE_S
+from egg_mcp.evaluation.review import review_findings
 
 CANDIDATE_FAILURE_VERDICTS = ("compile_error", "runtime_error", "oom")
 
@@ -162,6 +166,45 @@ class Verdicts:
             text += " Next: profile it or commit it."
         return text
 
+    def _reference_timing(self, result: dict[str, Any]) -> None:
+        """The reference timed here, after the runner and its descendants are dead (GPU only)."""
+        if "timing" not in result:
+            result["integrity"] = [f.model_dump() for f in self._unique()]
+            result["summary"] = self._correct_summary(result, result["correctness_trials"], None, None)
+            return
+        stats = TimingStats.model_validate(result["timing"])
+        reference_timing = None
+        baseline_ms = self.opts.baseline_ms
+        held = self.held.held_timing(self.opts.timing_trials) if self.held is not None else None
+        if baseline_ms is None and held is not None:  # measured by this judge minutes ago, on this GPU
+            reference_timing, age = held
+            self.judge_info["reference_timing"] = f"held ({age:.0f} s old, max {REFERENCE_TIMING_MAX_AGE_S:.0f} s)"
+        elif baseline_ms is None:
+            from egg_mcp.evaluation.timing import GpuTimer
+
+            cache: dict[int, list] = {}
+
+            def make_inputs(k: int) -> list:
+                if k not in cache:
+                    cache[k] = self.problem.inputs(self.timing_seeds[k] if k < len(self.timing_seeds)
+                                                   else secrets.randbits(62))
+                return cache[k]
+
+            import torch
+
+            timer = GpuTimer(torch.cuda.current_device())
+            reference_timing, _ = timer.measure(lambda xs: self.ref_model(*xs), make_inputs,
+                                                n_runs=self.opts.timing_trials)
+            self.judge_info["reference_timing"] = "measured"
+            self.measured_reference_timing = reference_timing
+        if reference_timing is not None:
+            baseline_ms = reference_timing.median_ms
+            result["reference_timing"] = reference_timing.model_dump()
+            result["speedup"] = baseline_ms / stats.median_ms if stats.median_ms > 0 else None
+        self.findings.extend(review_findings(stats.median_ms, reference_ms=baseline_ms,
+                                             floor_ms=self.opts.roofline_floor_ms))
+        result["integrity"] = [f.model_dump() for f in self._unique()]
+        result["summary"] = self._correct_summary(result, result["correctness_trials"], stats, reference_timing)
 
 def timing_cross_check(stats: TimingStats, wall_ms: float) -> list[IntegrityFinding]:
     """The runner's timing against the judge's wall clock around the whole timing command.

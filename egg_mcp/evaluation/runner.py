@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import triton  # noqa: F401  (before the candidate)
 
-    from egg_mcp.evaluation.candidate_side import CandidateSide, serve
+    from egg_mcp.evaluation.candidate_side import CandidateSide
+    from egg_mcp.evaluation.runner_loop import serve
 
     warm: dict = {}
     if args.mode == "gpu" and not args.tool:  # under a tool, its report would show our kernel too

@@ -1,0 +1,48 @@
+"""The runner's command loop: one judge command in, one answer out (data only), until `exit`.
+
+Kept apart from candidate_side.py (what each command does) so the protocol is readable on one screen:
+`trial` answers with outputs as bytes, the other commands with a header, a candidate's failure with
+`failed`, a runner-side bug with `runner_error`. `launchers` is the one command never answered: the judge
+sends it to a waiting spare (launchers.py) and reads no reply.
+"""
+
+from __future__ import annotations
+
+import socket
+import traceback
+from typing import Any
+
+from egg_mcp.evaluation import launchers, wire
+from egg_mcp.evaluation.candidate_side import CandidateFailed
+
+
+def serve(sock: socket.socket, side: Any) -> None:
+    """Answer the judge's commands until `exit` (or until the judge goes away)."""
+    handlers = {"confine": side.confine, "load": side.load, "calls": side.calls, "report": side.report, "guard": side.guard,
+                "time": side.time}
+    while True:
+        try:
+            cmd, _ = wire.recv(sock, max_blob_bytes=0)
+        except wire.WireError:
+            return
+        kind = cmd.get("type")
+        if kind == "exit":
+            return
+        if kind == "launchers":
+            if not side.loaded and not side.interpreter:  # only while no candidate (or reference) code exists here
+                side.launcher_reports.append(launchers.prebuild(cmd.get("signatures")))
+            continue
+        try:
+            if kind == "trial":
+                header, blobs = side.trial(cmd)
+                wire.send(sock, header, blobs)
+                continue
+            handler = handlers.get(str(kind))
+            if handler is None:
+                raise ValueError(f"unknown runner command {kind!r}")
+            wire.send(sock, handler(cmd))
+        except CandidateFailed as failed:
+            wire.send(sock, {"type": "failed", **failed.message, "findings": side.new_findings()})
+        except BaseException as exc:  # noqa: BLE001 - a runner-side bug: reported as such, not as the candidate's
+            wire.send(sock, {"type": "runner_error", "kind": type(exc).__name__, "message": str(exc)[:2000],
+                             "traceback": traceback.format_exc()[-6000:]})
