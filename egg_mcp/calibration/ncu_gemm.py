@@ -40,7 +40,8 @@ SM_READ_PCT = "lts__t_sectors_srcunit_tex_op_read.sum.pct_of_peak_sustained_elap
 SM_READ_PCT_AVG = "lts__t_sectors_srcunit_tex_op_read.avg.pct_of_peak_sustained_elapsed"
 """Sectors the SMs read from the L2 slices (the probe's own traffic; lts__t_bytes also counts the partition
 fabric's lookups, which an SM read cannot use). Peak in bytes/s = 32 B x rate / (pct / 100), at the launch's
-L2 clock. ncu's `--set full` reports the .avg share only; .sum and .avg shares are the same ratio."""
+L2 clock. ncu's `--set full` reports the .avg share only; .sum and .avg shares are the same ratio, so both are
+asked for and either serves (an ncu that rejects one still gives the other)."""
 SECTOR_BYTES = 32
 RETURN_BUSY = "lts__lts2xbar_cycles_active.avg.pct_of_peak_sustained_elapsed"
 RETURN_BUSY_MIN = "lts__lts2xbar_cycles_active.min.pct_of_peak_sustained_elapsed"
@@ -56,7 +57,8 @@ OTHER_UNITS = {"L2 tag stage, all sources (lts__t_bytes)": L2_PCT, "SM-side cros
 L2_KEY = "l2_read"
 L2_KERNEL = "_l2_reread"
 METRICS = (PIPE_ACTIVE, PIPE_ELAPSED, FMA_ACTIVE, FMA_ELAPSED, CLOCK, DURATION, L2_RATE, L2_PCT, DRAM_READ,
-           SM_READ_RATE, SM_READ_PCT, RETURN_BUSY, RETURN_BUSY_MIN, RETURN_BUSY_MAX, L2_CLOCK, XBAR2L1_PCT, DRAM_PCT)
+           SM_READ_RATE, SM_READ_PCT, SM_READ_PCT_AVG, RETURN_BUSY, RETURN_BUSY_MIN, RETURN_BUSY_MAX, L2_CLOCK,
+           XBAR2L1_PCT, DRAM_PCT)
 TARGET = "egg_mcp.calibration.ncu_gemm:profile_gemms"
 TIMEOUT_S = 180.0
 ATTEMPTS = 4
