@@ -110,7 +110,8 @@ def suite_calibrate(out: Path, quick: bool, ncu: bool = False) -> dict[str, Any]
 
 def suite_calibrate_ncu(out: Path, quick: bool) -> dict[str, Any]:
     """calibrate plus, in one ncu-wrapped job (~30 s more), each GEMM's pipe busy share and the L2 probe's
-    lts__t_bytes rate and share of ncu's sustained peak (the l2_read row beside ncu's peak for that unit)."""
+    SM-read path (rate, ncu's sustained peak, the slices' return-path busy share; lts__t_bytes as context): the
+    l2_read row beside ncu's peak for that path, its reading under calibration.ceilings[].ncu_l2."""
     return suite_calibrate(out, quick, ncu=True)
 
 

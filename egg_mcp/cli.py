@@ -115,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--quick", action="store_true", help="smaller probes (a few seconds; for tests)")
     calibrate.add_argument("--ncu", action="store_true",
                            help="also read each GEMM's pipe busy share and the L2 probe's L2 throughput "
-                                "(its row beside ncu's peak for lts__t_bytes) with ncu, in one job (+~10-30 s)")
+                                "(its row beside ncu's peak for the L2 slices' SM-read path) with ncu, in one job "
+                                "(+~10-30 s)")
 
     bench = sub.add_parser("bench", help="evaluate a folder of solutions against KernelBench-format problems")
     _add_common(bench)

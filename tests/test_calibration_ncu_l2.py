@@ -1,13 +1,17 @@
-"""Issue 14: the L2 ceiling beside ncu's peak for the same unit (`calibrate --ncu`; CPU, ncu's CSV canned).
+"""Issue 14: the L2 ceiling beside ncu's peak for the unit that carries it (`calibrate --ncu`; CPU, ncu's CSV
+canned, and the real H200 launch of session 8).
 
-The L2 probe's launch is profiled in the same ncu job as the GEMMs, after them; ncu's lts__t_bytes rate and
-its share of ncu's sustained peak give that peak, which the l2_read row is then compared with and explained
-against (within 10 %, or the probe's first pass from DRAM), or left "unexplained" with the numbers.
+The L2 probe's launch is profiled in the same ncu job as the GEMMs, after them. ncu's rate of the L2 slices'
+SM-read sectors and its share of ncu's sustained peak give that path's peak; the l2_read row is compared with it
+and explained as a GEMM row is (the rate's share of the peak against the busy share of the slices' return path
+in the same launch), or left "unexplained" with the numbers. An ncu without those metrics falls back to
+lts__t_bytes (which also counts lookups an SM read cannot use) and the probe's first pass from DRAM.
 """
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -29,10 +33,19 @@ def _gemm_launch(i: int, name: str = "nvjet_sm90_tst_320x128") -> dict:
             ncu_gemm.L2_PCT: "11.0", ncu_gemm.DRAM_READ: "402653184"}
 
 
-def _l2_launch(i: int, rate="8100000000000", pct="74.0", name="_l2_reread", drop=()) -> dict:
+SM_READ_METRICS = (ncu_gemm.SM_READ_RATE, ncu_gemm.SM_READ_PCT, ncu_gemm.RETURN_BUSY, ncu_gemm.RETURN_BUSY_MIN,
+                   ncu_gemm.RETURN_BUSY_MAX, ncu_gemm.L2_CLOCK, ncu_gemm.XBAR2L1_PCT, ncu_gemm.DRAM_PCT)
+S8_SM_READ = {ncu_gemm.SM_READ_RATE: "255575189155.11", ncu_gemm.SM_READ_PCT: "79.58", ncu_gemm.RETURN_BUSY: "79.63",
+              ncu_gemm.RETURN_BUSY_MIN: "78.82", ncu_gemm.RETURN_BUSY_MAX: "80.51", ncu_gemm.L2_CLOCK: "1708267654.48",
+              ncu_gemm.XBAR2L1_PCT: "24.33", ncu_gemm.DRAM_PCT: "8.59"}
+"""The H200 values of session 8 (benchmarks/results/h200_2026-12-01_s8/l2_full/l2_full.csv)."""
+S8_PEAK = 32 * 255575189155.11 / 0.7958
+
+
+def _l2_launch(i: int, rate="8100000000000", pct="74.0", name="_l2_reread", drop=(), sm=None) -> dict:
     launch = {"ID": str(i), "Kernel Name": name, ncu_gemm.PIPE_ELAPSED: "0", ncu_gemm.PIPE_ACTIVE: "0",
               ncu_gemm.CLOCK: "1980000000", ncu_gemm.DURATION: "42100", ncu_gemm.L2_RATE: rate,
-              ncu_gemm.L2_PCT: pct, ncu_gemm.DRAM_READ: str(20 * MiB)}
+              ncu_gemm.L2_PCT: pct, ncu_gemm.DRAM_READ: str(20 * MiB), **(sm or {})}
     return {k: v for k, v in launch.items() if k not in drop}
 
 
@@ -101,7 +114,7 @@ def test_the_first_pass_from_dram_explains_a_gap_it_accounts_for_and_nothing_mor
     ex.add_l2_reading(far, {"bytes_per_s": 8.1e12, "pct_of_peak": 74.0, "peak": 8.1e12 / 0.74,
                             "dram_read_bytes": 20 * MiB}, DRAM_READ)
     assert far["explained"] is False and far["reason"].startswith("unexplained: the first pass from DRAM (20 MiB")
-    assert "measured 73%" in far["reason"] and "ncu read the L2 at 74 % of that peak" in far["reason"]
+    assert "measured 73%" in far["reason"] and "ncu read lts__t_bytes at 74 % of that peak" in far["reason"]
     # no DRAM row: the factor cannot be weighed, and the row says so
     bare = _l2_row(7.98e12)
     ex.add_l2_reading(bare, {"bytes_per_s": 8.1e12, "pct_of_peak": 74.0, "peak": 8.1e12 / 0.74,
@@ -121,7 +134,76 @@ def test_a_failed_l2_reading_leaves_the_row_without_a_peak_and_says_why():
                              "or install Nsight Compute)")
     plain = _l2_row()
     ex.relabel([plain])  # no --ncu: the row points at the flag that reads the peak
-    assert plain["explained"] is False and "--ncu" in plain["reason"] and "lts__t_bytes" in plain["reason"]
+    assert plain["explained"] is False and "--ncu" in plain["reason"] and "SM-read path" in plain["reason"]
+
+
+S8_CSV = Path(__file__).resolve().parents[1] / "benchmarks/results/h200_2026-12-01_s8/l2_full/l2_full.csv"
+S7_ROW = 7845300986209.484  # calibrate_ncu_42095a3.json: the l2_read row, 415236096 bytes per launch
+
+
+def test_the_h200_launch_of_session_8_explains_the_row_by_the_sm_read_path():
+    """The real ncu CSV (`--set full`, the probe's launch) through the product's own parser: the SM-read path's
+    peak 10.28 TB/s at the 1.71 GHz L2 clock; the s7 row 7.85 TB/s is 76.3 % of it with the return path 79.6 %
+    busy in the same launch: explained, with the numbers."""
+    from egg_mcp.profiling.ncu_csv import parse_ncu_output
+
+    launches = parse_ncu_output(S8_CSV.read_text(errors="replace")).launches
+    assert len(launches) == 1
+    reading = ncu_gemm.l2_reading(launches[0])
+    sm = reading["sm_read"]
+    assert sm["peak"] == pytest.approx(S8_PEAK) and sm["bytes_per_s"] == pytest.approx(8.178e12, rel=1e-3)
+    assert (sm["busy_pct"], sm["busy_min_pct"], sm["busy_max_pct"]) == (79.63, 78.82, 80.51)
+    assert sm["l2_clock_mhz"] == pytest.approx(1708.27, abs=0.01) and reading["dram_read_bytes"] == 20976896
+    assert "peak" not in reading  # --set full has no lts__t_bytes: the SM-read path alone gives the peak
+    row = _l2_row(S7_ROW)
+    row["amount"] = 415236096.0
+    ex.add_l2_reading(row, reading, DRAM_READ)
+    assert row["peak"] == pytest.approx(S8_PEAK) and row["ratio_to_peak"] == pytest.approx(0.7634, abs=1e-4)
+    assert row["peak_source"] == ex.L2_PEAK_SOURCE and "not a datasheet" in row["peak_source"]
+    assert row["explained"] is True
+    assert row["reason"].startswith("76.3 % of ncu's peak for the L2 slices' SM-read path (10.28 TB/s at its 1708 MHz "
+                                    "L2 clock); ncu's launch itself moved 8.18 TB/s = 79.6 % of it")
+    assert "return path (lts2xbar) was 79.6 % busy (per slice 78.8-80.5 %) in the same launch" in row["reason"]
+    assert "the busiest unit of the launch (of those read: SM-side crossbar port (xbar2l1tex) 24.3 %" in row["reason"]
+    assert "the rest is the path's idle time under this load" in row["reason"]
+    assert "l2_fabric/l2_sweep.json" in row["reason"] and "20 MiB per ncu" in row["reason"]
+
+
+def _sm_reading(busy=79.63, others=None, **sm) -> dict:
+    return {"sm_read": {"bytes_per_s": 8.18e12, "pct_of_peak": 79.58, "peak": S8_PEAK, "busy_pct": busy,
+                        "busy_min_pct": 78.8, "busy_max_pct": 80.5, "l2_clock_mhz": 1708.0, **sm},
+            "other_units": others if others is not None else {"SM-side crossbar port (xbar2l1tex)": 24.3},
+            "dram_read_bytes": 20 * MiB, "kernel_ms": 0.0508, "kernel": "_l2_reread"}
+
+
+def test_a_busy_share_far_from_the_rate_share_leaves_the_row_unexplained():
+    row = _l2_row(S7_ROW)
+    ex.add_l2_reading(row, _sm_reading(busy=40.0), DRAM_READ)  # 76 % of the peak with the path 40 % busy
+    assert row["explained"] is False and row["reason"].startswith("unexplained: 76.3 % of ncu's peak")
+    assert "was 40.0 % busy" in row["reason"] and "not within 10 % of the busy share" in row["reason"]
+    slow = _l2_row(5.0e12)  # 49 % of the peak with the path 79.6 % busy
+    ex.add_l2_reading(slow, _sm_reading(), DRAM_READ)
+    assert slow["explained"] is False and "48.7 % of ncu's peak" in slow["reason"]
+    near = _l2_row(9.6e12)  # 93 %: within 10 % of the path's peak, no factor needed
+    ex.add_l2_reading(near, _sm_reading(), DRAM_READ)
+    assert near["explained"] is True and near["reason"] == "within 10 % of ncu's peak for the L2 slices' SM-read path (93%)"
+
+
+def test_the_busiest_unit_is_claimed_only_when_the_numbers_read_say_so():
+    row = _l2_row(S7_ROW)
+    ex.add_l2_reading(row, _sm_reading(others={"DRAM read": 91.0}), DRAM_READ)
+    assert "not the busiest unit read: DRAM read 91.0 %" in row["reason"] and "the busiest unit of" not in row["reason"]
+    bare = _l2_row(S7_ROW)
+    ex.add_l2_reading(bare, _sm_reading(others={}), DRAM_READ)
+    assert "no other unit's share read in the launch" in bare["reason"]
+
+
+def test_an_sm_read_peak_without_a_busy_share_falls_back_to_the_first_pass_model():
+    row = _l2_row(S7_ROW)
+    ex.add_l2_reading(row, _sm_reading(busy=None), DRAM_READ)
+    assert row["peak"] == pytest.approx(S8_PEAK) and row["explained"] is False
+    assert "predict" in row["reason"] and "of ncu's peak for the L2 slices' SM-read path" in row["reason"]
+    assert "no busy share of the slices' return path" in row["reason"]
 
 
 def _parsed(launch: dict):
@@ -158,7 +240,7 @@ class _FakeEngine:
             else:
                 launches = [_gemm_launch(i) for i, _ in enumerate(payload["gemms"])]
                 if "l2" in payload:
-                    launches.append(_l2_launch(len(launches)))
+                    launches.append(_l2_launch(len(launches), sm=S8_SM_READ))
                 f.write(render_raw_csv([{k: v for k, v in ln.items() if k in ("ID", "Kernel Name", *asked)}
                                         for ln in launches]))
         return SimpleNamespace(ok=True, result={}, error=None, timed_out=False, exit_code=0, stderr_tail="")
@@ -174,7 +256,7 @@ def _record() -> dict:
             "measured_at": "2026-12-01T13:15:00+00:00"}
 
 
-def test_calibrate_ncu_profiles_the_l2_probe_in_the_same_job_and_reports_it_beside_ncus_peak(monkeypatch):
+def test_calibrate_ncu_profiles_the_l2_probe_in_the_same_job_and_explains_it_by_its_path(monkeypatch):
     import egg_mcp.profiling.runner as prof_runner
     from egg_mcp.calibration.run import calibrate
 
@@ -184,20 +266,44 @@ def test_calibrate_ncu_profiles_the_l2_probe_in_the_same_job_and_reports_it_besi
     assert len(engine.ncu_calls) == 1  # one ncu job for the GEMMs and the L2 probe
     target, payload, asked = engine.ncu_calls[0]
     assert target == ncu_gemm.TARGET and payload == {"gemms": [["mm_bf16", 8192]], "l2": {"quick": False}}
-    assert {ncu_gemm.L2_RATE, ncu_gemm.L2_PCT, ncu_gemm.DRAM_READ} <= set(asked)
+    assert {ncu_gemm.L2_RATE, ncu_gemm.L2_PCT, ncu_gemm.DRAM_READ, *SM_READ_METRICS} <= set(asked)
     l2 = cal.get("l2_read")
-    assert l2.peak == pytest.approx(8.1e12 / 0.74) and l2.ratio_to_peak == pytest.approx(7.98e12 / (8.1e12 / 0.74))
-    assert l2.ncu_l2["pct_of_peak"] == 74.0 and l2.explained is False and "measured 73%" in l2.reason
+    assert l2.peak == pytest.approx(S8_PEAK) and l2.ratio_to_peak == pytest.approx(7.98e12 / S8_PEAK)
+    assert l2.peak_source == ex.L2_PEAK_SOURCE and l2.ncu_l2["sm_read"]["busy_pct"] == 79.63
+    assert l2.ncu_l2["pct_of_peak"] == 74.0 and l2.ncu_l2["peak"] == pytest.approx(8.1e12 / 0.74)  # context kept
+    assert l2.explained is True and "77.6 % of ncu's peak for the L2 slices' SM-read path" in l2.reason
     assert cal.get("mm_bf16").tensor_pipe["busy_pct"] == 93.3  # the GEMM rows read as before
-    text = "\n".join(describe(cal))
-    head = next(ln for ln in describe(cal) if ln.startswith("l2_read"))
-    assert "7.98 TB/s" in head and "10.95 TB/s" in head and "73%" in head
-    assert "peak: ncu's peak for lts__t_bytes" in text
-    assert "ncu: lts__t_bytes 8.10 TB/s = 74.0 % of its sustained peak (10.95 TB/s)" in text
+    lines = describe(cal)
+    text = "\n".join(lines)
+    head = next(ln for ln in lines if ln.startswith("l2_read"))
+    assert "7.98 TB/s" in head and "10.28 TB/s" in head and "78%" in head
+    assert "peak: ncu's peak for the L2 slices' SM-read path" in text
+    assert ("ncu: L2 SM-read path 8.18 TB/s = 79.6 % of its sustained peak (10.28 TB/s at L2 clock 1708 MHz), "
+            "return path (lts2xbar) 79.6 % busy (per slice 78.8-80.5 %)") in text
+    assert "lts__t_bytes 8.10 TB/s = 74.0 % of its sustained peak (10.95 TB/s)" in text
     assert "20 MiB read from DRAM" in text and "kernel _l2_reread" in text
 
 
-def test_an_ncu_without_the_l2_metric_leaves_the_gemm_rows_read(monkeypatch):
+def test_an_ncu_without_the_sm_read_metrics_falls_back_to_lts_bytes_and_says_so(monkeypatch):
+    """An ncu that rejects one metric per run: asked again without each, the GEMMs read, the L2 row compared
+    with lts__t_bytes (today's behaviour) with a note that names what this ncu lacked."""
+    import egg_mcp.profiling.runner as prof_runner
+    from egg_mcp.calibration.run import calibrate
+
+    monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: "/opt/ncu")
+    lacks = (ncu_gemm.SM_READ_RATE, ncu_gemm.SM_READ_PCT, ncu_gemm.RETURN_BUSY)
+    engine = _FakeEngine(_record(), lacks=lacks)
+    cal = asyncio.run(calibrate(engine, None, ncu=True))
+    assert len(engine.ncu_calls) == 4 and not set(lacks) & set(engine.ncu_calls[-1][2])
+    l2 = cal.get("l2_read")
+    assert "sm_read" not in l2.ncu_l2 and ncu_gemm.SM_READ_RATE in l2.ncu_l2["sm_read_missing"]
+    assert l2.peak == pytest.approx(8.1e12 / 0.74) and l2.peak_source == ex.L2_TBYTES_PEAK_SOURCE
+    assert l2.explained is False and "measured 73%" in l2.reason and "compared with lts__t_bytes" in l2.reason
+    assert cal.get("mm_bf16").tensor_pipe["busy_pct"] == 93.3
+    assert "no SM-read path reading" in "\n".join(describe(cal))
+
+
+def test_an_ncu_without_the_l2_metrics_leaves_the_gemm_rows_read(monkeypatch):
     import egg_mcp.profiling.runner as prof_runner
 
     monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: "/opt/ncu")
@@ -205,7 +311,12 @@ def test_an_ncu_without_the_l2_metric_leaves_the_gemm_rows_read(monkeypatch):
     got = asyncio.run(ncu_gemm.read_tensor_pipe(engine, [("mm_bf16", 8192)], l2={"quick": True}))
     assert len(engine.ncu_calls) == 2 and ncu_gemm.L2_PCT not in engine.ncu_calls[1][2]  # asked again without it
     assert engine.ncu_calls[0][1]["l2"] == {"quick": True}
-    assert got["mm_bf16"]["busy_pct"] == 93.3 and ncu_gemm.L2_PCT in got["l2_read"]["error"]
+    assert got["mm_bf16"]["busy_pct"] == 93.3
+    assert got["l2_read"]["sm_read"]["peak"] == pytest.approx(S8_PEAK) and "peak" not in got["l2_read"]  # no lts__t_bytes
+    neither = _FakeEngine({}, lacks=(ncu_gemm.L2_PCT, ncu_gemm.SM_READ_PCT))
+    got = asyncio.run(ncu_gemm.read_tensor_pipe(neither, [("mm_bf16", 8192)], l2={"quick": True}))
+    assert ncu_gemm.L2_PCT in got["l2_read"]["error"] and ncu_gemm.SM_READ_PCT in got["l2_read"]["error"]
+    assert got["mm_bf16"]["busy_pct"] == 93.3
     monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: None)
     none = asyncio.run(ncu_gemm.read_tensor_pipe(engine, [("mm_bf16", 8192)], l2={"quick": True}))
     assert set(none) == {"mm_bf16", "l2_read"} and all("ncu not found" in r["error"] for r in none.values())

@@ -138,55 +138,114 @@ def explain_copy(copy: dict[str, Any], read: dict[str, Any] | None) -> dict[str,
     return {"reason": "unexplained: neither the copy nor a pure read reaches 90 % of the peak", "explained": False}
 
 
-L2_PEAK_SOURCE = ("ncu's peak for lts__t_bytes (bytes through the L2 slices' tag stage): lts__t_bytes.sum.per_second / "
-                  "lts__t_bytes.sum.pct_of_peak_sustained_elapsed of the L2 probe's own launch under ncu (at that "
-                  "launch's clocks; not a datasheet figure)")
+L2_PEAK_SOURCE = ("ncu's peak for the L2 slices' SM-read path: 32 B x lts__t_sectors_srcunit_tex_op_read.sum.per_second "
+                  "/ its .pct_of_peak_sustained_elapsed, of the L2 probe's own launch under ncu (ncu's sustained peak at "
+                  "that launch's L2 clock; not a datasheet figure)")
+L2_TBYTES_PEAK_SOURCE = ("ncu's peak for lts__t_bytes (bytes through the L2 slices' tag stage, all sources): "
+                         "lts__t_bytes.sum.per_second / lts__t_bytes.sum.pct_of_peak_sustained_elapsed of the L2 probe's "
+                         "own launch under ncu (at that launch's clocks; not a datasheet figure; this ncu gave no "
+                         "SM-read path reading)")
+L2_LAYOUTS = ("on the H200, 72 layouts of the probe (block, programs per SM, warps, loads in flight) plateau at 7.84 "
+              "TB/s: benchmarks/results/h200_2026-12-01_s7/l2_fabric/l2_sweep.json")
+"""Why the probe's own layout is not the limit: a measurement on the H200 (cited, not re-run per GPU)."""
 
 
 def add_l2_reading(row: dict[str, Any], reading: dict[str, Any] | None, dram_read: dict[str, Any] | None) -> None:
-    """Put the l2_read row beside ncu's peak for lts__t_bytes (`calibrate --ncu`, ncu_gemm.l2_reading) and
-    re-explain it; a failed reading leaves the row without a peak and says why."""
+    """Put the l2_read row beside ncu's peak for the unit that carries it (`calibrate --ncu`, ncu_gemm.l2_reading):
+    the L2 slices' SM-read path, or lts__t_bytes when this ncu gives no SM-read reading; then re-explain it. A
+    failed reading leaves the row without a peak and says why."""
     if reading is None:
         return
     row["ncu_l2"] = reading
-    if reading.get("peak") and not reading.get("error"):
-        row.update(peak=float(reading["peak"]), peak_source=L2_PEAK_SOURCE, ratio_to_peak=row["value"] / reading["peak"],
+    sm = reading.get("sm_read") or {}
+    peak, source = (sm.get("peak"), L2_PEAK_SOURCE) if sm.get("peak") else (reading.get("peak"), L2_TBYTES_PEAK_SOURCE)
+    if peak and not reading.get("error"):
+        row.update(peak=float(peak), peak_source=source, ratio_to_peak=row["value"] / float(peak),
                    peak_clock_mhz=None, peak_clock_source=None)
     row.update(explain_l2(row, dram_read))
 
 
+def _pct(x: Any) -> str:
+    return f"{float(x):.1f} %"
+
+
+def _busiest(sm: dict[str, Any], others: dict[str, float]) -> str:
+    """'the busiest unit of the launch (... at ...)' when the numbers read say so, else which unit was busier."""
+    busy = float(sm["busy_pct"])
+    seen = ", ".join(f"{name} {_pct(v)}" for name, v in others.items())
+    if not others:
+        return "no other unit's share read in the launch"
+    busier = {n: v for n, v in others.items() if float(v) > busy}
+    if busier:
+        return f"not the busiest unit read: {', '.join(f'{n} {_pct(v)}' for n, v in busier.items())}"
+    return f"the busiest unit of the launch (of those read: {seen})"
+
+
 def explain_l2(row: dict[str, Any], dram_read: dict[str, Any] | None) -> dict[str, Any]:
-    """reason / explained of the l2_read row against ncu's peak for lts__t_bytes. Within 10 %: explained.
-    Else the measured factor is the probe's first pass, which comes from DRAM (the timer, and ncu, flush L2
-    before the launch): ncu's DRAM bytes of the launch at the measured DRAM read ceiling, plus the rest at
-    ncu's L2 peak, predict a share of the peak; explained when the measured share is within 10 % of it.
-    Otherwise "unexplained" with the numbers."""
+    """reason / explained of the l2_read row against its ncu peak. Within 10 %: explained. With the SM-read path's
+    reading, the same test as a GEMM's: the row's share of that path's peak against the busy share of the
+    slices' return path (lts2xbar) in the same launch; explained when within 10 % of each other. Without a busy
+    share (an older ncu): the probe's first pass from DRAM (ncu's DRAM bytes at the measured DRAM read ceiling, the
+    rest at the peak) must predict the share within 10 %. Otherwise "unexplained" with the numbers."""
     reading = row.get("ncu_l2") or {}
     peak, value = row.get("peak"), row["value"]
     if not peak:
         why = f"ncu's L2 reading failed: {reading['error'][:200]}" if reading.get("error") else "nothing to compare with"
         return {"reason": f"no peak figure for this unit: {why}", "explained": False}
+    sm = reading.get("sm_read") or {}
+    unit = "the L2 slices' SM-read path" if sm.get("peak") else "lts__t_bytes"
     share = value / peak
     if share > 1 / WITHIN:
-        return {"reason": f"unexplained: {share:.0%} of ncu's peak for lts__t_bytes, more than 10 % above it (the "
+        return {"reason": f"unexplained: {share:.0%} of ncu's peak for {unit}, more than 10 % above it (the "
                           f"probe's byte count and ncu's disagree)", "explained": False}
     if share >= WITHIN:
-        return {"reason": f"within 10 % of ncu's peak for lts__t_bytes ({share:.0%})", "explained": True}
-    seen = (f"ncu read the L2 at {float(reading.get('pct_of_peak') or 0):.0f} % of that peak in the profiled launch "
-            f"({float(reading.get('bytes_per_s') or 0) / 1e12:.2f} TB/s)")
+        return {"reason": f"within 10 % of ncu's peak for {unit} ({share:.0%})", "explained": True}
     dram_bytes, amount = reading.get("dram_read_bytes"), row.get("amount")
+    if sm.get("peak") and sm.get("busy_pct"):
+        return _explain_by_busy(share, float(peak), sm, reading, amount)
+    fallback = (f"; {reading['sm_read_missing']}: compared with lts__t_bytes, which also counts lookups an SM read "
+                f"cannot use" if reading.get("sm_read_missing") else "")
+    if sm.get("peak"):
+        fallback = "; ncu gave no busy share of the slices' return path (lts__lts2xbar_cycles_active)"
+    seen = (f"ncu read {unit} at {float(sm.get('pct_of_peak') or reading.get('pct_of_peak') or 0):.0f} % of that "
+            f"peak in the profiled launch ({float(sm.get('bytes_per_s') or reading.get('bytes_per_s') or 0) / 1e12:.2f} "
+            f"TB/s)")
     dram_rate = (dram_read or {}).get("value")
     if not (dram_bytes is not None and dram_rate and amount):
-        return {"reason": f"unexplained: {share:.0%} of ncu's peak for lts__t_bytes; {seen}; no DRAM reading to weigh "
-                          f"the first pass with", "explained": False}
+        return {"reason": f"unexplained: {share:.0%} of ncu's peak for {unit}; {seen}; no DRAM reading to weigh "
+                          f"the first pass with{fallback}", "explained": False}
     dram_bytes = min(float(dram_bytes), float(amount))
     predicted = float(amount) / (dram_bytes / float(dram_rate) + (float(amount) - dram_bytes) / float(peak)) / float(peak)
     text = (f"the first pass from DRAM ({dram_bytes / 2 ** 20:.0f} MiB per ncu, at the measured DRAM read ceiling "
             f"{float(dram_rate) / 1e12:.2f} TB/s) and the rest at ncu's peak predict {predicted:.0%} of ncu's peak for "
-            f"lts__t_bytes, measured {share:.0%}")
+            f"{unit}, measured {share:.0%}")
     if abs(share / predicted - 1) <= 1 - WITHIN:
-        return {"reason": f"{text}: the gap is the first pass", "explained": True}
-    return {"reason": f"unexplained: {text}; {seen}", "explained": False}
+        return {"reason": f"{text}: the gap is the first pass{fallback}", "explained": True}
+    return {"reason": f"unexplained: {text}; {seen}{fallback}", "explained": False}
+
+
+def _explain_by_busy(share: float, peak: float, sm: dict[str, Any], reading: dict[str, Any],
+                     amount: float | None) -> dict[str, Any]:
+    """The GEMM rows' test for L2: the rate's share of the path's peak against the path's busy share, one launch."""
+    busy = float(sm["busy_pct"]) / 100
+    spread = (f" (per slice {float(sm['busy_min_pct']):.1f}-{float(sm['busy_max_pct']):.1f} %)"
+              if sm.get("busy_min_pct") is not None and sm.get("busy_max_pct") is not None else "")
+    clock = f" at its {float(sm['l2_clock_mhz']):.0f} MHz L2 clock" if sm.get("l2_clock_mhz") else ""
+    ms = reading.get("kernel_ms")
+    launch = (f"; ncu's launch itself moved {float(amount) / (float(ms) * 1e-3) / 1e12:.2f} TB/s = "
+              f"{_pct(float(amount) / (float(ms) * 1e-3) / peak * 100)} of it" if amount and ms else "")
+    dram = reading.get("dram_read_bytes")
+    first = (f"; the first pass from DRAM ({float(dram) / 2 ** 20:.0f} MiB per ncu) is inside both the row's time "
+             f"and that busy share" if dram else "")
+    text = (f"{_pct(share * 100)} of ncu's peak for the L2 slices' SM-read path ({peak / 1e12:.2f} TB/s{clock})"
+            f"{launch}; the slices' SM return path (lts2xbar) was {_pct(busy * 100)} busy{spread} in the same launch, "
+            f"{_busiest(sm, reading.get('other_units') or {})}")
+    if abs(share / busy - 1) <= 1 - WITHIN:
+        return {"reason": f"{text}: the chip gives that path's peak whenever it is busy, the rest is the path's idle "
+                          f"time under this load{first}; the probe's layout is not the limit ({L2_LAYOUTS})",
+                "explained": True}
+    return {"reason": f"unexplained: {text}; the row's share is not within 10 % of the busy share{first}",
+            "explained": False}
 
 
 def label(row: dict[str, Any], by_key: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -198,7 +257,7 @@ def label(row: dict[str, Any], by_key: dict[str, dict[str, Any]]) -> dict[str, A
         return explain_copy(row, by_key.get("dram_read"))
     if row["key"] == "l2_read" and not row.get("peak"):
         return {"reason": "no peak figure for this unit: nothing to compare with (`egg-mcp calibrate --ncu` reads "
-                          "ncu's peak for lts__t_bytes on this probe's launch)", "explained": False}
+                          "ncu's peak for the L2 slices' SM-read path on this probe's launch)", "explained": False}
     if row.get("unit") == "FLOP/s":
         got = explain(row, row.get("peak_clock_mhz"), row.get("clock_under_load"),
                       (row.get("sustained") or {}).get("rate"), row.get("tensor_pipe"))

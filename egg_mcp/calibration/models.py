@@ -37,8 +37,10 @@ class MeasuredCeiling(BaseModel):
     tensor_pipe: dict[str, Any] | None = Field(
         None, description="`calibrate --ncu`: ncu's tensor-pipe busy % and SM clock for the kept GEMM, or its error")
     ncu_l2: dict[str, Any] | None = Field(
-        None, description="`calibrate --ncu`, l2_read only: ncu's lts__t_bytes rate and share of its sustained peak for "
-                          "the probe's launch, the peak derived from them, the DRAM bytes read, or its error")
+        None, description="`calibrate --ncu`, l2_read only: the probe's launch under ncu: sm_read (the L2 slices' "
+                          "SM-read rate, share and peak, the return path's busy share and per-slice spread, the L2 "
+                          "clock) or sm_read_missing; lts__t_bytes rate, share and peak (context); other units' "
+                          "shares; the DRAM bytes read; or its error")
     reason: str | None = Field(None, description="why the ceiling sits where it does, from the measurements above")
     explained: bool | None = Field(None, description="within 10 % of the peak, or the measured factors account for "
                                                      "the gap within 10 %; None in records from before the label")

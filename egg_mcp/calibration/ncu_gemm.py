@@ -1,5 +1,6 @@
-"""Optional (`egg-mcp calibrate --ncu`): how busy the tensor pipe is in each calibration GEMM, and ncu's
-L2 throughput for the L2 probe's launch, per ncu.
+"""Optional (`egg-mcp calibrate --ncu`): how busy the tensor pipe is in each calibration GEMM, and how busy
+the L2 slices' SM-read path is in the L2 probe's launch (its rate, ncu's peak for it, its return path's busy
+share per slice), per ncu.
 
 A second engine job after the calibration job, wrapped by ncu the way profile_ncu is (the engine's
 `wrapper_argv`; ncu's start-up is most of the cost, so ONE job): `profile_gemms` builds each GEMM at the
@@ -34,11 +35,34 @@ L2_PCT = "lts__t_bytes.sum.pct_of_peak_sustained_elapsed"
 counter over the launch's elapsed cycles: ncu's peak for lts__t_bytes is their quotient (not a datasheet figure)."""
 DRAM_READ = "dram__bytes_read.sum"
 """What the L2 probe's launch read from DRAM (its first pass, after ncu's cache flush): the measured factor."""
+SM_READ_RATE = "lts__t_sectors_srcunit_tex_op_read.sum.per_second"
+SM_READ_PCT = "lts__t_sectors_srcunit_tex_op_read.sum.pct_of_peak_sustained_elapsed"
+SM_READ_PCT_AVG = "lts__t_sectors_srcunit_tex_op_read.avg.pct_of_peak_sustained_elapsed"
+"""Sectors the SMs read from the L2 slices (the probe's own traffic; lts__t_bytes also counts the partition
+fabric's lookups, which an SM read cannot use). Peak in bytes/s = 32 B x rate / (pct / 100), at the launch's
+L2 clock. ncu's `--set full` reports the .avg share only; .sum and .avg shares are the same ratio, so both are
+asked for and either serves (an ncu that rejects one still gives the other)."""
+SECTOR_BYTES = 32
+RETURN_BUSY = "lts__lts2xbar_cycles_active.avg.pct_of_peak_sustained_elapsed"
+RETURN_BUSY_MIN = "lts__lts2xbar_cycles_active.min.pct_of_peak_sustained_elapsed"
+RETURN_BUSY_MAX = "lts__lts2xbar_cycles_active.max.pct_of_peak_sustained_elapsed"
+"""How busy the L2 slices' return path to the crossbar (toward the SMs) was, mean and per-slice spread: the
+busy share that the SM-read rate is compared with, as a GEMM's rate is with its pipe's."""
+L2_CLOCK = "lts__cycles_elapsed.avg.per_second"
+XBAR2L1_PCT = "l1tex__m_xbar2l1tex_read_bytes.sum.pct_of_peak_sustained_elapsed"
+DRAM_PCT = "dram__bytes_read.sum.pct_of_peak_sustained_elapsed"
+OTHER_UNITS = {"L2 tag stage, all sources (lts__t_bytes)": L2_PCT, "SM-side crossbar port (xbar2l1tex)": XBAR2L1_PCT,
+               "DRAM read": DRAM_PCT}
+"""The other units on the probe's data path, read in the same launch, so "the busiest unit" is a measurement."""
 L2_KEY = "l2_read"
 L2_KERNEL = "_l2_reread"
-METRICS = (PIPE_ACTIVE, PIPE_ELAPSED, FMA_ACTIVE, FMA_ELAPSED, CLOCK, DURATION, L2_RATE, L2_PCT, DRAM_READ)
+METRICS = (PIPE_ACTIVE, PIPE_ELAPSED, FMA_ACTIVE, FMA_ELAPSED, CLOCK, DURATION, L2_RATE, L2_PCT, DRAM_READ,
+           SM_READ_RATE, SM_READ_PCT, SM_READ_PCT_AVG, RETURN_BUSY, RETURN_BUSY_MIN, RETURN_BUSY_MAX, L2_CLOCK,
+           XBAR2L1_PCT, DRAM_PCT)
 TARGET = "egg_mcp.calibration.ncu_gemm:profile_gemms"
 TIMEOUT_S = 180.0
+ATTEMPTS = 4
+"""An ncu that rejects metrics may name one per run: up to 3 re-runs, each without the names rejected so far."""
 
 
 def ncu_prefix(ncu: str, log_file: str, metrics: tuple[str, ...] = METRICS) -> list[str]:
@@ -101,29 +125,60 @@ def attribute(text: str, keys: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def l2_reading(launch) -> dict[str, Any]:
-    """ncu's L2 throughput for the L2 probe's launch: {"bytes_per_s", "pct_of_peak", "peak", "dram_read_bytes",
-    "clock_mhz", "kernel_ms", "kernel", "method"}, peak = bytes_per_s / (pct_of_peak / 100): ncu's sustained
-    peak for lts__t_bytes at the launch's own clocks. {"error"} when a metric is missing or the kernel is not
-    the probe's (the launches were then not in the order expected)."""
+    """ncu's reading of the L2 probe's launch: {"sm_read": {...} or absent, "sm_read_missing": why, "bytes_per_s",
+    "pct_of_peak", "peak" (lts__t_bytes, context; absent when this ncu lacks them), "other_units", "dram_read_bytes",
+    "clock_mhz", "kernel_ms", "kernel", "method"}. sm_read: {"bytes_per_s", "pct_of_peak", "peak" (32 B x
+    sectors/s / share: ncu's sustained peak of the L2 slices' SM-read path at the launch's L2 clock), "busy_pct",
+    "busy_min_pct", "busy_max_pct" (the slices' return path, lts2xbar), "l2_clock_mhz"}. {"error"} when neither
+    peak is derivable or the kernel is not the probe's (the launches were then not in the order expected)."""
     from egg_mcp.profiling.ncu_csv import short_kernel_name
 
     kernel = short_kernel_name(launch.kernel_name)[:120]
     if L2_KERNEL not in launch.kernel_name:
         return {"error": f"the launch attributed to the L2 probe is {kernel}, not {L2_KERNEL}: not attributed",
                 "kernel": kernel}
+    clock, duration = launch.value(CLOCK), launch.value(DURATION)
+    out: dict[str, Any] = {"dram_read_bytes": launch.value(DRAM_READ), "clock_mhz": clock / 1e6 if clock else None,
+                           "kernel_ms": duration / 1e6 if duration else None, "kernel": kernel}
+    sm, why_sm = _sm_read(launch, kernel)
     rate, pct = launch.value(L2_RATE), launch.value(L2_PCT)
     missing = [m for m, v in ((L2_RATE, rate), (L2_PCT, pct)) if v is None]
     if missing:
-        return {"error": f"ncu gave no {' or '.join(missing)} for {kernel} (a metric this ncu lacks or renamed): "
-                         f"no ncu L2 peak", "kernel": kernel}
+        why_t = f"ncu gave no {' or '.join(missing)} for {kernel} (a metric this ncu lacks or renamed)"
+    elif rate <= 0 or pct <= 0:
+        why_t = f"ncu read {rate:.3g} B/s, {pct:.3g} % of peak at L2 for {kernel}: no peak derivable"
+    else:
+        why_t = ""
+        out.update(bytes_per_s=rate, pct_of_peak=pct, peak=rate / (pct / 100))
+    if sm is None and why_t:
+        return {"error": f"{why_sm}; {why_t}: no ncu L2 peak", "kernel": kernel}
+    if sm is not None:
+        out["sm_read"] = sm
+        how = f"32 B x {SM_READ_RATE} / ({SM_READ_PCT} / 100); busy share {RETURN_BUSY} (.min/.max per slice)"
+    else:
+        out["sm_read_missing"] = why_sm
+        how = f"{L2_RATE} / ({L2_PCT} / 100) (no SM-read path reading: {why_sm})"
+    out["other_units"] = {name: launch.value(m) for name, m in OTHER_UNITS.items() if launch.value(m) is not None}
+    out["method"] = f"ncu --clock-control none, one launch after 3 warm-ups: {how}"
+    return out
+
+
+def _sm_read(launch, kernel: str) -> tuple[dict[str, Any] | None, str]:
+    """(the SM-read path's reading, "") or (None, why not): its peak needs the rate and the share; the busy
+    share is optional (explain.py then falls back to the first-pass model)."""
+    rate = launch.value(SM_READ_RATE)
+    pct = launch.value(SM_READ_PCT)
+    if pct is None:
+        pct = launch.value(SM_READ_PCT_AVG)
+    if rate is None or pct is None:
+        lacks = [m for m, v in ((SM_READ_RATE, rate), (SM_READ_PCT, pct)) if v is None]
+        return None, f"ncu gave no {' or '.join(lacks)} for {kernel} (an older ncu, or one that renamed it)"
     if rate <= 0 or pct <= 0:
-        return {"error": f"ncu read {rate:.3g} B/s, {pct:.3g} % of peak at L2 for {kernel}: no peak derivable",
-                "kernel": kernel}
-    clock, duration = launch.value(CLOCK), launch.value(DURATION)
-    return {"bytes_per_s": rate, "pct_of_peak": pct, "peak": rate / (pct / 100), "dram_read_bytes": launch.value(DRAM_READ),
-            "clock_mhz": clock / 1e6 if clock else None, "kernel_ms": duration / 1e6 if duration else None,
-            "kernel": kernel,
-            "method": f"ncu --clock-control none, one launch after 3 warm-ups: {L2_RATE} / ({L2_PCT} / 100)"}
+        return None, f"ncu read {rate:.3g} SM-read sectors/s at {pct:.3g} % of peak for {kernel}: no peak derivable"
+    l2_clock = launch.value(L2_CLOCK)
+    return {"bytes_per_s": SECTOR_BYTES * rate, "pct_of_peak": pct, "peak": SECTOR_BYTES * rate / (pct / 100),
+            "busy_pct": launch.value(RETURN_BUSY), "busy_min_pct": launch.value(RETURN_BUSY_MIN),
+            "busy_max_pct": launch.value(RETURN_BUSY_MAX), "l2_clock_mhz": l2_clock / 1e6 if l2_clock else None}, ""
 
 
 def _pipe_reading(key: str, launch) -> dict[str, Any]:
@@ -164,13 +219,13 @@ async def read_tensor_pipe(evaluator, gemms: list[tuple[str, int]], timeout_s: f
     metrics = METRICS
     payload: dict[str, Any] = {"gemms": [list(g) for g in gemms], **({"l2": dict(l2)} if l2 is not None else {})}
     with tempfile.TemporaryDirectory(prefix="egg-calib-ncu-") as tmp:
-        for attempt in (1, 2):
+        for attempt in range(1, ATTEMPTS + 1):
             log = Path(tmp) / f"ncu_{attempt}.csv"
             outcome = await evaluator.run_job(TARGET, payload, timeout_s=timeout_s,
                                               uses_gpu=True, wrapper_argv=ncu_prefix(ncu, str(log), metrics))
             text = log.read_text(errors="replace") if log.exists() else ""
             bad = invalid_metrics(text + (outcome.stderr_tail or ""), metrics)
-            if attempt == 1 and bad and not parse_ncu_output(text).launches:
+            if attempt < ATTEMPTS and bad and not parse_ncu_output(text).launches:
                 metrics = tuple(m for m in metrics if m not in bad)  # an older ncu: no elapsed rollup, no L2 metric
                 continue
             break

@@ -39,8 +39,8 @@ async def calibrate(evaluator: Evaluator, workspace_root: Path | None, *, quick:
 
 
 async def _with_ncu_readings(evaluator: Evaluator, record: dict, timeout_s: float) -> dict:
-    """The record with ncu's pipe reading on each GEMM row and ncu's L2 throughput on the l2_read row (one
-    ncu job for all of them), and those rows re-explained."""
+    """The record with ncu's pipe reading on each GEMM row and ncu's L2 SM-read path reading on the l2_read row
+    (one ncu job for all of them), and those rows re-explained."""
     import time
 
     from egg_mcp.calibration.explain import PIPE_KEYS, add_l2_reading
@@ -90,16 +90,34 @@ def _load_text(load: dict) -> str:
 
 
 def _l2_text(t: dict, amount: float) -> str:
+    """ncu's L2 reading: the SM-read path (rate, share, peak, the return path's busy share per slice), then
+    lts__t_bytes as context, the DRAM bytes, the clocks and the kernel."""
     if t.get("error"):
         return t["error"]
     seconds = (t.get("kernel_ms") or 0) * 1e-3
-    counted = f"; it counted {t['bytes_per_s'] * seconds / amount:.2f}x the probe's bytes" if seconds and amount else ""
+    parts = []
+    sm = t.get("sm_read")
+    if sm:
+        busy = (f", return path (lts2xbar) {sm['busy_pct']:.1f} % busy" if sm.get("busy_pct") is not None else
+                ", no return-path busy share")
+        if sm.get("busy_min_pct") is not None and sm.get("busy_max_pct") is not None:
+            busy += f" (per slice {sm['busy_min_pct']:.1f}-{sm['busy_max_pct']:.1f} %)"
+        parts.append(f"L2 SM-read path {sm['bytes_per_s'] / 1e12:.2f} TB/s = {sm['pct_of_peak']:.1f} % of its sustained "
+                     f"peak ({sm['peak'] / 1e12:.2f} TB/s" + (f" at L2 clock {sm['l2_clock_mhz']:.0f} MHz"
+                                                            if sm.get("l2_clock_mhz") else "") + f"){busy}")
+    elif t.get("sm_read_missing"):
+        parts.append(f"no SM-read path reading ({t['sm_read_missing']})")
+    if t.get("bytes_per_s") and t.get("peak"):
+        counted = (f", {t['bytes_per_s'] * seconds / amount:.2f}x the probe's bytes" if seconds and amount else "")
+        parts.append(f"lts__t_bytes {t['bytes_per_s'] / 1e12:.2f} TB/s = {t['pct_of_peak']:.1f} % of its sustained peak "
+                     f"({t['peak'] / 1e12:.2f} TB/s){counted}")
+    if t.get("other_units"):
+        parts.append("other units " + ", ".join(f"{k} {v:.1f} %" for k, v in t["other_units"].items()))
     dram = t.get("dram_read_bytes")
-    return (f"lts__t_bytes {t['bytes_per_s'] / 1e12:.2f} TB/s = {t['pct_of_peak']:.1f} % of its sustained peak "
-            f"({t['peak'] / 1e12:.2f} TB/s) in the profiled launch"
+    return ("; ".join(parts) + " in the profiled launch"
             + (f", {dram / 2 ** 20:.0f} MiB read from DRAM" if dram is not None else "")
             + (f", SM clock {t['clock_mhz']:.0f} MHz" if t.get("clock_mhz") else "")
-            + f", kernel {t.get('kernel')}{counted}")
+            + f", kernel {t.get('kernel')}")
 
 
 def describe(calibration: Calibration) -> list[str]:
