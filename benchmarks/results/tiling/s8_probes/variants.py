@@ -15,6 +15,10 @@ VARIANTS = [
  ("ptxas_regs", {"REGFIT": "1"}, "occupancy from a register count fit to ptxas (reduction loop 22 + 1.2/element, norm loop 22 + 2.1, norm single 24 + 1.0); the spill rule unchanged", "fit on the compiled registers of batch9 (rowsum_a 41 -> 60 of 93, layernorm_a loop 27 -> 31 of 44, single 12 -> 18 of 28 programs-per-SM agreements); no times"),
  ("ptxas_regs_no_wave", {"REGFIT": "1", "NOWAVE": "1"}, "ptxas_regs + no_wave", "as ptxas_regs"),
  ("oracle_regs_rowsum", {"ORACLE": "1"}, "diagnostic only: rowsum occupancy from the H200's own compiled registers (batch9)", "not a model: reads compiler output of the measured run"),
+ ("soft_knee_p1.5", {"LP": "1.5"}, "loops: bandwidth and warp-stream terms combined with a softer knee (p 1.5; 1 = the M/M/1 fixed point of Little's law with queueing latency, inf = a hard roofline)", "p chosen on batch9 rowsum_a rho (fit_knee.py)"),
+ ("soft_knee_p1.5_no_wave", {"LP": "1.5", "NOWAVE": "1"}, "soft_knee_p1.5 + no_wave", "as soft_knee_p1.5"),
+ ("tail_rounds_issue", {"TAIL": "ceil", "TAIL_ISSUE": "1"}, "tail_rounds with the last round's issue rate at its own resident warps", "no constant"),
+ ("tail_rounds_issue_p2", {"TAIL": "ceil", "TAIL_ISSUE": "1", "LP": "2"}, "tail_rounds_issue + knee p 2", "p from fit_knee.py (batch9 rowsum_a)"),
 ]
 out = {}
 for name, env, what, fit in VARIANTS:
