@@ -43,6 +43,14 @@ one event pair per call leaks ~1 us of jitter; a graph of several calls amortise
 TARGET_TOTAL_MS = 300.0
 """Adaptive repetition: aim for this much measured time (H200: CV < 0.5 % from ~50 us kernels)."""
 MIN_RUNS, MAX_RUNS = 20, 1000
+DISTURBED_CV = 0.06
+"""A reading whose CV (central 90 % of runs) is above this was disturbed from outside the kernel: on the H200
+3 of 20 verify_latency calls of a 2.0 ms GEMM read 6.6-8.1 % against 0.8-1.2 % for the other 17, and one A/A
+probe row at 1.09 ms read 8.4 % against 0.14-0.19 % in the runs before, while the medians stayed put
+(benchmarks/results/h200_2026-12-01_s8/). Below it stay the kernels that vary by themselves: a power-bound
+bf16 GEMM at 0.24 ms reads 3.4-5 % (tiling_agreement). Such a reading is taken again (MAX_REMEASURES) and the
+steadiest kept; the discarded CVs are reported with it (`remeasured`, `disturbed_cvs`), never hidden."""
+MAX_REMEASURES = 2
 GRAPH_REPLAY_TARGET_MS = 1.0
 MAX_ROTATION_SETS = 64
 ROTATION_BUDGET_BYTES = 4 << 30
@@ -190,15 +198,24 @@ class GpuTimer:
         est = self.estimate_ms(fn, first)
         before = self.nvml.read()
         extra: dict[str, Any] = {"estimate_ms": est}
-        stats = None
-        if allow_graph and est < GRAPH_BELOW_MS:
-            try:
-                stats = self._measure_graph(fn, make_inputs, first, input_bytes, est, n_runs)
-            except Exception as exc:  # capture is not possible for every candidate: fall back
-                extra["graph_fallback"] = f"{type(exc).__name__}: {exc}"[:300]
-                _synchronize()
-        if stats is None:
-            stats = self._measure_events(fn, make_inputs, first, input_bytes, est, n_runs)
+        attempts: list[TimingStats] = []
+        while len(attempts) <= MAX_REMEASURES:
+            stats = None
+            if allow_graph and est < GRAPH_BELOW_MS and "graph_fallback" not in extra:
+                try:
+                    stats = self._measure_graph(fn, make_inputs, first, input_bytes, est, n_runs)
+                except Exception as exc:  # capture is not possible for every candidate: fall back
+                    extra["graph_fallback"] = f"{type(exc).__name__}: {exc}"[:300]
+                    _synchronize()
+            if stats is None:
+                stats = self._measure_events(fn, make_inputs, first, input_bytes, est, n_runs)
+            attempts.append(stats)
+            if (stats.cv or 0.0) <= DISTURBED_CV:
+                break
+        stats = min(attempts, key=lambda a: a.cv or 0.0)
+        if len(attempts) > 1:
+            stats.remeasured = len(attempts) - 1
+            stats.disturbed_cvs = [round(a.cv or 0.0, 5) for a in attempts if a is not stats]
         after = self.nvml.read()
         reasons = sorted(set(before.get("throttle_reasons", [])) | set(after.get("throttle_reasons", [])))
         clocks = [c for c in (before.get("sm_clock_mhz"), after.get("sm_clock_mhz")) if c]
