@@ -127,6 +127,7 @@ def _row(structured: dict[str, Any], wall: float) -> dict[str, Any]:
             "mcp_and_service_s": round(wall - phases["total"], 3) if "total" in phases else None,
             "server_phase_s": phases, "phase_s": result.get("phase_s"), "judge": result.get("judge"),
             "median_ms": timing.get("median_ms"), "cv": timing.get("cv"), "timing_method": timing.get("method"),
+            "timing_remeasured": timing.get("remeasured") or 0, "disturbed_cvs": timing.get("disturbed_cvs"),
             "summary": structured["summary"][:200] if structured["verdict"] != "correct" else None}
 
 
@@ -149,6 +150,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                                                          "runner_reported_triton_compile_s") is not None]),
             "max_abs_unaccounted_s": max((abs(r["unaccounted_s"] or 0) for r in rows), default=None),
             # calls whose runner found launcher stubs built ahead by the judge's hint (launchers.py; runner-reported)
+            "calls_with_timing_remeasured": sum(1 for r in rows if r.get("timing_remeasured")),
             "calls_with_launchers_built_ahead": sum(1 for r in rows if (((r["judge"] or {}).get(
                 "runner_reported_launchers") or {}).get("built") or 0) >= 1),
             "phase_sums_s": sums, "all_correct": all(r["verdict"] == "correct" for r in rows),
