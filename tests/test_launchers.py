@@ -182,3 +182,27 @@ def test_the_judge_reads_a_bounded_report():
     assert launchers.merge([]) == {}
     assert launchers.merge([{"launchers": "ok", "launchers_built": 1, "launcher_build_s": 0.2}] * 2) == \
         {"launchers": "ok", "launchers_built": 2, "launcher_build_s": 0.4}
+
+
+def test_a_child_a_spare_starts_during_the_kill_walk_is_not_killed(monkeypatch):
+    """A spare runs gcc for a launcher stub at any time; the judge's kill of a finished job's processes walks
+    its own descendants and the spares' subtrees: a gcc started between the two walks must survive."""
+    spare = type("S", (), {"proc": type("P", (), {"pid": 100, "poll": staticmethod(lambda: None)})()})()
+    monkeypatch.setattr(runner_process, "spares", lambda: [spare])
+    tree = {"judge": [100, 200], 100: []}  # 200: a candidate's leftover process
+
+    walks = []
+
+    def descendants(pid):
+        out = list(tree[100] if pid == 100 else tree["judge"])
+        walks.append(pid)
+        if len(walks) == 1:  # the spare starts gcc (pid 300) between the first walk and the second
+            tree[100].append(300)
+            tree["judge"].append(300)
+        return out
+
+    killed = []
+    monkeypatch.setattr(runner_process.confinement, "descendants", descendants)
+    monkeypatch.setattr(runner_process.os, "kill", lambda pid, sig: killed.append(pid))
+    runner_process.kill_all_but_spare()
+    assert 200 in killed and 300 not in killed and 100 not in killed

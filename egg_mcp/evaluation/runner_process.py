@@ -169,8 +169,11 @@ def kill_all_but_spare() -> int:
         return confinement.kill_descendants(os.getpid())
     count = 0
     for _ in range(3):  # a forking child can add descendants between the walk and the kill
+        # the spares' subtrees are walked AFTER ours: a child a spare starts meanwhile (gcc building a launcher
+        # stub) is then either not found yet or found in both walks, never killed as a stranger
+        found = confinement.descendants(os.getpid())
         keep = {pid for r in roots for pid in (r.proc.pid, *confinement.descendants(r.proc.pid))}
-        found = [pid for pid in confinement.descendants(os.getpid()) if pid not in keep]
+        found = [pid for pid in found if pid not in keep]
         if not found:
             break
         for pid in found:
