@@ -30,14 +30,17 @@ MAX_SIGNATURES = 8
 """Per message and per judge: a task's candidates use one to three kernels; more is noise or a forgery."""
 
 
+def _all_type_names(types: list) -> bool:
+    return all(isinstance(t, str) and TYPE.match(t) for t in types)
+
+
 def valid_signatures(raw: Any) -> list[tuple[str, ...]]:
     """The well-formed type lists in `raw` (untrusted), deduplicated, at most MAX_SIGNATURES; the rest dropped."""
     out: list[tuple[str, ...]] = []
     if not isinstance(raw, list):
         return out
     for sig in raw[:4 * MAX_SIGNATURES]:
-        if (isinstance(sig, list) and 0 < len(sig) <= MAX_TYPES
-                and all(isinstance(t, str) and TYPE.match(t) for t in sig)):
+        if isinstance(sig, list) and 0 < len(sig) <= MAX_TYPES and _all_type_names(sig):
             key = tuple(sig)
             if key not in out:
                 out.append(key)
@@ -53,7 +56,7 @@ def signature_of(compile_kwargs: Any) -> list[str] | None:
     if not isinstance(sig, dict):
         return None
     types = list(sig.values())
-    return types if all(isinstance(t, str) and TYPE.match(t) for t in types) else None
+    return types if _all_type_names(types) else None
 
 
 class KnownSignatures:
