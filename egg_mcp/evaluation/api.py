@@ -137,8 +137,8 @@ class TimingStats(BaseModel):
     l2_flushed: bool = True
     input_sets: int = 1
     host_wall_ms: float | None = Field(None, description="host clock over the timed region (cross-check)")
-    remeasured: int = Field(0, description="readings taken again because their CV showed an outside disturbance "
-                            "(timing.DISTURBED_CV); this one is the steadiest")
+    remeasured: int = Field(0, description="readings taken again because they showed an outside disturbance "
+                            "(timing.disturbed: a steady middle, a slow tail); this one is the steadiest")
     disturbed_cvs: list[float] | None = Field(None, description="the CVs of the readings that were discarded")
     sm_clock_mhz: int | None = None
     throttled: bool | None = None

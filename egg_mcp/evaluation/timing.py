@@ -214,7 +214,7 @@ class GpuTimer:
         before = self.nvml.read()
         extra: dict[str, Any] = {"estimate_ms": est}
         attempts: list[TimingStats] = []
-        while len(attempts) <= MAX_REMEASURES:
+        for pause in (*REMEASURE_PAUSES_S, None):
             stats = None
             if allow_graph and est < GRAPH_BELOW_MS and "graph_fallback" not in extra:
                 try:
@@ -225,10 +225,9 @@ class GpuTimer:
             if stats is None:
                 stats = self._measure_events(fn, make_inputs, first, input_bytes, est, n_runs)
             attempts.append(stats)
-            if not disturbed(stats):
+            if pause is None or not disturbed(stats):
                 break
-            if len(attempts) <= MAX_REMEASURES:
-                _sleep(REMEASURE_PAUSES_S[len(attempts) - 1])
+            _sleep(pause)
         stats = min(attempts, key=lambda a: a.cv or 0.0)
         if len(attempts) > 1:
             stats.remeasured = len(attempts) - 1
