@@ -224,12 +224,18 @@ def explain_l2(row: dict[str, Any], dram_read: dict[str, Any] | None) -> dict[st
     return {"reason": f"unexplained: {text}; {seen}{fallback}", "explained": False}
 
 
+def per_slice(sm: dict[str, Any]) -> str:
+    """' (per slice A-B %)': the spread of the return path's busy share over the L2 slices, when ncu gave it."""
+    if sm.get("busy_min_pct") is None or sm.get("busy_max_pct") is None:
+        return ""
+    return f" (per slice {float(sm['busy_min_pct']):.1f}-{float(sm['busy_max_pct']):.1f} %)"
+
+
 def _explain_by_busy(share: float, peak: float, sm: dict[str, Any], reading: dict[str, Any],
                      amount: float | None) -> dict[str, Any]:
     """The GEMM rows' test for L2: the rate's share of the path's peak against the path's busy share, one launch."""
     busy = float(sm["busy_pct"]) / 100
-    spread = (f" (per slice {float(sm['busy_min_pct']):.1f}-{float(sm['busy_max_pct']):.1f} %)"
-              if sm.get("busy_min_pct") is not None and sm.get("busy_max_pct") is not None else "")
+    spread = per_slice(sm)
     clock = f" at its {float(sm['l2_clock_mhz']):.0f} MHz L2 clock" if sm.get("l2_clock_mhz") else ""
     ms = reading.get("kernel_ms")
     launch = (f"; ncu's launch itself moved {float(amount) / (float(ms) * 1e-3) / 1e12:.2f} TB/s = "

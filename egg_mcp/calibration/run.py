@@ -98,10 +98,10 @@ def _l2_text(t: dict, amount: float) -> str:
     parts = []
     sm = t.get("sm_read")
     if sm:
+        from egg_mcp.calibration.explain import per_slice
+
         busy = (f", return path (lts2xbar) {sm['busy_pct']:.1f} % busy" if sm.get("busy_pct") is not None else
-                ", no return-path busy share")
-        if sm.get("busy_min_pct") is not None and sm.get("busy_max_pct") is not None:
-            busy += f" (per slice {sm['busy_min_pct']:.1f}-{sm['busy_max_pct']:.1f} %)"
+                ", no return-path busy share") + per_slice(sm)
         parts.append(f"L2 SM-read path {sm['bytes_per_s'] / 1e12:.2f} TB/s = {sm['pct_of_peak']:.1f} % of its sustained "
                      f"peak ({sm['peak'] / 1e12:.2f} TB/s" + (f" at L2 clock {sm['l2_clock_mhz']:.0f} MHz"
                                                             if sm.get("l2_clock_mhz") else "") + f"){busy}")
