@@ -95,10 +95,10 @@ MEASURE_TARGET = "egg_mcp.tiling.measure:measure_configs"
 
 
 class LocalEvaluator:
-    """The real engine for propose_tiling, with this case's Triton cache and device pinned on each job."""
+    """The real engine for propose_tiling, with the device pinned on each job. Each job's runner starts with its
+    own empty Triton cache inside its sandbox (a cache path from this process is not writable there)."""
 
-    def __init__(self, cache_dir: str, device: str = "cuda", timing_trials: int | None = None):
-        self.cache_dir = cache_dir
+    def __init__(self, device: str = "cuda", timing_trials: int | None = None):
         self.device = device
         self.timing_trials = timing_trials
 
@@ -107,7 +107,7 @@ class LocalEvaluator:
 
     async def run_job(self, target, payload, *, timeout_s, uses_gpu, wrapper_argv=None) -> JobOutcome:
         assert target == MEASURE_TARGET
-        payload = dict(payload, cache_dir=self.cache_dir, device=self.device)
+        payload = dict(payload, device=self.device)
         if self.timing_trials:
             payload["timing_trials"] = self.timing_trials
         result, error, wall = await asyncio.to_thread(run_measure_job, payload, timeout_s)
@@ -235,7 +235,7 @@ def _agreement(estimates: dict, results: list[dict], nbytes: int) -> dict:
     }
 
 
-def run_case(name: str, args, out_dir: Path, deadline: float, shared_cache: str) -> dict:
+def run_case(name: str, args, out_dir: Path, deadline: float) -> dict:
     file, kind, dtype, overrides, dims = CASES[name]
     device = "interpreter" if args.smoke else "cuda"
     if args.smoke:
@@ -262,7 +262,7 @@ def run_case(name: str, args, out_dir: Path, deadline: float, shared_cache: str)
     # exhaustive
     payload = {"reference_source": source, "dtype": dtype, "size_overrides": overrides, "atol": tol.atol,
                "rtol": tol.rtol, "device": device, "compile_workers": args.workers, "timing_trials": args.timing_trials,
-               "cache_dir": shared_cache, "time_budget_s": max(30.0, deadline - time.perf_counter() - 30),
+               "time_budget_s": max(30.0, deadline - time.perf_counter() - 30),
                "candidates": [{"config": c, "source": apply_config(source, c)} for c in configs]}
     result, error, wall = run_measure_job(payload, timeout_s=max(60.0, deadline - time.perf_counter()))
     record["exhaustive_wall_s"] = wall
@@ -313,10 +313,9 @@ def run_case(name: str, args, out_dir: Path, deadline: float, shared_cache: str)
 
     # propose_tiling for real, cold
     if time.perf_counter() < deadline - 60:
-        cache = tempfile.mkdtemp(prefix="tiling_search_cache_")
         options = EvalOptions(dtype=dtype, tolerance=tol, size_overrides=overrides)
         try:
-            proposal = asyncio.run(propose_tiling(LocalEvaluator(cache, device, args.timing_trials), reference_source=source,
+            proposal = asyncio.run(propose_tiling(LocalEvaluator(device, args.timing_trials), reference_source=source,
                                                   candidate_source=source, options=options, gpu=gpu, dims=dims,
                                                   kind=kind, max_trials=3 if args.smoke else 8,
                                                   time_budget_s=120.0))
@@ -329,8 +328,6 @@ def run_case(name: str, args, out_dir: Path, deadline: float, shared_cache: str)
             record["search_real_ratio"] = best / exhaustive_time if exhaustive_time else None
         except Exception as exc:  # noqa: BLE001 - reported in the table
             record["search_error"] = f"{type(exc).__name__}: {exc}"[:1000]
-        finally:
-            shutil.rmtree(cache, ignore_errors=True)
     else:
         record["search_error"] = "skipped: wall-time budget"
 
@@ -423,25 +420,21 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     deadline = started + args.max_wall_s
-    shared_cache = tempfile.mkdtemp(prefix="tiling_bench_cache_")
     records: list[dict] = []
-    try:
-        for name in names:
-            if time.perf_counter() > deadline - 45:
-                records.append({"case": name, "error": "skipped: wall-time budget"})
-                continue
-            t0 = time.perf_counter()
-            try:
-                record = run_case(name, args, out_dir, deadline, shared_cache)
-            except Exception as exc:  # noqa: BLE001 - one broken case must not lose the others
-                record = {"case": name, "error": f"{type(exc).__name__}: {exc}"[:2000]}
-            record["case_wall_s"] = time.perf_counter() - t0
-            records.append(record)
-            print(json.dumps({k: record.get(k) for k in ("case", "search8_ratio", "search16_ratio", "top8_ratio",
-                                                          "case_wall_s", "error")}), flush=True)
-            write_report(out_dir, records, started, args)
-    finally:
-        shutil.rmtree(shared_cache, ignore_errors=True)
+    for name in names:
+        if time.perf_counter() > deadline - 45:
+            records.append({"case": name, "error": "skipped: wall-time budget"})
+            continue
+        t0 = time.perf_counter()
+        try:
+            record = run_case(name, args, out_dir, deadline)
+        except Exception as exc:  # noqa: BLE001 - one broken case must not lose the others
+            record = {"case": name, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        record["case_wall_s"] = time.perf_counter() - t0
+        records.append(record)
+        print(json.dumps({k: record.get(k) for k in ("case", "search8_ratio", "search16_ratio", "top8_ratio",
+                                                      "case_wall_s", "error")}), flush=True)
+        write_report(out_dir, records, started, args)
     write_report(out_dir, records, started, args)
     print((out_dir / "tiling_bench.md").read_text())
     return 0
