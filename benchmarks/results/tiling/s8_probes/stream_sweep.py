@@ -26,9 +26,9 @@ device = "cpu" if SMOKE else "cuda"
 sms = 132 if SMOKE else torch.cuda.get_device_properties(0).multi_processor_count
 TOTAL = (1 << 14) if SMOKE else (1 << 26)  # fp32 elements: 256 MB on the GPU
 rows_out = []
-for programs in ((2, 4) if SMOKE else (64, sms, 2 * sms, 4 * sms, 8 * sms, 32 * sms)):
-    for bm in ((1, 4) if SMOKE else (1, 4, 16)):
-        for bn in ((128,) if SMOKE else (512, 2048)):
+for programs in ((2, 4) if SMOKE else (64, sms, 2 * sms, 3 * sms, 4 * sms, 8 * sms, 16 * sms, 32 * sms)):
+    for bm in ((1, 4) if SMOKE else (1, 2, 4, 8, 16)):
+        for bn in ((128,) if SMOKE else (256, 512, 1024, 2048)):
             n_rows = programs * bm
             n_cols = max(bn, TOTAL // n_rows // bn * bn)
             x = torch.ones(n_rows, n_cols, device=device)
