@@ -1,6 +1,6 @@
 """How much of the tiling model's rank correlation the timing noise can explain (offline, CPU; issue 18).
 
-    python3 benchmarks/tiling_rho_noise.py [--out benchmarks/results/tiling/rho_noise_s8] [RUN/tiling_search.json ...]
+    python3 benchmarks/tiling_rho_noise.py [--out benchmarks/results/tiling/rho_noise_s9] [RUN/tiling_search.json ...]
 
 For every case of the recorded `run.py tiling_search` runs on the H200 (default: the two session-7 runs,
 b4a4599 and 42095a3; the times are the H200's, GpuTimer with a CV per config; only the model is re-run here):
@@ -184,7 +184,7 @@ def markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(REPO / "benchmarks/results/tiling/rho_noise_s8"))
+    parser.add_argument("--out", default=str(REPO / "benchmarks/results/tiling/rho_noise_s9"))
     parser.add_argument("runs", nargs="*", type=Path, help="tiling_search.json files (default: the two s7 runs)")
     args = parser.parse_args(argv)
     result = run(args.runs or RUNS)

@@ -492,9 +492,10 @@ def test_model_rescored_exactly_on_the_runs_that_store_every_config():
         for record in data["cases"]:
             out = recheck_mod.recheck(record, None)
             got[out["case"]] = (out["current_model_spills"], out["search8_ratio"], out["search16_ratio"])
-    # rowsum_a read 0.9727 / 0.9893 before the loop model counted resident warps (WARP_STREAM_BPS); biasgelu_a
-    # 0.9923 / 0.9923 and biasgelu_b 0.9871 / 0.9904 before erf's measured cost and the dispatch floor
-    assert got == {"layernorm_a": ("95/96", 1.0, 1.0), "rowsum_a": ("113/120", 0.9978, 1.0),
+    # rowsum_a read 0.9727 / 0.9893 before the loop model counted resident warps (WARP_STREAM_BPS), 0.9978 / 1.0
+    # before the register spread, loop trips and per-warp ILP of session 9; biasgelu_a 0.9923 / 0.9923 and
+    # biasgelu_b 0.9871 / 0.9904 before erf's measured cost and the dispatch floor
+    assert got == {"layernorm_a": ("95/96", 1.0, 1.0), "rowsum_a": ("113/120", 0.9996, 0.9991),
                    "biasgelu_a": ("144/144", 0.9946, 0.9961), "biasgelu_b": ("144/144", 1.0, 1.0)}
 
 

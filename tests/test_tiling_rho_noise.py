@@ -45,15 +45,17 @@ def result():
 
 
 def test_the_memory_bound_cases_are_limited_by_the_model_not_by_the_noise(result):
-    """rowsum_a / rowsum_b / layernorm_a read rho < 0.7 on the s7 runs, while a perfect model would read >= 0.98
-    against noise of the recorded CVs and the two runs order the same configs alike (rho >= 0.98)."""
+    """rowsum_a / rowsum_b / layernorm_a read rho < 0.7 on the s7 runs with the model of session 8 (rho_noise_s8.json),
+    while a perfect model would read >= 0.98 against noise of the recorded CVs and the two runs order the same
+    configs alike (rho >= 0.98): the misses were the model's. The session-9 model reads >= 0.7 on both runs."""
+    stored = json.loads((REPO / "benchmarks/results/tiling/rho_noise_s8.json").read_text())["cases"]
     cases = result["cases"]
     for name in ("rowsum_a", "rowsum_b", "layernorm_a"):
         runs = cases[name]["runs"]
         assert set(runs) == {"tiling_search_b4a4599", "tiling_search_42095a3"}
         assert cases[name]["repeat"]["rho_repeat"] > 0.98 and cases[name]["repeat"]["n"] >= 14
-        for c in runs.values():
-            assert c["rho"] < 0.7 and c["ceiling_perfect_model"] > 0.98
+        for run, c in runs.items():
+            assert stored[name]["runs"][run]["rho"] < 0.7 <= c["rho"] and c["ceiling_perfect_model"] > 0.98
             assert c["rho"] <= c["rho_best_within_noise"] and c["noise_tied_pairs"] <= c["pairs"]
     # rowsum_a is the near-tie case: 6-7 of 17 configs within 2 % of the best, 13-18 noise-tied pairs
     a = cases["rowsum_a"]["runs"]["tiling_search_42095a3"]
@@ -61,8 +63,8 @@ def test_the_memory_bound_cases_are_limited_by_the_model_not_by_the_noise(result
 
 
 def test_recorded_noise_file_matches_a_rerun(result):
-    """benchmarks/results/tiling/rho_noise_s8.json is this script's output at the commit that wrote it."""
-    stored = json.loads((REPO / "benchmarks/results/tiling/rho_noise_s8.json").read_text())
+    """benchmarks/results/tiling/rho_noise_s9.json is this script's output with the current model."""
+    stored = json.loads((REPO / "benchmarks/results/tiling/rho_noise_s9.json").read_text())
     for name in ("rowsum_a", "layernorm_a", "rowsum_b", "biasgelu_a", "softmax_b"):
         for run, c in result["cases"][name]["runs"].items():
             s = stored["cases"][name]["runs"][run]

@@ -33,6 +33,38 @@ resident warps, the warps counted from registers compiled for sm_90; `per_warp_r
 benchmarks/results/tiling/compile_study_rowsum_a.json, from batch9_tiling_bench.json). Measured on one case and
 one GPU: in-sample for rowsum_a, held out for layernorm_a, rowsum_b and the softmaxes (rank_replay.md)."""
 OVERLAP_P = 3.0  # exponent of the smooth max of bandwidth and latency time (inf = perfect overlap)
+WARP_ILP = (52.6, 0.67, 3.5)
+"""(registers, exponent, cap): a looping warp streams WARP_STREAM_BPS x min(cap, max(1, regs / registers)) **
+exponent. A thread holding more registers keeps more loads in flight: in the H200 row_sum sweep (one program per
+SM, so no DRAM contention) warps of <= 48-register configs streamed 2.0-2.5 GB/s whatever their bytes per trip,
+those at 96-128 registers 3.5-6.8 (benchmarks/results/tiling/s9_probes/stream_sweep_events.json, fit by
+s9_probes/fit_sweep.py over its 560 unspilled points; the other fitted constants of that fit are not used here)."""
+LOOP_TRIP_OPS = 5
+"""Issue slots every thread spends per trip of a loop over the row (address, mask, compare, branch), whatever its
+elements: it is what makes many warps over a small block slow (layernorm_a bf16: [1,256,8] 72 us against
+[1,256,1] 39 us in the s9 exhaustive run). Chosen on the replays of session 7's runs, not measured per instruction
+(s9_probes/ablation.md: 0 lowers layernorm_a to 0.71 / 0.71 on runs A / B)."""
+OCC_REGS = (4.0, 1.1, 4.0, 32)
+"""(base, per accumulator element, per row a thread covers, floor): the registers a looping row program compiles
+to, for occupancy. Fit to the registers ptxas gave the row_sum sweep's 76 configs on the H200
+(s9_probes/regfit9.py): the resident CTAs per SM it implies match the compiled ones on 63 of 76 configs, the
+older 24 + 1.4 per element on 31; relative RMS error 12 %, median 4 %. The per-element term scales with the kind's
+live values (_LIVE_PER_ELEMENT_LOOPING / 1.4, the row sum's)."""
+L2_REUSE = (0.713, 5.4, 0.89, 0.013)
+"""(half-point as a fraction of the L2, steepness, cost of a miss, cost of a hit): a second pass over a row costs
+cost(miss) x miss + cost(hit) x (1 - miss) of the first pass, miss = x / (1 + x), x = (working set / (half x L2)) **
+steepness, working set = resident programs x row bytes. Measured on the H200 (s9_probes/l2_reuse.py ->
+l2_reuse.json: a row summed twice, 512 MB of rows, 2 KB-512 KB rows): the second pass added 0.2-0.3 % at 4-8 MB,
+6 % at 25 MB, 19 % at 33 MB, 61 % at 50 MB, 83 % at 66 MB, 86-89 % beyond; least-squares fit. It replaces a hard
+step at the whole L2 (60 MB) with hits charged 1 / L2_OVER_DRAM = 0.4 of a DRAM read."""
+STREAM_KNEE_P = 1.64
+"""Exponent of the smooth max of a looping program's DRAM-share time and its warps' streaming time (OVERLAP_P = 3
+elsewhere): the soft knee the H200 row_sum sweep shows as resident warps approach the DRAM roof (fit_sweep.py,
+p = 1.64 over 560 configs at 64-4224 programs)."""
+REG_SPREAD = 0.10
+"""Occupancy steps at register thresholds that the estimate above misses by ~10 % (its RMS error): a looping
+config's time is the mean over its register estimate x (1 - REG_SPREAD, 1, 1 + REG_SPREAD), not a bet on one side
+of a step (s9_probes/ablation.md: without it rowsum_a ranks 0.65 / 0.61 on runs A / B, with it 0.88 / 0.85)."""
 
 _BASE_OPS = {"softmax": 10, "norm": 12, "reduction": 3, "elementwise": 6}  # instructions per element
 _TRANSCENDENTAL = {"exp", "exp2", "log", "log2", "erf", "tanh", "sigmoid", "sqrt", "rsqrt", "sin", "cos", "pow"}

@@ -1,7 +1,10 @@
 """The streaming cost model (softmax, norm, reduction, elementwise): the busiest SM's time is a smooth max of
 the bytes it moves over its bandwidth share, what its resident warps can stream (a loop over the row) or the
-chains of dependent memory latencies it cannot overlap (one block per row), and its instruction issue — Little's law at the granularity of programs. Constants and their evidence
-live in model.py (shared with the GEMM model)."""
+chains of dependent memory latencies it cannot overlap (one block per row), and its instruction issue — Little's
+law at the granularity of programs. A loop over the row is priced with its registers fit to the compiler's, the
+loads in flight those registers allow, a soft knee to the DRAM roof, each trip's bookkeeping, and the L2 reuse of a
+second pass as measured on the H200, averaged over the register estimate's error. Constants and their evidence
+live in costs.py (shared with the GEMM model)."""
 
 from __future__ import annotations
 
@@ -13,11 +16,46 @@ from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate
 
 def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int],
             dtype: str, kind: str, est: ConfigEstimate) -> list[tuple[str, str]]:
+    """Price one config; its time is the mean over the register estimate's spread (costs.REG_SPREAD), so a config
+    near an occupancy step is priced between its two sides."""
+    from egg_mcp.tiling.costs import REG_SPREAD
+
+    fired, looping = _stream(values, k, space, gpu, dims, dtype, kind, est, 1.0)
+    if fired or not looping or est.predicted_ms is None:
+        return fired
+    times = [est.predicted_ms]
+    for scale in (1 - REG_SPREAD, 1 + REG_SPREAD):
+        other = est.model_copy(deep=True)
+        _stream(values, k, space, gpu, dims, dtype, kind, other, scale)
+        times.append(other.predicted_ms if other.predicted_ms is not None else est.predicted_ms)
+    est.predicted_ms = sum(times) / len(times)
+    return fired
+
+
+def _occupancy_regs(br: int, bc: int, w: int, nbytes: int, per_thread: float, live: float) -> float:
+    """Registers a looping row program compiles to (costs.OCC_REGS): accumulators plus a row pointer and mask per
+    row a thread covers in Triton's default blocked layout (16-byte vectors along the row, then threads, then
+    warps)."""
+    from egg_mcp.tiling.costs import OCC_REGS
+
+    base, per_element, per_row, floor = OCC_REGS
+    vec = max(1, min(16 // nbytes, bc))
+    threads_along_row = min(32, max(1, bc // vec))
+    warps_along_row = min(w, max(1, bc // (vec * threads_along_row)))
+    rows_per_thread = max(1, br // ((32 // threads_along_row) * max(1, w // warps_along_row)))
+    return max(floor, base + per_element * per_thread * live / 1.4 + per_row * rows_per_thread)
+
+
+def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int],
+            dtype: str, kind: str, est: ConfigEstimate, reg_scale: float) -> tuple[list[tuple[str, str]], bool]:
+    """One pricing at `reg_scale` x the register estimate; returns the rules that fired and whether the config
+    loops over its row (the case the register fit and its spread are for)."""
     from egg_mcp.tiling.dims import next_pow2
     from egg_mcp.tiling.costs import (  # one set of constants for both models
         _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, DRAM_LATENCY_S,
         DTYPE_BYTES, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE,
         PROGRAM_DISPATCH_S, TRANSCENDENTAL_OPS, WARP_STREAM_BPS, _FUNCTION_OPS, _ctas_per_sm, _persistent, _round_up,
+        L2_REUSE, LOOP_TRIP_OPS, STREAM_KNEE_P, WARP_ILP,
     )
 
     fired: list[tuple[str, str]] = []
@@ -58,7 +96,11 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
             # H200: BLOCK_M=8, BLOCK_N=8192, 16 warps spilled at ~184 estimated registers, cap 128)
             fired.append(("spill", f"{threads} threads leave at most {cap} registers per thread; "
                                    f"~{est.regs_per_thread} needed: spills"))
-    c = _ctas_per_sm(gpu, threads, min(est.regs_per_thread, MAX_REGS), est.smem_bytes)
+    # occupancy: a looping program's registers from the fit to compiled ones (the estimate above stays the spill
+    # test), either kind's scaled by this pricing's point of the register spread
+    occ_regs = _occupancy_regs(br, bc, w, nbytes, per_thread, live) if looping else min(est.regs_per_thread, MAX_REGS)
+    occ_regs = min(MAX_REGS, _round_up(int(occ_regs * reg_scale), 8))
+    c = _ctas_per_sm(gpu, threads, occ_regs, est.smem_bytes)
     est.ctas_per_sm = c
     est.occupancy = c * threads / gpu.max_threads_per_sm
 
@@ -76,7 +118,7 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
     est.tail_waste = max(0.0, 1 - n_rows * n_cols / covered)
     est.intensity = 0.0
     if fired:
-        return fired
+        return fired, looping
 
     # bytes one program moves: reads (a second pass over a row re-reads it, from L2 when it fits) + writes
     row_elems = br * (bc if kind == "elementwise" else n_cols)
@@ -84,7 +126,11 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
     passes = 2 if kind in ("softmax", "norm") and iters > 1 else 1
     if passes > 1:
         working_set = gpu.sm_count * c * row_elems * nbytes
-        reads += reads * (1 / L2_OVER_DRAM if working_set < gpu.l2_bytes else 1.0)
+        half, steepness, miss_cost, hit_cost = L2_REUSE
+        # logistic in log(working set): miss = 1 / (1 + (half x L2 / working set) ** steepness), overflow-safe
+        t = steepness * math.log(max(working_set, 1) / (half * gpu.l2_bytes))
+        miss = 1 / (1 + math.exp(-max(-60.0, min(60.0, t))))
+        reads += reads * (miss * miss_cost + (1 - miss) * hit_cost)
     writes = row_elems * nbytes if kind != "reduction" else br * 4
     broadcast_once = 0.0
     if kind == "elementwise" and n_rows > 1:
@@ -117,21 +163,33 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
         # a loop over the row: its loads are not a serial chain (LLVM unrolls short bodies x4 and every resident
         # warp has its trip's loads in flight, benchmarks/tiling_compile_study.py), but each resident warp
         # streams at ~WARP_STREAM_BPS, so few resident warps cannot reach the SM's bandwidth share. Loads only:
-        # a store does not hold its warp (the rate was measured on a sum, whose traffic is all loads)
-        t_latency = (per_sm_programs * reads / (resident_warps * WARP_STREAM_BPS)
+        # a store does not hold its warp (the rate was measured on a sum, whose traffic is all loads). A warp with
+        # more registers keeps more loads in flight (costs.WARP_ILP)
+        ilp_regs, ilp_exp, ilp_cap = WARP_ILP
+        ilp = min(ilp_cap, max(1.0, occ_regs / ilp_regs)) ** ilp_exp
+        t_latency = (per_sm_programs * reads / (resident_warps * WARP_STREAM_BPS * ilp)
                      + rounds * (chain - iters * passes * DRAM_LATENCY_S))
     else:
         t_latency = rounds * chain
     # instruction issue: every launched lane (masked ones too) costs ~ops instructions; a scheduler
     # needs ~4 resident warps to hide ALU / MUFU latency
     calls = {c.split(".")[-1] for kn in space.kernels for c in kn.tl_calls}
-    ops = _BASE_OPS[kind] + sum(_FUNCTION_OPS.get(f, TRANSCENDENTAL_OPS) for f in calls & _TRANSCENDENTAL)
+    # a norm takes its sqrt / rsqrt of the row's statistic, once per row: not an element's cost
+    per_row = {"sqrt", "rsqrt"} if kind == "norm" else set()
+    ops = _BASE_OPS[kind] + sum(_FUNCTION_OPS.get(f, TRANSCENDENTAL_OPS) for f in (calls & _TRANSCENDENTAL) - per_row)
     lanes = covered * (passes if kind in ("softmax", "norm") else 1)
     warps_per_scheduler = min(c * w, gpu.max_threads_per_sm // 32) / 4
     issue_rate = 4 * 32 * (gpu.sm_clock_mhz or 1500) * 1e6 * min(1.0, warps_per_scheduler / 4)
-    t_issue = lanes / active * ops / issue_rate
+    # every thread pays each trip's bookkeeping whatever its elements (costs.LOOP_TRIP_OPS): many warps over a
+    # small block are slow
+    thread_trips = programs * threads * iters * (passes if kind in ("softmax", "norm") else 1) if looping else 0
+    t_issue = (lanes * ops + thread_trips * LOOP_TRIP_OPS) / active / issue_rate
     # smooth max: near the boundary neither bandwidth, latency nor issue is fully hidden behind the others
-    t_sm = sum(t ** OVERLAP_P for t in (t_bandwidth, t_latency, t_issue)) ** (1 / OVERLAP_P) * (1 + 0.1 * est.tail_waste)
+    if looping:  # a loop's DRAM share and its warps' streaming meet at a soft knee (costs.STREAM_KNEE_P)
+        t_memory = (t_bandwidth ** STREAM_KNEE_P + t_latency ** STREAM_KNEE_P) ** (1 / STREAM_KNEE_P)
+        t_sm = (t_memory ** OVERLAP_P + t_issue ** OVERLAP_P) ** (1 / OVERLAP_P) * (1 + 0.1 * est.tail_waste)
+    else:
+        t_sm = sum(t ** OVERLAP_P for t in (t_bandwidth, t_latency, t_issue)) ** (1 / OVERLAP_P) * (1 + 0.1 * est.tail_waste)
     # an SM starts programs at a bounded rate whatever they do: a hard floor, not blended in the smooth max (the
     # dispatcher runs beside the programs; blended, it moved softmax_b's one-row configs by ~1 %)
     t_dispatch = programs / gpu.sm_count * PROGRAM_DISPATCH_S
@@ -152,4 +210,4 @@ def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims:
                          f"{iters * passes} dependent loads each")
     if launched < gpu.sm_count:
         est.notes.append(f"only {launched} programs for {gpu.sm_count} SMs")
-    return fired
+    return fired, looping
