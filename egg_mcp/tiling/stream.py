@@ -97,7 +97,7 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
             fired.append(("spill", f"{threads} threads leave at most {cap} registers per thread; "
                                    f"~{est.regs_per_thread} needed: spills"))
     # occupancy: a looping program's registers from the fit to compiled ones (the estimate above stays the spill
-    # test), either kind's scaled by this pricing's point of the register spread
+    # test), at this pricing's point of the register spread (stream() prices a looping config three times)
     occ_regs = _occupancy_regs(br, bc, w, nbytes, per_thread, live) if looping else min(est.regs_per_thread, MAX_REGS)
     occ_regs = min(MAX_REGS, _round_up(int(occ_regs * reg_scale), 8))
     c = _ctas_per_sm(gpu, threads, occ_regs, est.smem_bytes)
@@ -166,8 +166,8 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
         # a store does not hold its warp (the rate was measured on a sum, whose traffic is all loads). A warp with
         # more registers keeps more loads in flight (costs.WARP_ILP)
         ilp_regs, ilp_exp, ilp_cap = WARP_ILP
-        ilp = min(ilp_cap, max(1.0, occ_regs / ilp_regs)) ** ilp_exp
-        t_latency = (per_sm_programs * reads / (resident_warps * WARP_STREAM_BPS * ilp)
+        warp_bps = WARP_STREAM_BPS * min(ilp_cap, max(1.0, occ_regs / ilp_regs)) ** ilp_exp
+        t_latency = (per_sm_programs * reads / (resident_warps * warp_bps)
                      + rounds * (chain - iters * passes * DRAM_LATENCY_S))
     else:
         t_latency = rounds * chain
@@ -203,7 +203,7 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
     est.predicted_ms = (t_sm + LAUNCH_OVERHEAD_S) * 1e3
     if t_latency > t_bandwidth and iters > 1:
         est.notes.append(f"warp-limited: {resident_warps:.0f} resident warps per SM stream "
-                         f"~{resident_warps * WARP_STREAM_BPS / 1e9:.0f} GB/s, below the SM's DRAM share: more "
+                         f"~{resident_warps * warp_bps / 1e9:.0f} GB/s, below the SM's DRAM share: more "
                          "resident warps (fewer registers per thread, more programs) help")
     elif t_latency > t_bandwidth:
         est.notes.append(f"latency-bound: {math.ceil(per_sm_programs)} programs per SM, {c} resident, "
