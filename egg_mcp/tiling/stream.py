@@ -177,12 +177,12 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
     # a norm takes its sqrt / rsqrt of the row's statistic, once per row: not an element's cost
     per_row = {"sqrt", "rsqrt"} if kind == "norm" else set()
     ops = _BASE_OPS[kind] + sum(_FUNCTION_OPS.get(f, TRANSCENDENTAL_OPS) for f in (calls & _TRANSCENDENTAL) - per_row)
-    lanes = covered * (passes if kind in ("softmax", "norm") else 1)
+    lanes = covered * passes
     warps_per_scheduler = min(c * w, gpu.max_threads_per_sm // 32) / 4
     issue_rate = 4 * 32 * (gpu.sm_clock_mhz or 1500) * 1e6 * min(1.0, warps_per_scheduler / 4)
     # every thread pays each trip's bookkeeping whatever its elements (costs.LOOP_TRIP_OPS): many warps over a
     # small block are slow
-    thread_trips = programs * threads * iters * (passes if kind in ("softmax", "norm") else 1) if looping else 0
+    thread_trips = programs * threads * iters * passes if looping else 0
     t_issue = (lanes * ops + thread_trips * LOOP_TRIP_OPS) / active / issue_rate
     # smooth max: near the boundary neither bandwidth, latency nor issue is fully hidden behind the others
     if looping:  # a loop's DRAM share and its warps' streaming meet at a soft knee (costs.STREAM_KNEE_P)

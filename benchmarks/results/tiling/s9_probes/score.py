@@ -1,6 +1,6 @@
 """One table per model variant: rho on run A / run B replays (s7), on the full exhaustive space (s9 exhaustive for the
 rowsums and layernorm_a, batch10 for biasgelu), and on the subset `run.py tiling_search` would pick (predict_live)."""
-import io, contextlib, json, sys
+import json, sys
 from pathlib import Path
 sys.path.insert(0, '.'); sys.path.insert(0, 'benchmarks')
 import tiling_rank_replay as rr
