@@ -17,7 +17,7 @@ from egg_mcp.hardware import GPU_TABLE  # noqa: E402
 from egg_mcp.tiling import costs  # noqa: E402
 from egg_mcp.tiling.costs import _LIVE_PER_ELEMENT_LOOPING, _ctas_per_sm, _round_up  # noqa: E402
 from egg_mcp.tiling.plan import config_key  # noqa: E402
-from egg_mcp.tiling.stream import _occupancy_regs  # noqa: E402
+from egg_mcp.tiling.stream import _occupancy_regs, second_pass_share  # noqa: E402
 
 SWEEP = REPO / "benchmarks/results/tiling/s9_probes/stream_sweep_events.json"
 H200 = GPU_TABLE["H200"]
@@ -96,15 +96,13 @@ def test_the_memory_bound_cases_rank_at_least_0_7_on_every_recorded_run():
 
 def test_a_second_pass_rereads_from_l2_as_the_h200_probe_measured():
     """s9_probes/l2_reuse.json: a row read twice; the second pass's cost against the working set. The constants in
-    costs.L2_REUSE reproduce every measured point within 0.03 of a pass."""
-    half, steepness, miss_cost, hit_cost = costs.L2_REUSE
+    costs.L2_REUSE, priced by the model's own stream.second_pass_share, reproduce every measured point within 0.03
+    of a pass."""
     probe = json.loads((REPO / "benchmarks/results/tiling/s9_probes/l2_reuse.json").read_text())
-    l2_mb = probe["l2_bytes"] / 2 ** 20
     points = [(r["working_set_mb"], r["second_over_first"]) for r in probe["rows"] if r["n_rows"] >= probe["sms"] * 16]
-    assert len(points) >= 10 and l2_mb == 60
+    assert len(points) >= 10 and probe["l2_bytes"] == 60 * 2 ** 20
     for ws, measured in points:
-        miss = 1 / (1 + (half * l2_mb / ws) ** steepness)
-        assert miss * miss_cost + (1 - miss) * hit_cost == pytest.approx(measured, abs=0.03), ws
+        assert second_pass_share(ws * 2 ** 20, probe["l2_bytes"]) == pytest.approx(measured, abs=0.03), ws
 
 
 def test_a_norm_takes_its_square_root_once_per_row():

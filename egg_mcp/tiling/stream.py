@@ -46,6 +46,17 @@ def _occupancy_regs(br: int, bc: int, w: int, nbytes: int, per_thread: float, li
     return max(floor, base + per_element * per_thread * live / 1.4 + per_row * rows_per_thread)
 
 
+def second_pass_share(working_set: float, l2_bytes: float) -> float:
+    """A second pass over a row costs this share of the first (costs.L2_REUSE, measured on the H200): a logistic
+    in log(working set), miss = 1 / (1 + (half x L2 / working set) ** steepness), computed overflow-safe."""
+    from egg_mcp.tiling.costs import L2_REUSE
+
+    half, steepness, miss_cost, hit_cost = L2_REUSE
+    t = steepness * math.log(max(working_set, 1) / (half * l2_bytes))
+    miss = 1 / (1 + math.exp(-max(-60.0, min(60.0, t))))
+    return miss * miss_cost + (1 - miss) * hit_cost
+
+
 def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int],
             dtype: str, kind: str, est: ConfigEstimate, reg_scale: float) -> tuple[list[tuple[str, str]], bool]:
     """One pricing at `reg_scale` x the register estimate; returns the rules that fired and whether the config
@@ -55,7 +66,7 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
         _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, DRAM_LATENCY_S,
         DTYPE_BYTES, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE,
         PROGRAM_DISPATCH_S, TRANSCENDENTAL_OPS, WARP_STREAM_BPS, _FUNCTION_OPS, _ctas_per_sm, _persistent, _round_up,
-        L2_REUSE, LOOP_TRIP_OPS, STREAM_KNEE_P, WARP_ILP,
+        LOOP_TRIP_OPS, STREAM_KNEE_P, WARP_ILP,
     )
 
     fired: list[tuple[str, str]] = []
@@ -126,11 +137,7 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
     passes = 2 if kind in ("softmax", "norm") and iters > 1 else 1
     if passes > 1:
         working_set = gpu.sm_count * c * row_elems * nbytes
-        half, steepness, miss_cost, hit_cost = L2_REUSE
-        # logistic in log(working set): miss = 1 / (1 + (half x L2 / working set) ** steepness), overflow-safe
-        t = steepness * math.log(max(working_set, 1) / (half * gpu.l2_bytes))
-        miss = 1 / (1 + math.exp(-max(-60.0, min(60.0, t))))
-        reads += reads * (miss * miss_cost + (1 - miss) * hit_cost)
+        reads += reads * second_pass_share(working_set, gpu.l2_bytes)
     writes = row_elems * nbytes if kind != "reduction" else br * 4
     broadcast_once = 0.0
     if kind == "elementwise" and n_rows > 1:
@@ -185,11 +192,10 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
     thread_trips = programs * threads * iters * passes if looping else 0
     t_issue = (lanes * ops + thread_trips * LOOP_TRIP_OPS) / active / issue_rate
     # smooth max: near the boundary neither bandwidth, latency nor issue is fully hidden behind the others
+    memory = (t_bandwidth, t_latency)
     if looping:  # a loop's DRAM share and its warps' streaming meet at a soft knee (costs.STREAM_KNEE_P)
-        t_memory = (t_bandwidth ** STREAM_KNEE_P + t_latency ** STREAM_KNEE_P) ** (1 / STREAM_KNEE_P)
-        t_sm = (t_memory ** OVERLAP_P + t_issue ** OVERLAP_P) ** (1 / OVERLAP_P) * (1 + 0.1 * est.tail_waste)
-    else:
-        t_sm = sum(t ** OVERLAP_P for t in (t_bandwidth, t_latency, t_issue)) ** (1 / OVERLAP_P) * (1 + 0.1 * est.tail_waste)
+        memory = ((t_bandwidth ** STREAM_KNEE_P + t_latency ** STREAM_KNEE_P) ** (1 / STREAM_KNEE_P),)
+    t_sm = sum(t ** OVERLAP_P for t in (*memory, t_issue)) ** (1 / OVERLAP_P) * (1 + 0.1 * est.tail_waste)
     # an SM starts programs at a bounded rate whatever they do: a hard floor, not blended in the smooth max (the
     # dispatcher runs beside the programs; blended, it moved softmax_b's one-row configs by ~1 %)
     t_dispatch = programs / gpu.sm_count * PROGRAM_DISPATCH_S
