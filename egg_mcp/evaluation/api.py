@@ -102,7 +102,9 @@ class EvalOptions(BaseModel):
 class MismatchReport(BaseModel):
     """What the Debug role needs to localise a wrong result."""
 
-    output_index: int = 0
+    output_index: int = Field(0, description="top-level position of the bad part (its key's position for a dict)")
+    path: str | None = Field(None, description="the first bad part in KernelBench-ish notation: output, "
+                             "output[1][0], output['h']")
     expected_shape: list[int] | None = None
     got_shape: list[int] | None = None
     expected_dtype: str | None = None
@@ -224,6 +226,8 @@ class EvalResult(BaseModel):
     timing: TimingStats | None = None
     timing_unavailable_reason: str | None = None
     integrity: list[IntegrityFinding] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="how the outputs were compared where that differs "
+                             "from the plain tolerance (e.g. a scaled atol where it would pass an all-zeros output)")
     kernels: list[KernelInfo] = Field(default_factory=list)
     torch_ops: list[str] = Field(default_factory=list, description="aten compute ops the candidate ran")
     stdout_tail: str = ""

@@ -58,10 +58,6 @@ class CandidateFailed(Exception):
         self.message = message
 
 
-def _as_list(out) -> list:
-    return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:
     storage = t.untyped_storage()
     return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
@@ -235,27 +231,29 @@ class CandidateSide:
         except BaseException as exc:  # noqa: BLE001
             raise self._failed(exc, f"ModelNew.forward failed ({cmd.get('stage', 'correctness')} trial "
                                f"{int(cmd.get('trial', 0)) + 1})") from None
-        outs = _as_list(out)
+        structure, leaves = wire.flatten_output(out)  # every part, nested (tuples, lists, dicts); judged as data
+        outs = [o for _, o in leaves]
         # Earlier outputs are kept alive, so a fresh allocation can never reuse their address: an output
         # at the same address as an earlier one is a buffer the candidate kept between calls.
         reused = any(isinstance(o, torch.Tensor) and o.numel() and any(
             _overlaps(o, p) for p in self.previous_outputs) for o in outs)
         self.previous_outputs.extend(o for o in outs if isinstance(o, torch.Tensor))
-        for i, o in enumerate(outs):
+        for i, o in leaves:
             if isinstance(o, torch.Tensor) and type(o) not in (torch.Tensor, torch.nn.Parameter):
-                self.finding("tensor_subclass", f"output {i} is a {type(o).__module__}.{type(o).__name__}, not a "
+                self.finding("tensor_subclass", f"{i} is a {type(o).__module__}.{type(o).__name__}, not a "
                              "plain torch.Tensor (subclasses can fake comparisons)")
             if isinstance(o, torch.Tensor):
                 for j, x in enumerate(inputs):
                     if isinstance(x, torch.Tensor) and _overlaps(o, x):
-                        self.finding("output_alias", f"output {i} shares memory with input {j}: write a new "
+                        self.finding("output_alias", f"{i} shares memory with input {j}: write a new "
                                      "output tensor instead of returning (a view of) an input")
         for j, (x, p) in enumerate(zip(inputs, pristine)):
             if isinstance(x, torch.Tensor) and not (x.shape == p.shape and _equal(_plain(x), p)):
                 self.finding("input_mutation", f"input {j} was modified by ModelNew.forward; the reference "
                              "semantics leave inputs untouched: write to a new tensor")
         specs, blobs = wire.encode_values([_plain(o) for o in outs])
-        return {"type": "outputs", "values": specs, "reused": bool(reused), "findings": self.new_findings(),
+        return {"type": "outputs", "structure": structure, "values": specs, "reused": bool(reused),
+                "findings": self.new_findings(),
                 **self.compile_clock.report(), **launchers.merge(self.launcher_reports)}, blobs
 
     def calls(self, cmd: dict[str, Any]) -> dict[str, Any]:

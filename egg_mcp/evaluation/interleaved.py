@@ -87,6 +87,7 @@ def run_interleaved(payload: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     # timing captures its torch/time entry points at import: before any candidate code is imported
+    from egg_mcp.evaluation.compare import compare_outputs
     from egg_mcp.evaluation.timing import GpuTimer
     from egg_mcp.evaluation.modules import import_source
     from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
@@ -113,20 +114,20 @@ def run_interleaved(payload: dict[str, Any]) -> dict[str, Any]:
 
     # One correctness check on a shared input: a stale or wrong kernel must not win a timing duel.
     check: dict[str, str] = {}
+    details: dict[str, str] = {}  # where a mismatching candidate went wrong
     with torch.no_grad():
         x = problem.inputs(seed + 1)
         want = ref_model(*x)
-        wants = list(want) if isinstance(want, (tuple, list)) else [want]
         for k, model in models.items():
-            got = model(*x)
-            gots = list(got) if isinstance(got, (tuple, list)) else [got]
-            ok = len(gots) == len(wants) and all(
-                torch.allclose(g.float(), w.float(), atol=payload.get("atol", 1e-4), rtol=payload.get("rtol", 1e-4))
-                for g, w in zip(gots, wants))
-            check[k] = "ok" if ok else "mismatch"
+            # the same structural walk and rules as verify (every part of the output, complex, exact integers)
+            mismatch = compare_outputs(model(*x), want, payload.get("atol", 1e-4), payload.get("rtol", 1e-4))
+            check[k] = "ok" if mismatch is None else "mismatch"
+            if mismatch is not None:
+                details[k] = f"{mismatch.path}: {mismatch.hint}"[:300]
     torch.cuda.synchronize()
     if any(v != "ok" for v in check.values()):
-        return {"check": check, "times_a_ms": [], "times_b_ms": [], "ratios": [], "orders": [], "phase_s": phase}
+        return {"check": check, "check_detail": details, "times_a_ms": [], "times_b_ms": [], "ratios": [], "orders": [],
+                "phase_s": phase}
 
     timer = GpuTimer(torch.cuda.current_device())
     sets: dict[int, list] = {}

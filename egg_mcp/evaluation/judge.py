@@ -28,7 +28,7 @@ import torch
 
 from egg_mcp.evaluation import wire
 from egg_mcp.evaluation.api import ErrorReport, EvalOptions, IntegrityFinding, TimingStats
-from egg_mcp.evaluation.compare import compare_tensor, structure_mismatch
+from egg_mcp.evaluation.compare import compare_outputs
 from egg_mcp.evaluation.compile_clock import runner_reports
 from egg_mcp.evaluation.failures import _failure, classify, env_info
 from egg_mcp.evaluation.judge_held import HeldReference
@@ -78,6 +78,7 @@ class Judge(Verdicts):
         self.sandbox: dict[str, Any] | None = None
         self.kernels: list[dict] = []
         self.torch_ops: list[str] = []
+        self.notes: dict[str, str] = {}  # how outputs were compared, by path (compare.compare_outputs)
 
     def clock(self, name: str | None, report: str | None = None, **extra) -> None:
         """Close the running phase and open `name` (None: just close); `report` also tells the engine."""
@@ -106,6 +107,10 @@ class Judge(Verdicts):
         if result.get("verdict") == "correct":
             self.clock("timing_reference")
             self._reference_timing(result)
+        if self.notes:
+            result["notes"] = list(self.notes.values())[:8]
+            if result.get("verdict") in ("correct", "incorrect"):
+                result["summary"] = f"{result.get('summary', '')} Note: {' '.join(result['notes'][:2])}"
         self.clock(None)
         result["phase_s"] = dict(self.phase_s)
         result["sandbox"] = self.sandbox
@@ -267,19 +272,25 @@ class Judge(Verdicts):
                             "fault": "reference"}) from None
         return reference
 
-    def _expected(self, seed: int) -> list:
+    def _expected(self, seed: int) -> tuple[Any, list]:
+        """The reference's output and its leaves (wire.flatten_output: the structure the candidate must match)."""
         try:
             out = self.ref_model(*self.problem.inputs(seed))
         except BaseException as exc:  # noqa: BLE001
             raise Rejected({**_failure(classify(exc), exc, None, "The reference model failed"),
                             "fault": "reference"}) from None
-        return list(out) if isinstance(out, (tuple, list)) else [out]
+        try:
+            return out, [leaf for _, leaf in wire.flatten_output(out, strict=True)[1]]
+        except ValueError as exc:
+            raise Rejected({"verdict": "runtime_error", "fault": "reference", "summary": f"The reference's output "
+                            f"cannot be compared: {str(exc)[:300]}.", "error": ErrorReport(
+                                kind="bad_reference_output", message=str(exc)[:2000]).model_dump()}) from None
 
     def _trial(self, cmd: dict[str, Any], trial: int, stage: str, expected_seed: int | None = None):
         """The runner's outputs for `cmd` against the reference on inputs from the same seed."""
         self.runner.send({"type": "trial", "trial": trial, "stage": stage, **cmd})
-        expected = self._expected(expected_seed if expected_seed is not None else cmd["seed"])  # meanwhile
-        limit = 2 * sum(e.numel() * e.element_size() for e in expected if isinstance(e, torch.Tensor)) + (1 << 20)
+        expected, leaves = self._expected(expected_seed if expected_seed is not None else cmd["seed"])  # meanwhile
+        limit = 2 * sum(e.numel() * e.element_size() for e in leaves if isinstance(e, torch.Tensor)) + (1 << 20)
         try:
             message, blobs = self.runner.recv(limit)
         except RunnerGone as gone:
@@ -296,21 +307,14 @@ class Judge(Verdicts):
         if message.get("type") != "outputs":
             raise Rejected(self._protocol(f"expected outputs, got {str(message.get('type'))[:40]!r}"))
         try:
-            got = wire.decode_values(message.get("values"), blobs)
+            got = wire.decode_output(message.get("structure"), message.get("values"), blobs)
         except wire.WireError as exc:
             raise Rejected(self._protocol(str(exc))) from None
         self.trials_run += 1
         if self._violations():
             raise Rejected(self._violation_result())
-        got = [g.to(e.device) if isinstance(g, torch.Tensor) and isinstance(e, torch.Tensor) else g
-               for g, e in zip(got, expected)] + got[len(expected):]
-        mismatch = structure_mismatch(got, expected)
-        if mismatch is None:
-            for i, (g, e) in enumerate(zip(got, expected)):
-                if isinstance(e, torch.Tensor):
-                    mismatch = compare_tensor(g, e, self.opts.tolerance.atol, self.opts.tolerance.rtol, i)
-                    if mismatch is not None:
-                        break
+        mismatch = compare_outputs(got, expected, self.opts.tolerance.atol, self.opts.tolerance.rtol,
+                                   notes=self.notes, to_expected_device=True)
         if mismatch is not None:
             mismatch.trial = trial + 1
             if message.get("reused") is True:

@@ -21,8 +21,13 @@ RECV_CHUNK = 8 << 20
 _LEN = struct.Struct("!I")
 
 ALLOWED_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8",
-                  "bool", "complex64")
+                  "bool", "complex64", "complex128")
 MAX_DIMS = 8
+MAX_DEPTH = 8  # nested tuples/lists/dicts in one output
+MAX_LEAVES = 256  # tensors, scalars, strings and None in one output
+MAX_NODES = 1024  # leaves and containers (empty containers included)
+MAX_KEY_CHARS = 200
+MAX_STR_CHARS = 1 << 16
 
 
 class WireError(Exception):
@@ -69,7 +74,7 @@ def recv(sock: socket.socket, *, max_blob_bytes: int, timeout_s: float | None = 
         raise WireError(f"message header of {size} bytes is over the {MAX_HEADER_BYTES}-byte limit")
     try:
         header = json.loads(_recv_exact(sock, size, deadline))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested thousands of levels deep
         raise WireError(f"message header is not JSON ({exc})") from None
     if not isinstance(header, dict) or not isinstance(header.get("type"), str):
         raise WireError("message header is not an object with a 'type'")
@@ -111,23 +116,9 @@ def _bytes_view(t) -> memoryview:
     return memoryview(raw).cast("B")
 
 
-def encode_values(values: list) -> tuple[list[dict[str, Any]], list[memoryview]]:
-    """Runner side: outputs as specs + raw bytes (tensors copied once to host memory, contiguous)."""
-    import torch
-
-    specs, blobs = [], []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            t = _host_copy(torch.Tensor.detach(v).as_subclass(torch.Tensor))
-            blob = _bytes_view(t)
-            specs.append({"kind": "tensor", "dtype": str(t.dtype).removeprefix("torch."),
-                          "shape": list(t.shape), "nbytes": blob.nbytes, "blob": len(blobs)})
-            blobs.append(blob)
-        elif v is None or isinstance(v, (bool, int, float)):
-            specs.append({"kind": "scalar", "value": v})
-        else:
-            specs.append({"kind": "other", "type": type(v).__name__[:80]})
-    return specs, blobs
+def path_str(parts: list) -> str:
+    """KernelBench-ish notation for a place in an output: output, output[1][0], output['h']."""
+    return "output" + "".join(f"[{p!r}]" for p in parts)
 
 
 class Opaque:
@@ -140,12 +131,114 @@ class Opaque:
         return f"<{self.type_name}>"
 
 
+class _TooLarge(Exception):
+    pass
+
+
+def flatten_output(out: Any, *, strict: bool = False) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """An output as (structure, [(path, leaf), ...]): the structure is JSON data ({"t": "leaf"}, or "tuple"/"list"/
+    "dict" with "items", and "keys" for a dict), the leaves in the order a depth-first walk meets them.
+
+    Containers: tuple and list (subclasses such as torch.Size or named tuples walk as their base), dict with
+    string keys, at most MAX_DEPTH levels, MAX_LEAVES leaves and MAX_NODES parts. Leaves: tensors, None,
+    bool/int/float/complex and str. `strict` (the judge, on the reference's output): anything else raises
+    ValueError. Otherwise (the runner, on the candidate's output, whose objects may be hostile): containers are
+    read through their base classes' methods, scalars are converted to the exact builtin type, and whatever
+    cannot be sent becomes an Opaque leaf (the whole output, when it is too large or cannot be walked)."""
+    import torch
+
+    leaves: list[tuple[str, Any]] = []
+    nodes = 0
+
+    def refuse(parts: list, what: str) -> dict[str, Any]:
+        if strict:
+            raise ValueError(f"{path_str(parts)} is {what}")
+        leaves.append((path_str(parts), Opaque(what)))
+        return {"t": "leaf"}
+
+    def walk(v: Any, parts: list, depth: int) -> dict[str, Any]:
+        nonlocal nodes
+        nodes += 1
+        if nodes > MAX_NODES or len(leaves) >= MAX_LEAVES:
+            raise _TooLarge
+        if isinstance(v, (tuple, list, dict)):
+            kind = "tuple" if isinstance(v, tuple) else "list" if isinstance(v, list) else "dict"
+            if depth >= MAX_DEPTH:
+                return refuse(parts, f"a {kind} nested deeper than {MAX_DEPTH} levels")
+            if kind == "dict":
+                keys = list(dict.keys(v))
+                if not all(isinstance(k, str) and len(k) <= MAX_KEY_CHARS for k in keys):
+                    return refuse(parts, f"a dict with keys other than strings of at most {MAX_KEY_CHARS} characters")
+                keys = [str.__str__(k) for k in keys]
+                return {"t": "dict", "keys": keys,
+                        "items": [walk(dict.__getitem__(v, k), parts + [k], depth + 1) for k in keys]}
+            base = tuple if kind == "tuple" else list
+            return {"t": kind, "items": [walk(base.__getitem__(v, i), parts + [i], depth + 1)
+                                         for i in range(base.__len__(v))]}
+        if isinstance(v, torch.Tensor) or v is None:
+            leaf = v
+        elif isinstance(v, bool):
+            leaf = bool(int.__int__(v))
+        elif isinstance(v, int):
+            leaf = int.__int__(v)
+        elif isinstance(v, float):
+            leaf = float.__float__(v)
+        elif isinstance(v, complex):
+            leaf = complex(v.real, v.imag) if type(v) is complex or strict else Opaque(type(v).__name__[:80])
+        elif isinstance(v, str):
+            if len(v) > MAX_STR_CHARS:
+                return refuse(parts, f"a str of {len(v)} characters (at most {MAX_STR_CHARS} are compared)")
+            leaf = str.__str__(v)
+        else:
+            return refuse(parts, f"a {type(v).__name__[:80]} (only tensors, Python scalars, strings, None and "
+                                 "tuples/lists/dicts of them are compared)")
+        leaves.append((path_str(parts), leaf))
+        return {"t": "leaf"}
+
+    try:
+        return walk(out, [], 0), leaves
+    except _TooLarge:
+        what = f"more than {MAX_LEAVES} values or {MAX_NODES} parts"
+        if strict:
+            raise ValueError(f"the output has {what}") from None
+        return {"t": "leaf"}, [("output", Opaque(f"output with {what}"))]
+    except BaseException as exc:  # noqa: BLE001 - runner side: candidate objects raised while being read
+        if strict:
+            raise
+        return {"t": "leaf"}, [("output", Opaque(f"output that could not be read ({type(exc).__name__})"))]
+
+
+def encode_values(values: list) -> tuple[list[dict[str, Any]], list[memoryview]]:
+    """Runner side: output leaves as specs + raw bytes (tensors copied once to host memory, contiguous)."""
+    import torch
+
+    specs, blobs = [], []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            t = _host_copy(torch.Tensor.detach(v).as_subclass(torch.Tensor))
+            blob = _bytes_view(t)
+            specs.append({"kind": "tensor", "dtype": str(t.dtype).removeprefix("torch."),
+                          "shape": list(t.shape), "nbytes": blob.nbytes, "blob": len(blobs)})
+            blobs.append(blob)
+        elif v is None or type(v) in (bool, int, float):
+            specs.append({"kind": "scalar", "value": v})
+        elif type(v) is complex:
+            specs.append({"kind": "complex", "value": [v.real, v.imag]})
+        elif type(v) is str and len(v) <= MAX_STR_CHARS:
+            specs.append({"kind": "str", "value": v})
+        elif isinstance(v, Opaque):
+            specs.append({"kind": "other", "type": v.type_name[:200]})
+        else:
+            specs.append({"kind": "other", "type": type(v).__name__[:80]})
+    return specs, blobs
+
+
 def decode_values(specs: Any, blobs: list) -> list:
     """Judge side: validate every spec against its bytes and rebuild tensors (host memory)."""
     import torch
 
-    if not isinstance(specs, list) or len(specs) > 64:
-        raise WireError("outputs are not a list of at most 64 values")
+    if not isinstance(specs, list) or len(specs) > MAX_LEAVES:
+        raise WireError(f"outputs are not a list of at most {MAX_LEAVES} values")
     out: list = []
     for i, spec in enumerate(specs):
         if not isinstance(spec, dict):
@@ -156,8 +249,19 @@ def decode_values(specs: Any, blobs: list) -> list:
             if not (value is None or isinstance(value, (bool, int, float))):
                 raise WireError(f"output {i}: scalar of type {type(value).__name__}")
             out.append(value)
+        elif kind == "complex":
+            value = spec.get("value")
+            if (not isinstance(value, list) or len(value) != 2
+                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)):
+                raise WireError(f"output {i}: complex value is not a [real, imag] pair")
+            out.append(complex(float(value[0]), float(value[1])))
+        elif kind == "str":
+            value = spec.get("value")
+            if not isinstance(value, str) or len(value) > MAX_STR_CHARS:
+                raise WireError(f"output {i}: str value is not a string of at most {MAX_STR_CHARS} characters")
+            out.append(value)
         elif kind == "other":
-            out.append(Opaque(str(spec.get("type", "object"))[:80]))
+            out.append(Opaque(str(spec.get("type", "object"))[:200]))
         elif kind == "tensor":
             dtype, shape, nbytes, index = spec.get("dtype"), spec.get("shape"), spec.get("nbytes"), spec.get("blob")
             if dtype not in ALLOWED_DTYPES:
@@ -179,4 +283,45 @@ def decode_values(specs: Any, blobs: list) -> list:
                 out.append(torch.frombuffer(blob, dtype=torch_dtype).reshape(shape))
         else:
             raise WireError(f"output {i}: unknown kind {kind!r}")
+    return out
+
+
+def decode_output(structure: Any, specs: Any, blobs: list) -> Any:
+    """Judge side: the candidate's output rebuilt as nested tuples/lists/dicts of decoded leaves. Everything is
+    validated as untrusted data: node kinds, depth (MAX_DEPTH), part count (MAX_NODES), dict keys (distinct
+    strings of at most MAX_KEY_CHARS), and every leaf spec used exactly once, in order."""
+    leaves = decode_values(specs, blobs)
+    taken = 0
+    nodes = 0
+
+    def build(node: Any, depth: int) -> Any:
+        nonlocal taken, nodes
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise WireError(f"output structure has more than {MAX_NODES} parts")
+        kind = node.get("t") if isinstance(node, dict) else None
+        if kind == "leaf":
+            if taken >= len(leaves):
+                raise WireError("output structure names more values than were sent")
+            taken += 1
+            return leaves[taken - 1]
+        if kind not in ("tuple", "list", "dict"):
+            raise WireError(f"output structure node is not a leaf, tuple, list or dict ({str(kind)[:40]!r})")
+        if depth >= MAX_DEPTH:
+            raise WireError(f"output structure is nested deeper than {MAX_DEPTH} levels")
+        items = node.get("items")
+        if not isinstance(items, list):
+            raise WireError(f"output structure: a {kind} without an item list")
+        if kind == "dict":
+            keys = node.get("keys")
+            if (not isinstance(keys, list) or len(keys) != len(items) or len(set(map(str, keys))) != len(keys)
+                    or not all(isinstance(k, str) and len(k) <= MAX_KEY_CHARS for k in keys)):
+                raise WireError("output structure: dict keys are not distinct strings, one per item")
+            return {k: build(child, depth + 1) for k, child in zip(keys, items)}
+        children = [build(child, depth + 1) for child in items]
+        return tuple(children) if kind == "tuple" else children
+
+    out = build(structure, 0)
+    if taken != len(leaves):
+        raise WireError(f"output structure names {taken} values, {len(leaves)} were sent")
     return out

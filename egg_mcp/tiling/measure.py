@@ -110,6 +110,21 @@ class _Problem:
         return model
 
 
+def _max_abs_error(got, expected) -> float:
+    """Largest |got - expected| over the floating and complex tensor parts of matching outputs."""
+    import torch
+
+    from egg_mcp.evaluation.wire import flatten_output
+
+    worst = 0.0
+    for (_, g), (_, e) in zip(flatten_output(got)[1], flatten_output(expected, strict=True)[1]):
+        if isinstance(g, torch.Tensor) and isinstance(e, torch.Tensor) and e.numel() and (
+                e.is_floating_point() or e.is_complex()):
+            diff = (g.to(e.device) - e).abs().double()
+            worst = max(worst, float(diff[diff.isfinite()].max()) if bool(diff.isfinite().any()) else 0.0)
+    return worst
+
+
 def _error_kind(exc: BaseException) -> str:
     """The shared classifier's kind (evaluation/errors.py); an OOM of one config is a runtime failure here."""
     from egg_mcp.evaluation.errors import error_kind
@@ -282,23 +297,19 @@ def _measure_one(problem: _Problem, clock: _Clock, config: dict[str, int], path:
                 torch.cuda.synchronize()
         result.kernels = compiled_kernels(module)
         expected = problem.expected()
-        got_list = list(got) if isinstance(got, (tuple, list)) else [got]
-        exp_list = list(expected) if isinstance(expected, (tuple, list)) else [expected]
-        ok, max_err = len(got_list) == len(exp_list), 0.0
-        for g, e in zip(got_list, exp_list):
-            if g.shape != e.shape:
-                ok = False
-                result.error = f"output shape {tuple(g.shape)} != expected {tuple(e.shape)}"
-                continue
-            diff = (g.float() - e.float()).abs()
-            max_err = max(max_err, float(diff.max()) if diff.numel() else 0.0)
-            if not torch.allclose(g.float(), e.float(), atol=payload.atol, rtol=payload.rtol):
-                ok = False
-        result.max_abs_error, result.correct = max_err, ok
-        if not ok:
+        from egg_mcp.evaluation.compare import compare_outputs
+
+        # the same structural walk and rules as verify (every part of the output, complex, exact integers)
+        mismatch = compare_outputs(got, expected, payload.atol, payload.rtol)
+        result.correct = mismatch is None
+        if mismatch is not None:
+            result.max_abs_error = mismatch.max_abs_error
             result.error_kind = "incorrect"
-            result.error = result.error or f"max abs error {max_err:.3g} beyond atol={payload.atol}, rtol={payload.rtol}"
+            result.error = (f"{mismatch.path}: {mismatch.hint}"
+                            + (f" (max abs error {mismatch.max_abs_error:.3g}, atol={payload.atol}, rtol={payload.rtol})"
+                               if mismatch.max_abs_error is not None else ""))[:600]
             return result
+        result.max_abs_error = _max_abs_error(got, expected)
 
         (result.median_ms, result.timing_cv, result.timing_method, result.sm_clock_mhz,
          result.throttle_reasons) = clock.time(model)
