@@ -227,7 +227,9 @@ class CandidateSide:
         pristine = [_clone(x) if isinstance(x, torch.Tensor) else x for x in inputs]
         try:
             with self.candidate_call():
+                self.counter.begin_call()
                 out = self.model(*inputs)
+            launches = self.counter.end_call()
         except BaseException as exc:  # noqa: BLE001
             raise self._failed(exc, f"ModelNew.forward failed ({cmd.get('stage', 'correctness')} trial "
                                f"{int(cmd.get('trial', 0)) + 1})") from None
@@ -254,6 +256,7 @@ class CandidateSide:
         specs, blobs = wire.encode_values([_plain(o) for o in outs])
         return {"type": "outputs", "structure": structure, "values": specs, "reused": bool(reused),
                 "findings": self.new_findings(),
+                "launches": [[name, list(grid)] for name, grid in launches],
                 **self.compile_clock.report(), **launchers.merge(self.launcher_reports)}, blobs
 
     def calls(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -315,18 +318,29 @@ class CandidateSide:
                 "findings": self.new_findings()}
 
     # -- timing (GPU) ------------------------------------------------------------------------------
-    def time(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    def time(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list]:
+        """Times the candidate; the timed calls' launches and audited outputs go back with the numbers."""
+        from egg_mcp.evaluation.timed_audit import TimedCallAudit
         from egg_mcp.evaluation.timing import GpuTimer
 
         timer = self.timer or GpuTimer(torch.cuda.current_device())
         seeds = [int(s) for s in cmd["seeds"]]
         cache: dict[int, list] = {}
-        model = self.model
+        model, counter = self.model, self.counter
 
         def make_inputs(k: int) -> list:
             if k not in cache:
                 cache[k] = self.problem.inputs(seeds[k] if k < len(seeds) else secrets.randbits(62))
             return cache[k]
+
+        audit = TimedCallAudit(self.problem.inputs, [int(s) for s in cmd.get("audit_seeds", [])],
+                               seed_of=lambda k: seeds[k] if k < len(seeds) else None)
+
+        def call(xs: list):
+            counter.begin_call()
+            out = model(*xs)
+            counter.end_call()
+            return out
 
         self.counter.reset()
         self.counter.counting = True
@@ -334,7 +348,7 @@ class CandidateSide:
         self.recorder.__exit__(None, None, None)  # no per-op Python overhead inside the timed region
         try:
             try:
-                stats, _ = timer.measure(lambda xs: model(*xs), make_inputs, n_runs=cmd.get("n_runs"))
+                stats, _ = timer.measure(call, make_inputs, n_runs=cmd.get("n_runs"), audit=audit)
             finally:
                 self.counter.counting = False
             if self.counter.total() == 0:
@@ -356,11 +370,16 @@ class CandidateSide:
             isolated_s = None
             if cmd.get("isolated"):
                 t0 = _perf_counter()
+                self.counter.counting = True
                 try:
-                    stats.isolated = timer.measure_isolated(lambda xs: model(*xs), make_inputs)
+                    stats.isolated = timer.measure_isolated(call, make_inputs, audit=audit)
                 except Exception as exc:  # noqa: BLE001 - an extra reading; its absence must not fail verify
                     stats.isolated_error = f"{type(exc).__name__}: {exc}"[:300]
+                finally:
+                    self.counter.counting = False
                 isolated_s = _perf_counter() - t0
+            audited, values = audit.wire_values()
+            specs, blobs = wire.encode_values([_plain(v) for v in values])
         except CandidateFailed:
             raise
         except BaseException as exc:  # noqa: BLE001
@@ -368,5 +387,7 @@ class CandidateSide:
         finally:
             self.recorder.__enter__()
         self.kept = make_inputs(0)
+        timed_calls = [[[[n, list(g)] for n, g in sig], count] for sig, count in self.counter.call_signatures.items()]
         return {"type": "timing", "stats": stats.model_dump(), "isolated_s": isolated_s,
-                "findings": self.new_findings()}
+                "timed_calls": timed_calls[:64], "audited": audited, "values": specs,
+                "findings": self.new_findings()}, blobs

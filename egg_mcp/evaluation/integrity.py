@@ -78,6 +78,19 @@ class LaunchCounter:
         self.expected_stream: int | None = None
         self.installed: list[tuple[type, str, Any]] = []
         self._hook = None
+        self.current_call: list[tuple[str, tuple[int, ...]]] | None = None
+        self.call_signatures: Counter[tuple] = Counter()
+
+    # -- per-call signatures (what the judge holds timed calls against) -------------------------
+    def begin_call(self) -> None:
+        self.current_call = []
+
+    def end_call(self) -> tuple:
+        """The (kernel name, grid) launches of the call that just ended, as a sorted tuple; counted."""
+        signature = tuple(sorted(self.current_call or []))
+        self.current_call = None
+        self.call_signatures[signature] += 1
+        return signature
 
     # -- installation --------------------------------------------------------------
     def install(self) -> None:
@@ -160,21 +173,31 @@ class LaunchCounter:
         run.__egg_wrapper__ = True  # type: ignore[attr-defined]
         return run
 
-    def _record(self, fn, kernel, args, grid, kwargs) -> None:
-        name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", "kernel")
-        self.launches[name] += 1
-        if name in self.info:
-            return
-        info: dict[str, Any] = {"name": name}
+    @staticmethod
+    def _grid(fn, args, grid, kwargs) -> tuple[int, ...] | None:
         try:
             if callable(grid):
                 meta = dict(zip(getattr(fn, "arg_names", []), args))
                 meta.update(kwargs)
                 grid = grid(meta)
             if grid is not None:
-                info["grid"] = [int(g) for g in tuple(grid)]
+                return tuple(int(g) for g in tuple(grid))
         except Exception:
             pass
+        return None
+
+    def _record(self, fn, kernel, args, grid, kwargs) -> None:
+        name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", "kernel")
+        self.launches[name] += 1
+        if self.current_call is not None or name not in self.info:
+            grid = self._grid(fn, args, grid, kwargs)
+        if self.current_call is not None:
+            self.current_call.append((name, grid or ()))
+        if name in self.info:
+            return
+        info: dict[str, Any] = {"name": name}
+        if grid is not None:
+            info["grid"] = list(grid)
         metadata = getattr(kernel, "metadata", None)
         if metadata is not None:
             for key, field in (("num_warps", "num_warps"), ("num_stages", "num_stages"), ("shared", "shared_mem_bytes")):
@@ -201,6 +224,7 @@ class LaunchCounter:
 
     def reset(self) -> None:
         self.launches.clear()
+        self.call_signatures.clear()
         self.hook_launches = 0
         self.foreign_stream_launches.clear()
 

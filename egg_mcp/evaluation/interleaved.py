@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import random
+import secrets
 import statistics
 import tempfile
 import time
@@ -88,6 +89,8 @@ def run_interleaved(payload: dict[str, Any]) -> dict[str, Any]:
 
     # timing captures its torch/time entry points at import: before any candidate code is imported
     from egg_mcp.evaluation.compare import compare_outputs
+    from egg_mcp.evaluation.timed_audit import TimedCallAudit
+    from egg_mcp.evaluation.timed_checks import check_in_process
     from egg_mcp.evaluation.timing import GpuTimer
     from egg_mcp.evaluation.modules import import_source
     from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
@@ -144,6 +147,8 @@ def run_interleaved(payload: dict[str, Any]) -> dict[str, Any]:
         return fn
 
     fns = {k: runner(m) for k, m in models.items()}
+    # timed calls are checked calls: audited outputs of each candidate's timed calls against the reference
+    audits = {k: TimedCallAudit(problem.inputs, [secrets.randbits(62) for _ in range(200)]) for k in models}
     times: dict[str, list[float]] = {"a": [], "b": []}
     orders: list[str] = []
     methods: set[str] = set()
@@ -153,10 +158,18 @@ def run_interleaved(payload: dict[str, Any]) -> dict[str, Any]:
             order = ("a", "b") if i % 2 == 0 else ("b", "a")
             orders.append("".join(order).upper())
             for k in order:
-                stats, _extra = timer.measure(fns[k], make_inputs, n_runs=RUNS_PER_ROUND)
+                stats, _extra = timer.measure(fns[k], make_inputs, n_runs=RUNS_PER_ROUND, audit=audits[k])
                 times[k].append(stats.median_ms)
                 methods.add(stats.method)
+        for k, audit in audits.items():
+            problem_found = check_in_process(audit, lambda s: ref_model(*problem.inputs(s)),
+                                             payload.get("atol", 1e-4), payload.get("rtol", 1e-4))
+            if problem_found is not None:
+                check[k], details[k] = "mismatch_while_timed", problem_found[:300]
     phase["timing"] = time.perf_counter() - t1
+    if any(v != "ok" for v in check.values()):
+        return {"check": check, "check_detail": details, "times_a_ms": [], "times_b_ms": [], "ratios": [], "orders": [],
+                "phase_s": phase}
     ratios = [b / a for a, b in zip(times["a"], times["b"]) if a > 0]
     return {"check": check, "times_a_ms": times["a"], "times_b_ms": times["b"], "ratios": ratios, "orders": orders,
             "method": ", ".join(sorted(methods)) + f" ({RUNS_PER_ROUND} runs per candidate per round)",

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from egg_mcp.evaluation import wire
+from egg_mcp.evaluation import timed_audit, timed_checks, wire
 from egg_mcp.evaluation.api import ErrorReport, EvalOptions, IntegrityFinding, TimingStats
-from egg_mcp.evaluation.compare import compare_outputs
+from egg_mcp.evaluation.compare import compare_outputs, compare_tensor
 from egg_mcp.evaluation.compile_clock import runner_reports
 from egg_mcp.evaluation.failures import _failure, classify, env_info
 from egg_mcp.evaluation.judge_held import HeldReference
@@ -39,6 +39,7 @@ from egg_mcp.evaluation.runner_process import RunnerGone, RunnerProcess, take, t
 
 RECHECK_CALLS = 3  # extra candidate calls on one input set before the re-check when there is no GPU timing
 TIMING_SEEDS = 64
+AUDIT_SEEDS = 200  # fresh contents for audited timed calls (refills; a graph reading refills every rotating set)
 _perf_counter = time.perf_counter
 
 
@@ -79,6 +80,11 @@ class Judge(Verdicts):
         self.kernels: list[dict] = []
         self.torch_ops: list[str] = []
         self.notes: dict[str, str] = {}  # how outputs were compared, by path (compare.compare_outputs)
+        self.checked_signatures: set[tuple] = set()
+        self.output_leaf_bytes: list[int] = []
+        self.device_name = torch.cuda.get_device_name() if self.device == "cuda" else "cpu"
+        self.l2_bytes = (int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0) or 0)
+                         if self.device == "cuda" else 0)
 
     def clock(self, name: str | None, report: str | None = None, **extra) -> None:
         """Close the running phase and open `name` (None: just close); `report` also tells the engine."""
@@ -272,19 +278,26 @@ class Judge(Verdicts):
                             "fault": "reference"}) from None
         return reference
 
-    def _expected(self, seed: int) -> tuple[Any, list]:
-        """The reference's output and its leaves (wire.flatten_output: the structure the candidate must match)."""
+    def _expected_raw(self, seed: int) -> Any:
         try:
-            out = self.ref_model(*self.problem.inputs(seed))
+            return self.ref_model(*self.problem.inputs(seed))
         except BaseException as exc:  # noqa: BLE001
             raise Rejected({**_failure(classify(exc), exc, None, "The reference model failed"),
                             "fault": "reference"}) from None
+
+    def _expected(self, seed: int) -> tuple[Any, list]:
+        """The reference's output and its leaves (wire.flatten_output: the structure the candidate must match)."""
+        out = self._expected_raw(seed)
         try:
-            return out, [leaf for _, leaf in wire.flatten_output(out, strict=True)[1]]
+            expected = [leaf for _, leaf in wire.flatten_output(out, strict=True)[1]]
         except ValueError as exc:
             raise Rejected({"verdict": "runtime_error", "fault": "reference", "summary": f"The reference's output "
                             f"cannot be compared: {str(exc)[:300]}.", "error": ErrorReport(
                                 kind="bad_reference_output", message=str(exc)[:2000]).model_dump()}) from None
+        if not self.output_leaf_bytes:
+            self.output_leaf_bytes = [v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 64
+                                      for v in timed_checks.leaves(out)]
+        return out, expected
 
     def _trial(self, cmd: dict[str, Any], trial: int, stage: str, expected_seed: int | None = None):
         """The runner's outputs for `cmd` against the reference on inputs from the same seed."""
@@ -306,6 +319,7 @@ class Judge(Verdicts):
             raise Rejected(self._candidate_failed(message, counted=True))
         if message.get("type") != "outputs":
             raise Rejected(self._protocol(f"expected outputs, got {str(message.get('type'))[:40]!r}"))
+        self._note_launches(message.get("launches"))
         try:
             got = wire.decode_output(message.get("structure"), message.get("values"), blobs)
         except wire.WireError as exc:
@@ -324,12 +338,24 @@ class Judge(Verdicts):
         self.trials_passed += 1
         return None
 
+    def _note_launches(self, launches: Any) -> None:
+        """A checked call's Triton launches (name, grid): what every timed call must launch too."""
+        if launches is None:
+            return
+        sig = timed_checks.signature(launches)
+        if sig is None:
+            raise Rejected(self._protocol("a trial's launch list is malformed"))
+        if len(self.checked_signatures) < timed_checks.MAX_SIGNATURES:
+            self.checked_signatures.add(sig)
+
     # -- timing and re-check -----------------------------------------------------------------------
     def _time(self) -> TimingStats:
         self.timing_seeds = [self.seed() for _ in range(TIMING_SEEDS)]
+        audit_seeds = [self.seed() for _ in range(AUDIT_SEEDS)]
         started = _perf_counter()
-        message = self._ask({"type": "time", "seeds": self.timing_seeds, "n_runs": self.opts.timing_trials,
-                             "isolated": self.opts.isolated_timing}, "timing")
+        message, blobs = self._ask({"type": "time", "seeds": self.timing_seeds, "n_runs": self.opts.timing_trials,
+                                    "isolated": self.opts.isolated_timing, "audit_seeds": audit_seeds}, "timing",
+                                   max_blob_bytes=self._audit_blob_limit())
         wall_ms = (_perf_counter() - started) * 1e3
         try:
             stats = TimingStats.model_validate(message.get("stats"))
@@ -338,6 +364,7 @@ class Judge(Verdicts):
         if not (stats.median_ms > 0 and stats.n_runs > 0):
             raise Rejected(self._protocol(f"implausible timing: median {stats.median_ms} ms over {stats.n_runs} runs"))
         self.findings.extend(timing_cross_check(stats, wall_ms))
+        self._check_timed_calls(message, blobs, stats, set(audit_seeds) | set(self.timing_seeds))
         isolated_s = message.get("isolated_s")
         if isinstance(isolated_s, (int, float)) and 0 <= isolated_s <= wall_ms / 1e3:
             self.clock("timing_isolated")  # the runner's share of this phase, moved to its own entry
@@ -345,6 +372,46 @@ class Judge(Verdicts):
             self.phase_s["timing_candidate"] = round(self.phase_s["timing_candidate"] - float(isolated_s), 4)
             self._phase_open = ("timing_candidate", _perf_counter())
         return stats
+
+    def _audit_blob_limit(self) -> int:
+        per_call = sum(min(n, timed_audit.SAMPLE_ELEMENTS * 16) for n in self.output_leaf_bytes) + 4096
+        return timed_audit.MAX_KEPT * 2 * per_call + (1 << 20)
+
+    def _check_timed_calls(self, message: dict[str, Any], blobs: list, stats: TimingStats, seeds: set[int]) -> None:
+        """What was timed against what was checked: launches, audited outputs, the physical limit."""
+        findings, error = timed_checks.launch_findings(self.checked_signatures, message.get("timed_calls"))
+        if error is not None:
+            raise Rejected(self._protocol(error))
+        self.findings.extend(findings)
+        try:
+            values = wire.decode_values(message.get("values"), blobs)
+        except wire.WireError as exc:
+            raise Rejected(self._protocol(str(exc))) from None
+        audited = message.get("audited")
+        if isinstance(audited, list) and any(not isinstance(c, dict) or c.get("seed") not in seeds for c in audited):
+            raise Rejected(self._protocol("an audited call names a seed the judge never sent"))
+        tol = self.opts.tolerance
+
+        def compare(got: torch.Tensor, exp: torch.Tensor) -> str | None:
+            mismatch = compare_tensor(got, exp, tol.atol, tol.rtol)
+            return None if mismatch is None else mismatch.hint[:300]
+
+        findings, error = timed_checks.audit_findings(audited, values, self._expected_raw, compare)
+        if error is not None:
+            raise Rejected(self._protocol(error))
+        self.findings.extend(findings)
+        self.judge_info["timed_calls_audited"] = len(audited) if isinstance(audited, list) else 0
+        limit = timed_checks.physical_limit_ms(sum(self.output_leaf_bytes), self.l2_bytes,
+                                               timed_checks.dram_peak_bytes_per_s(self.device_name))
+        self.findings.extend(timed_checks.physical_findings(stats.median_ms, limit, sum(self.output_leaf_bytes),
+                                                            f"the {self.device_name} datasheet bandwidth"))
+        if stats.isolated is not None:
+            if all(sig for sig in self.checked_signatures):  # every checked call launched a Triton kernel
+                self.findings.extend(timed_checks.isolated_findings(self.checked_signatures,
+                                                                    stats.isolated.per_kernel_ms))
+            self.findings.extend(timed_checks.physical_findings(stats.isolated.median_ms, limit,
+                                                                sum(self.output_leaf_bytes),
+                                                                f"the {self.device_name} datasheet bandwidth"))
 
     def _recheck(self, timed: bool) -> dict[str, Any] | None:
         """A kernel that goes wrong after N calls, or returns outputs cached by input pointer, fails here."""

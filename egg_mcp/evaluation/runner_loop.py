@@ -1,7 +1,7 @@
 """The runner's command loop: one judge command in, one answer out (data only), until `exit`.
 
 Kept apart from candidate_side.py (what each command does) so the protocol is readable on one screen:
-`trial` answers with outputs as bytes, the other commands with a header, a candidate's failure with
+`trial` and `time` answer with outputs as bytes (time: the audited timed calls'), the other commands with a header, a candidate's failure with
 `failed`, a runner-side bug with `runner_error`. `launchers` is the one command never answered: the judge
 sends it to a waiting spare (launchers.py) and reads no reply.
 """
@@ -18,8 +18,7 @@ from egg_mcp.evaluation.candidate_side import CandidateFailed
 
 def serve(sock: socket.socket, side: Any) -> None:
     """Answer the judge's commands until `exit` (or until the judge goes away)."""
-    handlers = {"confine": side.confine, "load": side.load, "calls": side.calls, "report": side.report, "guard": side.guard,
-                "time": side.time}
+    handlers = {"confine": side.confine, "load": side.load, "calls": side.calls, "report": side.report, "guard": side.guard}
     while True:
         try:
             cmd, _ = wire.recv(sock, max_blob_bytes=0)
@@ -33,8 +32,8 @@ def serve(sock: socket.socket, side: Any) -> None:
                 side.launcher_reports.append(launchers.prebuild(cmd.get("signatures")))
             continue
         try:
-            if kind == "trial":
-                header, blobs = side.trial(cmd)
+            if kind in ("trial", "time"):  # answered with values as bytes
+                header, blobs = side.trial(cmd) if kind == "trial" else side.time(cmd)
                 wire.send(sock, header, blobs)
                 continue
             handler = handlers.get(str(kind))

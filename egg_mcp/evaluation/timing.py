@@ -206,8 +206,12 @@ class GpuTimer:
         make_inputs: Callable[[int], list],
         n_runs: int | None = None,
         allow_graph: bool = True,
+        audit: Any = None,
     ) -> tuple[TimingStats, dict[str, Any]]:
-        """Time fn(inputs); make_inputs(k) returns input set k (distinct contents per k)."""
+        """Time fn(inputs); make_inputs(k) returns input set k (distinct contents per k).
+
+        `audit` (a `timed_audit.TimedCallAudit`, verify's runner) sees the timed calls: it refills audited calls'
+        inputs and keeps their outputs, outside the timed region, so the judge can check what was timed."""
         first = make_inputs(0)
         input_bytes = max(1, tensor_bytes(first))
         est = self.estimate_ms(fn, first)
@@ -218,12 +222,12 @@ class GpuTimer:
             stats = None
             if allow_graph and est < GRAPH_BELOW_MS and "graph_fallback" not in extra:
                 try:
-                    stats = self._measure_graph(fn, make_inputs, first, input_bytes, est, n_runs)
+                    stats = self._measure_graph(fn, make_inputs, first, input_bytes, est, n_runs, audit)
                 except Exception as exc:  # capture is not possible for every candidate: fall back
                     extra["graph_fallback"] = f"{type(exc).__name__}: {exc}"[:300]
                     _synchronize()
             if stats is None:
-                stats = self._measure_events(fn, make_inputs, first, input_bytes, est, n_runs)
+                stats = self._measure_events(fn, make_inputs, first, input_bytes, est, n_runs, audit)
             attempts.append(stats)
             if pause is None or not disturbed(stats):
                 break
@@ -240,27 +244,34 @@ class GpuTimer:
         stats.throttled = bool(reasons) if self.nvml.handle is not None else None
         return stats, extra
 
-    def _measure_events(self, fn, make_inputs, first, input_bytes, est, n_runs) -> TimingStats:
+    def _measure_events(self, fn, make_inputs, first, input_bytes, est, n_runs, audit=None) -> TimingStats:
         n_sets = 3 if input_bytes < self.l2_bytes else 1
         sets = [first] + [make_inputs(k) for k in range(1, n_sets)]
         flush_ms = 2 * self.l2_bytes / 3e12 * 1e3
         n = n_runs or max(MIN_RUNS, min(MAX_RUNS, math.ceil(TARGET_TOTAL_MS / max(est + flush_ms, 1e-3))))
         starts = [_Event(enable_timing=True) for _ in range(n)]
         ends = [_Event(enable_timing=True) for _ in range(n)]
+        if audit is not None:
+            audit.plan(n, "timed")
         _synchronize()
         t0 = _perf_counter()
         for i in range(n):
+            if audit is not None:
+                audit.before(i, sets[i % n_sets])
             self._flush()
             starts[i].record()
-            fn(sets[i % n_sets])
+            out = fn(sets[i % n_sets])
             ends[i].record()
+            if audit is not None:
+                audit.after(i, out)
+            del out
         _synchronize()
         host_ms = (_perf_counter() - t0) * 1e3
         times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
         return TimingStats(**summarize(times), n_runs=n, method="cuda_events", l2_flushed=True,
                            input_sets=n_sets, host_wall_ms=host_ms)
 
-    def _measure_graph(self, fn, make_inputs, first, input_bytes, est, n_runs) -> TimingStats:
+    def _measure_graph(self, fn, make_inputs, first, input_bytes, est, n_runs, audit=None) -> TimingStats:
         want = math.ceil(2 * self.l2_bytes / input_bytes)
         n_sets = max(1, min(MAX_ROTATION_SETS, want, ROTATION_BUDGET_BYTES // input_bytes))
         sets = [first] + [make_inputs(k) for k in range(1, n_sets)]
@@ -274,9 +285,13 @@ class GpuTimer:
         _current_stream().wait_stream(side)
         _synchronize()
         graph = _CUDAGraph()
+        captured: dict[int, Any] = {}  # the last captured call's output per set, read after the audit replay
         with _graph_ctx(graph):
             for r in range(per_replay):
-                fn(sets[r % n_sets])
+                out = fn(sets[r % n_sets])
+                if audit is not None:
+                    captured[r % n_sets] = out
+                del out
         graph.replay()
         _synchronize()
         n = n_runs or max(MIN_RUNS, min(200, math.ceil(TARGET_TOTAL_MS / max(est * per_replay, 1e-3))))
@@ -290,13 +305,19 @@ class GpuTimer:
         _synchronize()
         host_ms = (_perf_counter() - t0) * 1e3
         times = [s.elapsed_time(e) / per_replay for s, e in zip(starts, ends)]
-        del graph
+        if audit is not None:
+            audit.refill_sets(sets)
+            graph.replay()
+            _synchronize()
+            audit.keep_graph(captured, "graph replay")
+            _synchronize()
+        del graph, captured
         return TimingStats(**summarize(times), n_runs=n * per_replay, method="cuda_graph",
                            l2_flushed=n_sets * input_bytes >= 2 * self.l2_bytes, input_sets=n_sets,
                            host_wall_ms=host_ms)
 
     def measure_isolated(self, fn: Callable[[list], Any], make_inputs: Callable[[int], list],
-                         calls: int = ISOLATED_CALLS) -> IsolatedTiming:
+                         calls: int = ISOLATED_CALLS, audit: Any = None) -> IsolatedTiming:
         """Per-call kernel time from a clean, cold L2, read from CUPTI's kernel timestamps (see module doc).
 
         Host gaps do not matter here (the timestamps are the GPU's), so the calls run from a plain loop.
@@ -312,13 +333,26 @@ class GpuTimer:
         signature = max(flush_rows, key=lambda r: r[2])[0]
         prelude = {name for name, _, _ in flush_rows} - {signature}
 
+        fresh: dict[int, list] = {}
+        if audit is not None:  # audited calls run on a fresh input set: a refill here would land in a timed group
+            audit.plan(calls, "isolated", per_reading=1)
+            fresh = {i: make_inputs(len(sets) + j) for j, i in enumerate(sorted(audit.positions))}
+            audit.positions = set()
+        outs: dict[int, Any] = {}
+
         def work() -> None:
             for i in range(calls):
                 self._flush()
-                fn(sets[i % len(sets)])
+                out = fn(fresh.get(i, sets[i % len(sets)]))
+                if i in fresh:
+                    outs[i] = out
+                del out
             self._flush()
 
         groups = split_calls(self._kernel_rows(work), signature, prelude)
+        if audit is not None:
+            for i in sorted(outs):
+                audit.keep_fresh(len(sets) + sorted(fresh).index(i), outs[i], f"isolated call {i + 1}")
         if len(groups) != calls or not all(groups):
             raise RuntimeError(f"the profiler saw {len(groups)} kernel groups for {calls} calls "
                                f"({sum(not g for g in groups)} without a kernel)")

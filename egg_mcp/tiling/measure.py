@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -127,6 +128,8 @@ def _max_abs_error(got, expected) -> float:
 
 def _error_kind(exc: BaseException) -> str:
     """The shared classifier's kind (evaluation/errors.py); an OOM of one config is a runtime failure here."""
+    if isinstance(exc, TimedMismatch):
+        return "timed_output"
     from egg_mcp.evaluation.errors import error_kind
 
     kind = error_kind(exc)
@@ -225,12 +228,17 @@ def _compile_pool(tasks: list[tuple], workers: int, timeout_s: float) -> tuple[l
 TIMING_METHOD = "GpuTimer steady state (egg_mcp.evaluation.timing, verify's timer and inputs): {method}, L2 {flush}"
 
 
+class TimedMismatch(RuntimeError):
+    """A config whose audited timed calls did not match the reference: recorded as its error, never as a time."""
+
+
 class _Clock:
     """Times one config's forward the way verify does: the project's GpuTimer (one per job, its flush
     buffer allocated once), fresh inputs per rotation set, median of adaptive repetitions."""
 
-    def __init__(self, problem: _Problem, timing_trials: int | None):
+    def __init__(self, problem: _Problem, timing_trials: int | None, atol: float = 1e-4, rtol: float = 1e-4):
         self.problem, self.trials, self.timer, self._inputs = problem, timing_trials, None, {}
+        self.atol, self.rtol = atol, rtol
 
     def make_inputs(self, k: int) -> list:
         if k not in self._inputs:
@@ -247,12 +255,21 @@ class _Clock:
 
             self.timer = GpuTimer(torch.cuda.current_device())
 
+        from egg_mcp.evaluation.timed_audit import TimedCallAudit
+        from egg_mcp.evaluation.timed_checks import check_in_process
+
         grad = torch.is_grad_enabled()
         torch.set_grad_enabled(False)  # as verify's harness: no per-call context manager inside the timed region
+        audit = TimedCallAudit(self.problem.problem.inputs, [secrets.randbits(62) for _ in range(200)])
         try:
-            stats, _ = self.timer.measure(lambda xs: model(*xs), self.make_inputs, n_runs=self.trials)
+            stats, _ = self.timer.measure(lambda xs: model(*xs), self.make_inputs, n_runs=self.trials, audit=audit)
+            # timed calls are checked calls: a config whose timed outputs are wrong gets no time
+            problem = check_in_process(audit, lambda s: self.problem.reference(*self.problem.problem.inputs(s)),
+                                       self.atol, self.rtol)
         finally:
             torch.set_grad_enabled(grad)
+        if problem is not None:
+            raise TimedMismatch(problem)
         flush = "read-flushed" if stats.l2_flushed else "warm (inputs fit L2)"
         return (stats.median_ms, stats.cv, TIMING_METHOD.format(method=stats.method, flush=flush), stats.sm_clock_mhz,
                 list(stats.throttle_reasons or []))
@@ -380,7 +397,7 @@ def measure_configs(payload: dict) -> dict:
             modes.append(mode)
             if problem is None:
                 problem = _Problem(reference_path, job.dtype, job.size_overrides, job.seed, torch_device)
-                clock = _Clock(problem, job.timing_trials)
+                clock = _Clock(problem, job.timing_trials, job.atol, job.rtol)
             out = []
             for (config, _), path, index, w in zip(batch, paths, indices, warm):
                 if time.perf_counter() - started > job.time_budget_s:

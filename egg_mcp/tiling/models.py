@@ -112,7 +112,7 @@ class MeasuredConfig(BaseModel):
     config: TilingConfig
     median_ms: float | None = None
     correct: bool | None = None
-    error_kind: Literal["compile_error", "out_of_resources", "incorrect", "runtime_error", "timeout"] | None = None
+    error_kind: Literal["compile_error", "out_of_resources", "incorrect", "runtime_error", "timeout", "timed_output"] | None = None
     error: str | None = None
     max_abs_error: float | None = None
     kernels: list[KernelInfo] = Field(default_factory=list)

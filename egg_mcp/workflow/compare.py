@@ -78,6 +78,12 @@ async def compare_candidates(service, task_id: str, candidate_a: str, candidate_
     check = out.get("check") or {}
     if any(v != "ok" for v in check.values()):
         bad = [k.upper() for k, v in check.items() if v != "ok"]
+        while_timed = [k.upper() for k, v in check.items() if v == "mismatch_while_timed"]
+        if while_timed:
+            detail = (out.get("check_detail") or {}).get(while_timed[0].lower(), "")
+            return CompareResult(**base, verdict="inconclusive", timing_available=True, device=out.get("device"),
+                                 summary=f"no timing counted: {', '.join(while_timed)} behaved differently while "
+                                         f"timed ({str(detail)[:300]}); verify it again")
         return CompareResult(**base, verdict="inconclusive", timing_available=True, device=out.get("device"),
                              summary=f"not timed: {', '.join(bad)} did not match the reference on the shared input; "
                                      "verify it again")
