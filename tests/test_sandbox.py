@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from egg_mcp.sandbox import SandboxReport, kill_descendants, probe, runner_env, spawn_prefix
+from egg_mcp.sandbox.host import TELL_ARG
 from egg_mcp.sandbox import _sys as S
 from egg_mcp.sandbox.env import PACKAGE_PARENT, private_paths
 
@@ -149,14 +150,15 @@ _RUNNER = textwrap.dedent("""
     import json, os, signal, socket, sys
     from pathlib import Path
     priv, ws, home, judge, abstract, port, mode = sys.argv[1:8]
-    out = {"attempts": {}, "namespaces": os.environ.get("EGG_MCP_SANDBOX_NS", "").split(",")}
+    ns = sys.argv[sys.argv.index("--namespaces") + 1] if "--namespaces" in sys.argv else ""  # told by the launcher
+    out = {"attempts": {}, "namespaces": ns.split(",")}
     if mode != "control":
         from egg_mcp.sandbox import confine
         if mode == "early":  # before torch starts its first thread: the whole process is in the domain
-            report = confine(Path(priv))
+            report = confine(Path(priv), namespaces=ns)
         import torch, triton, triton.language as tl
         if mode == "late":
-            report = confine(Path(priv))
+            report = confine(Path(priv), namespaces=ns)
         out["report"] = report.model_dump()
 
         @triton.jit
@@ -203,6 +205,7 @@ _RUNNER = textwrap.dedent("""
             out["attempts"][name] = "ALLOWED"
         except Exception as exc:
             out["attempts"][name] = f"denied: {type(exc).__name__}: {exc}"
+    out["env_names"] = sorted(os.environ)
     print(json.dumps(out))
 """)
 
@@ -304,8 +307,9 @@ def test_confined_runner_computes_but_reaches_nothing(tmp_path):
 @needs_landlock
 @needs_ns
 def test_confined_runner_in_namespaces_cannot_see_the_judge(tmp_path):
-    result = _run_runner(tmp_path, prefix=spawn_prefix(), mode="early")
+    result = _run_runner(tmp_path, prefix=spawn_prefix(TELL_ARG), mode="early")
     _assert_confined(result, pid_ns=True)
+    assert not [k for k in result["env_names"] if "EGG" in k.upper()]  # confine popped the allow-list marker
     assert SandboxReport.model_validate(result["report"]).unconfined_threads == 0
     if "mount" in result["namespaces"]:
         assert {"proc", "shm"} <= set(result["namespaces"])
@@ -320,7 +324,8 @@ _FORK_AND_LINGER = ("import os, sys, time\n"
                     "    time.sleep(300)\n"
                     "    os._exit(0)\n"
                     "caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0]\n"
-                    "print(os.getpid(), os.environ.get('EGG_MCP_SANDBOX_NS'), "
+                    "assert not [k for k in os.environ if 'EGG' in k.upper()], 'a marker in the environment'\n"
+                    "print(os.getpid(), sys.argv[-1], "
                     "len([p for p in os.listdir('/proc') if p.isdigit()]), caps, flush=True)\n"
                     "sys.exit(int(sys.argv[1]))\n")
 
@@ -329,7 +334,7 @@ _FORK_AND_LINGER = ("import os, sys, time\n"
 def test_launcher_forwards_status_and_kills_what_the_program_left():
     """The job ends when the program does, although a setsid grandchild still holds its stdout."""
     start = time.monotonic()
-    done = subprocess.run([*spawn_prefix(), sys.executable, "-c", _FORK_AND_LINGER, "7"], capture_output=True,
+    done = subprocess.run([*spawn_prefix(TELL_ARG), sys.executable, "-c", _FORK_AND_LINGER, "7"], capture_output=True,
                           text=True, timeout=60)
     assert time.monotonic() - start < 30  # not the grandchild's 300 s
     assert done.returncode == 7, done.stderr
@@ -443,7 +448,7 @@ def test_launcher_gives_an_unprivileged_user_its_own_namespaces():
     launcher = shared / "launch.py"
     launcher.write_text(LAUNCHER.read_text())
     launcher.chmod(0o644)
-    code = ("import os; print(os.getpid(), os.getuid(), os.environ.get('EGG_MCP_SANDBOX_NS'), "
+    code = ("import os, sys; print(os.getpid(), os.getuid(), sys.argv[-1], "
             "len([p for p in os.listdir('/proc') if p.isdigit()]))")
 
     def become_nobody():
@@ -452,7 +457,8 @@ def test_launcher_gives_an_unprivileged_user_its_own_namespaces():
         os.setuid(65534)
 
     try:
-        done = subprocess.run([_SYSTEM_PY, "-I", "-S", str(launcher), "--", _SYSTEM_PY, "-I", "-S", "-c", code],
+        done = subprocess.run([_SYSTEM_PY, "-I", "-S", str(launcher), "--tell-arg", TELL_ARG, "--", _SYSTEM_PY, "-I",
+                               "-S", "-c", code],
                               preexec_fn=become_nobody, capture_output=True, text=True, timeout=60, cwd="/")
     finally:
         shutil.rmtree(shared, ignore_errors=True)

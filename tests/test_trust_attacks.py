@@ -118,7 +118,7 @@ pid = os.fork()
 if pid == 0:
     os.setsid()
     if os.fork() == 0:
-        print(f"GRANDCHILD={os.getpid()}", flush=True)
+        print(f"GRANDCHILD={os.getpid()} PRIVATE={os.getcwd()}", flush=True)
         time.sleep(300)
     os._exit(0)
 os.waitpid(pid, 0)
@@ -241,8 +241,9 @@ def test_an_escaped_setsid_grandchild_neither_holds_the_job_nor_survives_it(atta
     assert result.server_phase_s["result_to_exit"] < 3.0, result.server_phase_s
     assert re.search(r"GRANDCHILD=(\d+)", result.stdout_tail), result.stdout_tail  # it ran
     # Its pid may be a PID-namespace pid; its command line (a fork of the runner) names the job's private
-    # dir under the evaluator's scratch dir, so no process of any job may be left with that in its argv.
-    scratch = str(attacked[4])
+    # dir (an ordinary temp dir, its cwd, which it printed), so no process may be left with that in its argv.
+    private = re.search(r"PRIVATE=(\S+)", result.stdout_tail)
+    scratch = f"--private {private.group(1)}" if private else str(attacked[4])
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and _survivors(scratch):
         time.sleep(0.1)

@@ -111,7 +111,7 @@ class CandidateSide:
     def load(self, cmd: dict[str, Any]) -> dict[str, Any]:
         self.loaded = True
         self.opts = EvalOptions.model_validate(cmd["options"])
-        src = self.private / "src"
+        src = self.private / "work"
         src.mkdir(exist_ok=True)
         torch.set_grad_enabled(False)
         self.recorder = OpRecorder()
@@ -125,16 +125,15 @@ class CandidateSide:
             self.timer = GpuTimer(torch.cuda.current_device())
         self.snapshot = AttributeSnapshot()
         try:
-            reference = import_source(cmd["reference_source"], src / "reference.py",
-                                      f"egg_reference_{secrets.token_hex(4)}")
+            reference = import_source(cmd["reference_source"], src / "model.py", f"model_{secrets.token_hex(4)}")
         except BaseException as exc:  # noqa: BLE001
             raise CandidateFailed({**_failure("runtime_error", exc, None, "The reference failed to load in the "
                                               "runner"), "fault": "reference"}) from None
         self._wrap_reference(reference.Model)
-        self.candidate_path = str(src / "candidate.py")
+        # plain names (a user's model_new.py): the candidate's __file__ and __name__ name no harness
+        self.candidate_path = str(src / "model_new.py")
         try:
-            candidate = import_source(cmd["candidate_source"], self.candidate_path,
-                                      f"egg_candidate_{secrets.token_hex(4)}")
+            candidate = import_source(cmd["candidate_source"], self.candidate_path, "model_new")
         except BaseException as exc:  # noqa: BLE001
             verdict = "oom" if classify(exc) == "oom" else "compile_error"
             raise CandidateFailed(_failure(verdict, exc, self.candidate_path, "Importing the candidate failed"))

@@ -81,11 +81,18 @@ def runner_env(base_env: Mapping[str, str], private_dir: Path, *, interpreter: b
     return env
 
 
-def spawn_prefix() -> list[str]:
-    """argv prefix that starts the runner in its own user+PID namespaces where the sandbox offers it."""
+def take_env_marker(env: dict[str, str]) -> bool:
+    """Take the sandbox's allow-list marker (runner_env's) out of a runner's environment: whether it was
+    there. The judge says it in the runner's argv instead, so the environment names no sandbox."""
+    return env.pop("EGG_MCP_SANDBOX_ENV", None) == "allowlist"
+
+
+def spawn_prefix(tell_arg: str | None = None) -> list[str]:
+    """argv prefix that starts the runner in its own user+PID namespaces where the sandbox offers it; with
+    `tell_arg`, the launcher appends `tell_arg <namespaces>` to the runner's argv (never its environment)."""
     if _sandbox is not None and hasattr(_sandbox, "spawn_prefix"):
         try:
-            return list(_sandbox.spawn_prefix())
+            return list(_sandbox.spawn_prefix(tell_arg) if tell_arg else _sandbox.spawn_prefix())
         except Exception:  # noqa: BLE001 - a missing namespace is a weaker sandbox, not a failure
             return []
     return []
@@ -94,9 +101,12 @@ def spawn_prefix() -> list[str]:
 def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
             **tool_rules: Any) -> dict[str, Any]:
     """Inside the runner, before any candidate code: the strongest confinement on offer; what was applied.
-    `tool_rules` (tcp_ports, scope_abstract_sockets) are for a process a tool wraps (tool_confine.py)."""
+    `tool_rules` (tcp_ports, scope_abstract_sockets) are for a process a tool wraps (tool_confine.py);
+    `env_allowlist` and `namespaces` are what the judge and the launcher told the runner in its argv."""
     if _sandbox is not None:
         return dict(_sandbox.confine_dict(private_dir, extra_read=extra_read, extra_write=extra_write, **tool_rules))
+    tool_rules.pop("env_allowlist", None)  # what the judge told the runner: the fallback reports env anyway
+    tool_rules.pop("namespaces", None)
     nnp = _prctl(PR_SET_NO_NEW_PRIVS, 1)
     return {
         "level": "env", "env_allowlist": True, "landlock_abi": None, "fs_confined": False,

@@ -24,6 +24,29 @@ from pathlib import Path
 from egg_mcp.evaluation import confinement, wire
 
 
+def no_tells() -> None:
+    """Before any candidate code: nothing the candidate reads as its process's plain facts names the judge,
+    the sandbox or egg-mcp (a kernel that computes only when it sees them passes here and fails for the
+    user). The environment came without markers (the judge and the launcher said them in argv); the
+    private dir is an ordinary temp dir; here argv (python's and ours) becomes a plain `python -c`'s, and
+    PYTHONPATH keeps only the dependencies' dirs (this process found egg_mcp already; no child needs it).
+    What stays visible to code that looks further (sys.modules, the stack, /proc/self/cmdline, the parent
+    process) is for the server's static check (environment_probe findings) to flag."""
+    import egg_mcp
+
+    sys.argv[:] = ["-c"]
+    if hasattr(sys, "orig_argv"):
+        sys.orig_argv[:] = [sys.orig_argv[0] if sys.orig_argv else "python", "-c", ""]
+    ours = os.path.realpath(os.path.dirname(os.path.dirname(egg_mcp.__file__)))
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.realpath(p) != ours]
+    if kept:
+        os.environ["PYTHONPATH"] = os.pathsep.join(kept)
+    else:
+        os.environ.pop("PYTHONPATH", None)
+    for name in [n for n in os.environ if n.upper().startswith("EGG_MCP")]:
+        os.environ.pop(name, None)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fd", type=int, required=True)
@@ -32,6 +55,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--judge", type=int, required=True)
     parser.add_argument("--tool", default=None, help="the tool wrapping this runner (compute-sanitizer): confine "
                         "with what its injection needs, and exit normally so the tool can finish its report")
+    parser.add_argument("--allowlisted", action="store_true", help="the judge built this environment with the "
+                        "sandbox's allow-list (said here, not in the environment the candidate reads)")
+    parser.add_argument("--namespaces", default=None, help="appended by the namespace launcher: the namespaces "
+                        "and private mounts in force")
     args = parser.parse_args(argv)
     confinement.die_with_parent()
     if args.judge and os.getppid() != args.judge:  # the judge died before we could tie our life to it
@@ -45,12 +72,13 @@ def main(argv: list[str] | None = None) -> None:
         torch.cuda.init()
         torch.empty(1, device="cuda")
     try:
+        told = {"env_allowlist": True if args.allowlisted else None, "namespaces": args.namespaces}
         if args.tool:
             from egg_mcp.evaluation.tool_confine import confine_wrapped
 
-            sandbox = confine_wrapped(Path(args.private), args.tool)
+            sandbox = confine_wrapped(Path(args.private), args.tool, **told)
         else:
-            sandbox = confinement.confine(Path(args.private))
+            sandbox = confinement.confine(Path(args.private), **told)
         sandbox["capabilities_dropped"] = confinement.drop_capabilities() and sandbox.get(
             "capabilities_dropped", True)
     except OSError as exc:  # a step the kernel offers failed: never go on to import the candidate
@@ -58,6 +86,8 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(4)
     import torch
     import triton  # noqa: F401  (before the candidate)
+
+    no_tells()
 
     from egg_mcp.evaluation.candidate_side import CandidateSide
     from egg_mcp.evaluation.runner_loop import serve

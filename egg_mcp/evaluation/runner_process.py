@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ SIGNAL_NAMES = {
     signal.SIGILL: "illegal instruction (SIGILL)", signal.SIGFPE: "floating-point exception (SIGFPE)",
     signal.SIGABRT: "abort (SIGABRT)", signal.SIGKILL: "killed (SIGKILL)", signal.SIGTERM: "terminated (SIGTERM)",
 }
+NAMESPACES_ARG = "--namespaces"
+"""The launcher appends `--namespaces user,pid,...` to the runner's argv (launch.py --tell-arg)."""
 MESSAGE_TIMEOUT_S = 60.0
 """Once a message has started, the rest of it must arrive within this (a half-sent message is garbage)."""
 
@@ -43,17 +46,21 @@ class RunnerProcess:
         """`wrapper`: a tool (compute-sanitizer) the runner runs under; `output`: a file in the judge's dir
         for the stdout/stderr of the wrapper and the runner (the tool's messages), instead of the worker's."""
         self.mode = mode
-        self.private = Path(workdir) / f"runner-{secrets.token_hex(4)}"
-        self.private.mkdir(mode=0o700)
+        # An ordinary temp dir (/tmp/tmpk3j2x9ab), not a dir under the judge's (whose path names the workspace's
+        # scratch, worker and runner dirs): the runner's cwd, HOME, TMPDIR and caches are inside it.
+        self.private = Path(tempfile.mkdtemp(dir=neutral_base(workdir)))  # mode 0700
+        _private_dirs.add(self.private)
         ours, theirs = socket.socketpair()
         env = confinement.runner_env(os.environ, self.private, interpreter=(mode == "interp"))
         env.update(extra_env or {})
-        prefix = confinement.spawn_prefix()
+        allowlisted = confinement.take_env_marker(env)  # said in argv: the environment names no sandbox
+        prefix = confinement.spawn_prefix(NAMESPACES_ARG)
         self.namespaced = bool(prefix)
         argv = [*prefix, *(wrapper or []), sys.executable, "-m", "egg_mcp.evaluation.runner",
                 "--fd", str(theirs.fileno()), "--private", str(self.private), "--mode", mode,
                 # under a launcher or a wrapper, that process is the runner's parent, not the judge
-                "--judge", "0" if (wrapper or prefix) else str(os.getpid())] + (["--tool", wrapper[0]] if wrapper else [])
+                "--judge", "0" if (wrapper or prefix) else str(os.getpid())] + (["--tool", wrapper[0]] if wrapper else []
+                ) + (["--allowlisted"] if allowlisted else [])
         sink = open(output, "ab") if output is not None else None  # noqa: SIM115 - closed below, the child keeps it
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=self.private, env=env,
@@ -153,7 +160,31 @@ class RunnerProcess:
         reap_orphans()
         with contextlib.suppress(OSError):
             self.sock.close()
+        remove_private_dir(self.private)
         return killed
+
+
+_private_dirs: set[Path] = set()
+
+
+def neutral_base(workdir: Path) -> Path:
+    """Where runners' private dirs go: the system's temp dir, as any program's scratch files (a candidate
+    that checks its paths for the sandbox's names finds none); the judge's dir where there is none."""
+    for base in ("/tmp", "/var/tmp"):
+        if os.path.isdir(base) and not os.path.islink(base) and os.access(base, os.W_OK | os.X_OK):
+            return Path(base)
+    return Path(workdir)
+
+
+def remove_private_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    _private_dirs.discard(path)
+
+
+def remove_private_dirs() -> None:
+    """Remove every runner dir this judge made (at its exit: spares' dirs and any a crash left)."""
+    for path in list(_private_dirs):
+        remove_private_dir(path)
 
 
 def spares() -> list[RunnerProcess]:

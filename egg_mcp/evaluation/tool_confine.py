@@ -146,8 +146,9 @@ def ncu_lock_files(roots: Sequence[str] = ("/tmp",)) -> list[Path]:
     return out
 
 
-def confine_wrapped(private_dir: Path, tool: str | None, tool_argv: Sequence[str] = ()) -> dict[str, Any]:
-    """Confine the calling process, wrapped by `tool` (see module docstring); what was applied (a dict)."""
+def confine_wrapped(private_dir: Path, tool: str | None, tool_argv: Sequence[str] = (), **told: Any) -> dict[str, Any]:
+    """Confine the calling process, wrapped by `tool` (see module docstring); what was applied (a dict).
+    `told`: env_allowlist / namespaces from a runner's argv (confinement.confine)."""
     from egg_mcp.evaluation import confinement
 
     ipc_open = os.environ.pop(IPC_VAR, "") == "open"
@@ -156,7 +157,7 @@ def confine_wrapped(private_dir: Path, tool: str | None, tool_argv: Sequence[str
     rules: dict[str, Any] = {"tcp_ports": tool_ports(tool_argv), "scope_abstract_sockets": False} if ipc_open else {}
     extra = [Path(r) for r in ([root] if root else []) + injection_roots(os.environ, avoid)]
     locks = ncu_lock_files() if tool and os.path.basename(tool) == "ncu" else []
-    report = confinement.confine(Path(private_dir), extra_read=extra, extra_write=locks, **rules)
+    report = confinement.confine(Path(private_dir), extra_read=extra, extra_write=locks, **rules, **told)
     if locks:
         report.setdefault("notes", []).append(f"write access to ncu's lock file {', '.join(map(str, locks))} only")
     report["wrapped_by"] = os.path.basename(tool) if tool else "unknown tool"

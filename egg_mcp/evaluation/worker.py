@@ -144,6 +144,12 @@ def exit_process(exit_code: int) -> None:
         confinement.kill_descendants()
     except Exception:
         pass
+    runners = sys.modules.get("egg_mcp.evaluation.runner_process")
+    if runners is not None:  # a judge: its runners' private dirs are outside its own dir (/tmp)
+        try:
+            runners.remove_private_dirs()
+        except Exception:
+            pass
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

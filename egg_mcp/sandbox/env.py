@@ -14,7 +14,9 @@ Set here: HOME, TMPDIR/TMP/TEMP, XDG_{CACHE,CONFIG,DATA,STATE,RUNTIME}_*, TRITON
 TORCHINDUCTOR_CACHE_DIR, CUDA_CACHE_PATH, PYTHONPATH (the egg_mcp package parent only),
 PYTHONDONTWRITEBYTECODE, PYTHONUNBUFFERED, PYTHONNOUSERSITE, TRITON_INTERPRET (interpreter runs),
 then `extra` (the only way an `EGG_MCP_*` variable reaches a runner), then EGG_MCP_SANDBOX_ENV, a
-marker `confine` pops to report that the allow-list was in force.
+marker `confine` pops to report that the allow-list was in force (the judge's runner takes it out of the
+environment before the exec and says so in the runner's argv instead: nothing in a runner's environment,
+paths or names may tell candidate code that it is being verified).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ _DENIED = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|^AWS_|^GCP_|^GOOGLE_|^A
                      r"|^ANTHROPIC_|^EGG_MCP_", re.IGNORECASE)
 
 ENV_MARKER = "EGG_MCP_SANDBOX_ENV"  # runner_env -> confine: "allowlist" (popped by confine)
-NS_MARKER = "EGG_MCP_SANDBOX_NS"    # launch -> confine: which namespaces are in force (popped by confine)
+# Which namespaces are in force travels in argv: launch.py --tell-arg (never in the environment).
 
 # Paths to tools that `confine` must let the runner read (set by a site, passed through above).
 TOOL_PATH_VARS = ("TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH",

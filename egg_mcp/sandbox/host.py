@@ -13,7 +13,9 @@ from egg_mcp.sandbox.landlock import NO_LANDLOCK_NOTE
 from egg_mcp.sandbox.report import SandboxReport
 
 LAUNCHER = Path(__file__).resolve().parent / "launch.py"
-_CHECK = ("import os, sys; print(os.environ.get('EGG_MCP_SANDBOX_NS', '')); "
+TELL_ARG = "--namespaces"
+"""The flag under which the launcher appends the namespaces in force to the program's argv."""
+_CHECK = ("import os, sys; print(sys.argv[-1] if sys.argv[-2:-1] == ['--namespaces'] else ''); "
           "sys.exit(0 if os.getpid() == 2 else 3)")
 
 
@@ -22,8 +24,8 @@ def _namespaces() -> tuple[list[str], str]:
     """(namespaces the launcher gets, why not); tried once per process with a throw-away child."""
     if sys.platform != "linux":
         return [], f"{sys.platform} has no Linux namespaces"
-    argv = [sys.executable, "-I", "-S", str(LAUNCHER), "--", sys.executable, "-I", "-S", "-c",
-            _CHECK]
+    argv = [sys.executable, "-I", "-S", str(LAUNCHER), "--tell-arg", TELL_ARG, "--", sys.executable, "-I", "-S",
+            "-c", _CHECK]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, env={"PATH": os.defpath})
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -34,13 +36,15 @@ def _namespaces() -> tuple[list[str], str]:
     return done.stdout.strip().split(","), ""
 
 
-def spawn_prefix() -> list[str]:
+def spawn_prefix(tell_arg: str | None = None) -> list[str]:
     """argv prefix that starts a runner in new user+PID(+mount, IPC, net) namespaces; [] where the host
-    refuses (then the runner is only as contained as `confine` makes it)."""
+    refuses (then the runner is only as contained as `confine` makes it). With `tell_arg` (e.g. TELL_ARG),
+    the program's argv ends with `tell_arg names`, which it hands to `confine(namespaces=...)`; the
+    environment never names the sandbox."""
     names, _ = _namespaces()
     if "pid" not in names:
         return []
-    return [sys.executable, "-I", "-S", str(LAUNCHER), "--"]
+    return [sys.executable, "-I", "-S", str(LAUNCHER), *(["--tell-arg", tell_arg] if tell_arg else []), "--"]
 
 
 def probe() -> SandboxReport:

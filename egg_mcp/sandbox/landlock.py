@@ -26,7 +26,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from egg_mcp.sandbox import _sys as S
-from egg_mcp.sandbox.env import ENV_MARKER, NS_MARKER, TOOL_PATH_VARS
+from egg_mcp.sandbox.env import ENV_MARKER, TOOL_PATH_VARS
 
 if TYPE_CHECKING:
     from egg_mcp.sandbox.report import SandboxReport
@@ -106,17 +106,19 @@ def _toolchain_paths() -> list[str]:
     return sorted(p for p in out if p not in ("/", "/usr"))
 
 
-def _markers() -> tuple[bool, set[str]]:
-    """(environment allow-listed, namespaces and private mounts in force): told by runner_env and by the
-    launcher, both trusted code that ran before the candidate; popped so the candidate never sees them."""
+def _markers(env_allowlist: bool | None, namespaces: str | None) -> tuple[bool, set[str]]:
+    """(environment allow-listed, namespaces and private mounts in force). Told by the caller, from its
+    argv (the judge's and the launcher's words: launch.py --tell-arg); else the environment allow-list
+    from runner_env's marker, which is popped either way so the candidate never sees it."""
     env_marker = os.environ.pop(ENV_MARKER, "")
-    ns_marker = os.environ.pop(NS_MARKER, "")
-    return env_marker == "allowlist", set(filter(None, ns_marker.split(",")))
+    if env_allowlist is None:
+        env_allowlist = env_marker == "allowlist"
+    return bool(env_allowlist), set(filter(None, (namespaces or "").split(",")))
 
 
 def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
-            network: bool = False, tcp_ports: Sequence[int] = (), scope_abstract_sockets: bool = True
-            ) -> SandboxReport:
+            network: bool = False, tcp_ports: Sequence[int] = (), scope_abstract_sockets: bool = True,
+            env_allowlist: bool | None = None, namespaces: str | None = None) -> SandboxReport:
     """Confine the calling process (see module docstring); returns what was actually applied.
 
     Never raises for a missing kernel feature: the report says what is missing. Raises OSError only
@@ -125,24 +127,29 @@ def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: 
     from egg_mcp.sandbox.report import SandboxReport
 
     return SandboxReport(**confine_dict(private_dir, extra_read=extra_read, extra_write=extra_write, network=network,
-                                        tcp_ports=tcp_ports, scope_abstract_sockets=scope_abstract_sockets))
+                                        tcp_ports=tcp_ports, scope_abstract_sockets=scope_abstract_sockets,
+                                        env_allowlist=env_allowlist, namespaces=namespaces))
 
 
 def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
-                 network: bool = False, tcp_ports: Sequence[int] = (), scope_abstract_sockets: bool = True
-                 ) -> dict[str, Any]:
+                 network: bool = False, tcp_ports: Sequence[int] = (), scope_abstract_sockets: bool = True,
+                 env_allowlist: bool | None = None, namespaces: str | None = None) -> dict[str, Any]:
     """`confine` without pydantic (a runner that starts in milliseconds need not import it): the same
     fields as SandboxReport, as a JSON-ready dict; the judge validates it with SandboxReport(**d).
 
     For a process wrapped by a tool (ncu, compute-sanitizer) whose injection library talks to the tool's
     frontend: `tcp_ports` are the TCP ports it may bind/connect (the tool's port range; every other port
     stays denied) and `scope_abstract_sockets=False` leaves abstract unix sockets unscoped (the frontend
-    is outside our domain); signals stay scoped."""
+    is outside our domain); signals stay scoped.
+
+    `namespaces`: what the launcher appended to the caller's argv (`--namespaces user,pid,...`), for the
+    report and the private /dev/shm rule; `env_allowlist`: whether runner_env built the environment (None:
+    read runner_env's marker, the case of a tool-wrapped worker)."""
     report = SimpleNamespace(level="none", env_allowlist=False, landlock_abi=None, fs_confined=False,
                              signals_scoped=False, pid_namespace=False, no_new_privs=False, network_confined=False,
                              capabilities_dropped=False, unconfined_threads=0, abstract_sockets_scoped=False,
                              tcp_ports_allowed=[], notes=[])
-    report.env_allowlist, namespaces = _markers()
+    report.env_allowlist, namespaces = _markers(env_allowlist, namespaces)  # type: ignore[assignment]
     report.pid_namespace = "pid" in namespaces
     if sys.platform != "linux":
         report.notes.append(f"{sys.platform}: no Landlock or namespaces; run the server in a Linux VM/container")

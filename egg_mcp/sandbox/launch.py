@@ -1,6 +1,6 @@
 """Start a program as PID 2 of fresh user + PID (+ mount, IPC, network) namespaces.
 
-    python -I -S .../egg_mcp/sandbox/launch.py -- argv...     (what spawn_prefix() returns)
+    python -I -S .../egg_mcp/sandbox/launch.py [--tell-arg FLAG] -- argv...     (what spawn_prefix() returns)
 
 Stdlib only and no package imports, so it starts in milliseconds. The outer process L calls unshare(2),
 maps its uid/gid, and forks C, which is PID 1 of the new PID namespace: C mounts a private /proc (so the
@@ -9,6 +9,10 @@ forwards signals to G, and reports G's wait status to L through a pipe. When G e
 process left in the namespace (whatever a child of the candidate did); L then exits with G's status
 (or dies of G's signal). If L is killed, C gets SIGKILL (PR_SET_PDEATHSIG), which again ends the
 namespace. Exit status 125 with a message on stderr: no namespace could be created.
+
+With `--tell-arg FLAG` the program is told which namespaces (and private mounts) are in force by two words
+appended to its argv, `FLAG user,pid,...`; nothing is put in its environment, which candidate code inherits
+and reads (a marker there would tell a candidate that it runs in the sandbox).
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 
     0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP = 1, 24
-NS_MARKER = "EGG_MCP_SANDBOX_NS"  # same name as egg_mcp.sandbox.env.NS_MARKER
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -91,7 +94,7 @@ def _forward(pid: int) -> None:
         signal.signal(sig, handler)
 
 
-def _exec(argv: list[str], marker: str) -> None:
+def _exec(argv: list[str], marker: str, tell_arg: str | None) -> None:
     """G: become the program (never returns)."""
     try:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -101,15 +104,15 @@ def _exec(argv: list[str], marker: str) -> None:
             _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, *FORWARDED):
             signal.signal(sig, signal.SIG_DFL)
-        env = dict(os.environ)
-        env[NS_MARKER] = marker
-        os.execvpe(argv[0], argv, env)
+        if tell_arg:
+            argv = [*argv, tell_arg, marker]
+        os.execvp(argv[0], argv)
     except BaseException as exc:  # noqa: BLE001 - report and die, never fall back into the launcher
         os.write(2, f"egg_mcp.sandbox.launch: cannot exec {argv[0]!r}: {exc}\n".encode())
     os._exit(127)
 
 
-def _init(argv: list[str], names: list[str], status_w: int, life_r: int) -> None:
+def _init(argv: list[str], names: list[str], status_w: int, life_r: int, tell_arg: str | None) -> None:
     """C: PID 1 of the new namespace (never returns)."""
     try:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -121,7 +124,7 @@ def _init(argv: list[str], names: list[str], status_w: int, life_r: int) -> None
         if child == 0:
             os.close(status_w)
             os.close(life_r)
-            _exec(argv, ",".join(names))
+            _exec(argv, ",".join(names), tell_arg)
         _forward(child)
         os.close(life_r)
         os.closerange(3, status_w)
@@ -137,10 +140,13 @@ def _init(argv: list[str], names: list[str], status_w: int, life_r: int) -> None
 
 
 def main(args: list[str]) -> int:
+    tell_arg = None
     if "--" in args:
-        args = args[args.index("--") + 1:]
+        options, args = args[:args.index("--")], args[args.index("--") + 1:]
+        if "--tell-arg" in options and options.index("--tell-arg") + 1 < len(options):
+            tell_arg = options[options.index("--tell-arg") + 1]
     if not args:
-        print("usage: launch.py -- program [args...]", file=sys.stderr)
+        print("usage: launch.py [--tell-arg FLAG] -- program [args...]", file=sys.stderr)
         return 2
     try:
         names = enter_namespaces()
@@ -153,7 +159,7 @@ def main(args: list[str]) -> int:
     if init == 0:
         os.close(status_r)
         os.close(life_w)
-        _init(args, names, status_w, life_r)
+        _init(args, names, status_w, life_r, tell_arg)
     os.close(status_w)
     os.close(life_r)
     _forward(init)
