@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from egg_mcp.analysis.probes import CHECK as PROBE_CHECK
+from egg_mcp.analysis.probes import describe as describe_probes
+from egg_mcp.analysis.probes import scan as scan_probes
 from egg_mcp.workflow import limits, memcheck_gate
 from egg_mcp.workflow.checks import evidence_mismatches
 from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check
@@ -64,6 +67,13 @@ class Commits(ServiceCore):
         last = self._last_commit(task_id)
         warnings: list[str] = evidence_mismatches(decision.evidence, after_ms=cand.time_ms,
                                                   before_ms=last.time_ms if last else None, candidate_id=candidate_id)
+        probes = scan_probes(self._source(cand))
+        if probes:
+            if not force:
+                raise WorkflowError(f"commit refused ({PROBE_CHECK}): candidate {candidate_id}: {describe_probes(probes)}. "
+                                    "Remove those reads and verify the source again, or pass force=true with a "
+                                    "force_reason (recorded with the commit).")
+            warnings.append(f"{PROBE_CHECK} overridden by force: {describe_probes(probes, limit=4)}")
         guard = self._regression_guard(row, current, cand)
         if guard.startswith("REFUSED"):
             if not force:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-from egg_mcp.evaluation.api import ErrorReport, EvalResult, ProgressFn
+from egg_mcp.analysis.probes import CHECK as PROBE_CHECK
+from egg_mcp.analysis.probes import describe as describe_probes
+from egg_mcp.analysis.probes import scan as scan_probes
+from egg_mcp.evaluation.api import ErrorReport, EvalResult, IntegrityFinding, ProgressFn
 from egg_mcp.problems.loader import ProblemError, check_candidate_contract
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.checks import reuse_blocker
@@ -104,6 +107,10 @@ class Verification(ServiceCore):
         except BaseException:
             self.repo.interrupt_candidate(cand_id)
             raise
+        probes = scan_probes(source)
+        if probes:  # the server's static check: shown with the result; commit_stage refuses it unless forced
+            result.integrity.append(IntegrityFinding(check=PROBE_CHECK, severity="review",
+                                                     detail=describe_probes(probes)[:1000]))
         # A quick check's time is at other sizes: kept in its result, never in the row guards compare.
         time_ms = result.timing.median_ms if result.timing and result.verdict == "correct" and sizes is None else None
         # A harness fault (our side or the environment, not the candidate) is stored but never served from the cache.
