@@ -283,6 +283,7 @@ SUITES: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
     "ncu_agreement": _script("ncu_agreement", ["bench_ncu_agreement.py"], 240),
     "profiling": _script("profiling", ["profiling_bench.py"], 240),
     "verify_latency": suite_verify_latency,
+    "verdicts": _script("verdicts", ["verdicts.py"], 590),
     "verify_latency_light": suite_verify_latency_light,
 }
 
