@@ -226,7 +226,8 @@ def test_the_judge_is_not_readable_through_proc(attacked):
 def test_the_interpreter_holds_no_harness_objects(attacked):
     result, _ = attacked[0]["gc_walk_for_the_judge"]
     assert "FOUND_HARNESS_OBJECTS" not in result.stdout_tail, result.stdout_tail
-    assert result.verdict == "incorrect"
+    # the walk itself (gc.get_objects) is a dispatch_escape violation (host_audit.py)
+    assert result.verdict == "integrity_violation" and "dispatch_escape" in {f.check for f in result.integrity}
 
 
 def test_signalling_the_parents_leaves_the_server_and_the_next_verify_intact(attacked):
@@ -237,7 +238,9 @@ def test_signalling_the_parents_leaves_the_server_and_the_next_verify_intact(att
 
 def test_an_escaped_setsid_grandchild_neither_holds_the_job_nor_survives_it(attacked):
     result, wall = attacked[0]["escaped_setsid_grandchild"]
-    assert result.verdict == "incorrect", result.summary
+    # the fork itself is a native_code violation (host_audit.py); the grandchild must still die with the job
+    assert result.verdict == "integrity_violation" and "native_code" in {f.check for f in result.integrity}, (
+        result.summary)
     assert result.server_phase_s["result_to_exit"] < 3.0, result.server_phase_s
     assert re.search(r"GRANDCHILD=(\d+)", result.stdout_tail), result.stdout_tail  # it ran
     # Its pid may be a PID-namespace pid; its command line (a fork of the runner) names the job's private

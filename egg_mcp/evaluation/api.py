@@ -167,6 +167,9 @@ class IntegrityFinding(BaseModel):
     check: str = Field(
         description="torch_compute | no_triton_kernel | reference_model | side_stream | output_cache | "
         "monkeypatch | output_alias | tensor_subclass | input_mutation | beyond_floor | implausible_speedup | "
+        "host_compute (tensor data read on the host inside forward) | native_code (ctypes, cffi, a compiler or "
+        "other process, a foreign extension) | dispatch_escape (the op checks or the profiler switched off, "
+        "exec/compile of source, the reference's file read, harness frames introspected) | "
         "runner_protocol (the runner sent data the harness never writes) | timing_forged (the runner's timing "
         "disagrees with the judge's clock)"
     )

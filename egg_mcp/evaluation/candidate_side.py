@@ -31,6 +31,7 @@ from egg_mcp.evaluation.api import EvalOptions, IntegrityFinding, KernelInfo
 from egg_mcp.evaluation.compile_clock import CompileClock
 from egg_mcp.evaluation.failures import _failure, classify
 from egg_mcp.evaluation.guard import GuardedAllocations, guard_inputs
+from egg_mcp.evaluation.host_audit import HostAudit
 from egg_mcp.evaluation.integrity import AttributeSnapshot, LaunchCounter, OpRecorder, new_live_threads
 from egg_mcp.evaluation.modules import import_source
 from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
@@ -116,6 +117,8 @@ class CandidateSide:
         torch.set_grad_enabled(False)
         self.recorder = OpRecorder()
         self.recorder.__enter__()
+        self.audit = HostAudit()  # audit hook, Tensor host-method wrappers: before any problem code, the snapshot and
+        self.audit.install()  # the launch counter (which wraps the audit's Triton run wrapper)
         self.counter = LaunchCounter(self.recorder)
         self.counter.install()
         self.compile_clock.install()  # before the candidate's import: its kernels' compiles are timed
@@ -130,10 +133,15 @@ class CandidateSide:
             raise CandidateFailed({**_failure("runtime_error", exc, None, "The reference failed to load in the "
                                               "runner"), "fault": "reference"}) from None
         self._wrap_reference(reference.Model)
+        self.audit.add_reference(reference.__file__)  # reading this file from candidate code: dispatch_escape
         # plain names (a user's model_new.py): the candidate's __file__ and __name__ name no harness
         self.candidate_path = str(src / "model_new.py")
         try:
-            candidate = import_source(cmd["candidate_source"], self.candidate_path, "model_new")
+            self.audit.arm("import", candidate_path=self.candidate_path)
+            try:
+                candidate = import_source(cmd["candidate_source"], self.candidate_path, "model_new")
+            finally:
+                self._audit_findings()
         except BaseException as exc:  # noqa: BLE001
             verdict = "oom" if classify(exc) == "oom" else "compile_error"
             raise CandidateFailed(_failure(verdict, exc, self.candidate_path, "Importing the candidate failed"))
@@ -145,7 +153,7 @@ class CandidateSide:
         self.problem = Problem(reference, self.device, DTYPES[self.opts.dtype])
         init_seed = int(cmd["init_seed"])
         try:
-            with self.candidate_call(poison=False):
+            with self.candidate_call(poison=False, phase="init"):
                 self.model = self.problem.build(candidate.ModelNew, self.problem.init_inputs(init_seed), init_seed)
         except BaseException as exc:  # noqa: BLE001
             raise CandidateFailed(_failure(classify(exc), exc, self.candidate_path, "Constructing ModelNew failed"))
@@ -173,10 +181,17 @@ class CandidateSide:
 
         cls.__init__, cls.forward = __init__, forward
 
+    def _audit_findings(self) -> None:
+        self.audit.disarm()
+        for check, detail in self.audit.drain():
+            self.finding(check, detail)
+
     @contextmanager
-    def candidate_call(self, record_ops: bool = True, poison: bool = True):
-        """Candidate code runs only inside this: ops recorded, launches counted, allocations poisoned."""
+    def candidate_call(self, record_ops: bool = True, poison: bool = True, phase: str = "forward"):
+        """Candidate code runs only inside this: ops recorded, launches counted, allocations poisoned,
+        host-side routes audited (host_audit.py)."""
         threads_before = {t.ident for t in _enumerate_threads()}
+        self.audit.arm(phase)
         self.candidate_active = True
         self.recorder.recording = record_ops
         self.counter.counting = True
@@ -189,6 +204,7 @@ class CandidateSide:
             yield
             self.sync()
         finally:
+            self._audit_findings()
             self.candidate_active = False
             self.recorder.recording = False
             self.counter.counting = False
@@ -273,6 +289,9 @@ class CandidateSide:
     def report(self, cmd: dict[str, Any]) -> dict[str, Any]:
         forwards = max(1, int(cmd.get("forwards", 1)))
         torch_ops = self.recorder.compute_ops()
+        self.audit.check_modules()
+        for check, detail in self.audit.drain():
+            self.finding(check, detail)
         if cmd.get("check"):
             self._check_static_integrity(torch_ops, self.counter.total() / forwards)
         kernels = []

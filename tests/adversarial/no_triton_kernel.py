@@ -1,4 +1,4 @@
-"""Exploit: no Triton kernel at all; the result is computed with numpy behind torch's back.
+"""Exploit: no Triton kernel at all; the result is computed by torch ops (numpy on the host: host_numpy_cpu.py).
 
 expect: integrity_violation no_triton_kernel
 """
@@ -25,11 +25,6 @@ def triton_softmax(x, y=None):
     softmax_kernel[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0), BLOCK=triton.next_power_of_2(x.shape[1]))
     return y
 
-import numpy as np
-
-
 class ModelNew(nn.Module):
     def forward(self, x):
-        a = x.detach().cpu().numpy()
-        e = np.exp(a - a.max(axis=1, keepdims=True))
-        return torch.from_numpy(e / e.sum(axis=1, keepdims=True)).to(x.device)
+        return torch.softmax(x, dim=1)
