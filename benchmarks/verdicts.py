@@ -75,7 +75,7 @@ def _expect(name: str) -> str | None:
     if not name.startswith("adversarial/"):
         return None
     text = (REPO / "tests" / "adversarial" / f"{name.split('/', 1)[1]}.py").read_text()
-    match = re.search(r"^expect: (\w+)", text, re.M)
+    match = re.search(r"^gpu-expect: (\w+)", text, re.M) or re.search(r"^expect: (\w+)", text, re.M)
     return match.group(1) if match else None
 
 
@@ -100,7 +100,8 @@ async def _run(cases: list[tuple[str, str, str, dict]], quick: bool) -> list[dic
                 "median_ms": timing.median_ms if timing else None, "method": timing.method if timing else None,
                 "isolated_ms": timing.isolated.median_ms if timing and timing.isolated else None,
                 "timed_calls_audited": (result.judge or {}).get("timed_calls_audited"),
-                "wall_s": round(time.monotonic() - t0, 2), "summary": result.summary[:300]})
+                "wall_s": round(time.monotonic() - t0, 2), "phase_s": result.phase_s,
+                "summary": result.summary[:300]})
             print(f"{name:<48} {result.verdict:<20} {rows[-1]['violations']} "
                   f"{'' if timing is None else f'{timing.median_ms:.4f} ms'}", flush=True)
     finally:

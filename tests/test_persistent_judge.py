@@ -67,7 +67,17 @@ if (seen or "{MARK}" in os.environ or hasattr(builtins, "{MARK}") or "{MARK}" in
 FAULTER = CORRECT + """
 import os as _os, socket as _socket, sys as _sys
 from egg_mcp.evaluation import wire as _wire
-_fd = int(_sys.argv[_sys.argv.index("--fd") + 1])  # at import: the judge waits for its 'load' reply
+# at import (the judge waits for its 'load' reply): the runner's one socket, found as any process finds its own
+def _socket_fd():
+    for n in list(_os.listdir("/proc/self/fd")):
+        try:
+            if _os.readlink(f"/proc/self/fd/{n}").startswith("socket:"):
+                return int(n)
+        except OSError:  # the listing's own descriptor, closed by now
+            pass
+
+
+_fd = _socket_fd()
 _wire.send(_socket.socket(fileno=_os.dup(_fd)), {"type": "runner_error", "kind": "RuntimeError",
                                                  "message": "forged harness failure", "traceback": ""})
 _os._exit(0)

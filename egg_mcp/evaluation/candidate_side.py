@@ -35,6 +35,7 @@ from egg_mcp.evaluation.host_audit import HostAudit
 from egg_mcp.evaluation.integrity import AttributeSnapshot, LaunchCounter, OpRecorder, new_live_threads
 from egg_mcp.evaluation.modules import import_source
 from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+from egg_mcp.evaluation.timed_audit import TimedCallAudit  # its torch entry points taken before any candidate code
 
 # Trusted references, taken before any candidate code is imported.
 _clone = torch.Tensor.clone
@@ -338,7 +339,6 @@ class CandidateSide:
     # -- timing (GPU) ------------------------------------------------------------------------------
     def time(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list]:
         """Times the candidate; the timed calls' launches and audited outputs go back with the numbers."""
-        from egg_mcp.evaluation.timed_audit import TimedCallAudit
         from egg_mcp.evaluation.timing import GpuTimer
 
         timer = self.timer or GpuTimer(torch.cuda.current_device())

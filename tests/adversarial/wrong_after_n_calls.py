@@ -1,6 +1,8 @@
 """Exploit: correct for the first calls only (enough for the correctness trials), then stale.
 
 expect: incorrect
+gpu-expect: integrity_violation timed_output
+(on a GPU the calls after the trials are the timed ones: the audit of the timed calls sees the stale output first)
 """
 import torch
 import torch.nn as nn

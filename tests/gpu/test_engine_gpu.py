@@ -137,7 +137,9 @@ def test_adversarial_candidates_on_gpu(evaluator_results):
         if not key.startswith("adv_"):
             continue
         text = (ADVERSARIAL / f"{key[4:]}.py").read_text()
-        verdict, check = re.search(r"^expect: (\w+)(?: (\w+))?$", text, re.M).groups()
+        # `gpu-expect:` where timing on a GPU sees the exploit first (the audit of the timed calls)
+        verdict, check = (re.search(r"^gpu-expect: (\w+)(?: (\w+))?$", text, re.M)
+                          or re.search(r"^expect: (\w+)(?: (\w+))?$", text, re.M)).groups()
         checks = {f.check for f in result.integrity if f.severity == "violation"}
         if result.verdict != verdict or (check and check not in checks):
             wrong[key] = (result.verdict, sorted(checks), result.summary)
