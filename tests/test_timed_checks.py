@@ -164,3 +164,11 @@ def test_the_isolated_reading_must_show_the_checked_kernels_on_the_gpu():
     assert timed_checks.isolated_findings(checked, {"triton_softmax_kernel_0d1d": 0.01}) == []  # decorated name
     found = timed_checks.isolated_findings(checked, {"Memcpy DtoD (Device -> Device)": 0.01})
     assert [f.check for f in found] == ["timed_work"] and "softmax_kernel" in found[0].detail
+
+
+def test_a_fresh_set_carries_the_seed_its_contents_came_from():
+    audit = timed_audit.TimedCallAudit(fresh, [11, 12], rng=random.Random(0))
+    seed, inputs = audit.fresh_set()
+    assert seed == 12 and torch.equal(inputs[0], fresh(12)[0])
+    audit.keep(seed, inputs[0].softmax(-1), "isolated call 1")
+    assert judge(audit) == ([], None)

@@ -351,8 +351,7 @@ class CandidateSide:
                 cache[k] = self.problem.inputs(seeds[k] if k < len(seeds) else secrets.randbits(62))
             return cache[k]
 
-        audit = TimedCallAudit(self.problem.inputs, [int(s) for s in cmd.get("audit_seeds", [])],
-                               seed_of=lambda k: seeds[k] if k < len(seeds) else None)
+        audit = TimedCallAudit(self.problem.inputs, [int(s) for s in cmd.get("audit_seeds", [])])
 
         def call(xs: list):
             counter.begin_call()

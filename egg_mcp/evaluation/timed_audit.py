@@ -56,9 +56,8 @@ class TimedCallAudit:
     """Plans audited positions, refills their inputs, keeps their outputs; `kept` goes to the judge."""
 
     def __init__(self, fresh_inputs: Callable[[int], list], audit_seeds: list[int],
-                 seed_of: Callable[[int], int | None] = lambda k: None, rng: random.Random | None = None):
+                 rng: random.Random | None = None):
         self.fresh_inputs = fresh_inputs
-        self.seed_of = seed_of  # the seed behind the timer's input set k (make_inputs(k)), when the judge knows it
         self.audit_seeds = list(audit_seeds)
         self.rng = rng or random.SystemRandom()
         self.kept: list[dict[str, Any]] = []
@@ -113,11 +112,12 @@ class TimedCallAudit:
         if seed is not None:
             self.keep(seed, out, f"{self.label} call {index + 1}")
 
-    def keep_fresh(self, k: int, out: Any, where: str) -> None:
-        """A call that ran on the timer's fresh input set k (the isolated reading)."""
-        seed = self.seed_of(k)
-        if seed is not None:
-            self.keep(seed, out, where)
+    def fresh_set(self) -> tuple[int | None, list]:
+        """(seed, a new input set) for a call that runs on inputs of its own (the isolated reading: refilling
+        there would put the copy into a timed group). The timer's own sets may have been refilled already, so
+        their seeds are not known here."""
+        seed = self._next_seed()
+        return seed, self.fresh_inputs(seed if seed is not None else 0)
 
     # -- graph readings ------------------------------------------------------------------------
     def refill_sets(self, sets: list[list]) -> None:

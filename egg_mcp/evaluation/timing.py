@@ -336,14 +336,14 @@ class GpuTimer:
         fresh: dict[int, list] = {}
         if audit is not None:  # audited calls run on a fresh input set: a refill here would land in a timed group
             audit.plan(calls, "isolated", per_reading=1)
-            fresh = {i: make_inputs(len(sets) + j) for j, i in enumerate(sorted(audit.positions))}
+            fresh = {i: audit.fresh_set() for i in sorted(audit.positions)}  # {call: (seed, inputs)}
             audit.positions = set()
         outs: dict[int, Any] = {}
 
         def work() -> None:
             for i in range(calls):
                 self._flush()
-                out = fn(fresh.get(i, sets[i % len(sets)]))
+                out = fn(fresh[i][1] if i in fresh else sets[i % len(sets)])
                 if i in fresh:
                     outs[i] = out
                 del out
@@ -352,7 +352,7 @@ class GpuTimer:
         groups = split_calls(self._kernel_rows(work), signature, prelude)
         if audit is not None:
             for i in sorted(outs):
-                audit.keep_fresh(len(sets) + sorted(fresh).index(i), outs[i], f"isolated call {i + 1}")
+                audit.keep(fresh[i][0], outs[i], f"isolated call {i + 1}")
         if len(groups) != calls or not all(groups):
             raise RuntimeError(f"the profiler saw {len(groups)} kernel groups for {calls} calls "
                                f"({sum(not g for g in groups)} without a kernel)")

@@ -118,8 +118,12 @@ def test_honest_candidate_is_correct_and_its_timed_calls_were_audited(results, s
     assert (result.judge or {}).get("timed_calls_audited", 0) >= 2, result.judge
 
 
-@pytest.mark.parametrize("size", ["small", "large"])
-@pytest.mark.parametrize("name", sorted(CHEATS))
+CASES = [(name, size) for name in sorted(CHEATS) for size in ("small", "large")
+         if not (name == "graph_capture_stale" and size == "large")]  # large calls take the event path: no capture,
+# so that candidate does its work on every call (it is `correct`, at an honest time)
+
+
+@pytest.mark.parametrize("name,size", CASES)
 def test_cheat_that_behaves_differently_while_timed_is_a_violation(results, name, size):
     result = results[(name, size)]
     checks = {f.check for f in result.integrity if f.severity == "violation"}
