@@ -149,10 +149,12 @@ def test_timed_calls_must_launch_what_checked_calls_launched():
 
 
 def test_the_physical_limit_is_the_output_write_at_the_datasheet_peak():
-    limit = timed_checks.physical_limit_ms(4_800_000_000, 60 << 20, timed_checks.dram_peak_bytes_per_s("NVIDIA H200"))
+    peak = timed_checks.dram_peak_bytes_per_s("NVIDIA H200")
+    assert peak / timed_checks.PHYSICAL_MARGIN > 4.8e12  # a time under the bound means writing faster than the datasheet
+    limit = timed_checks.physical_limit_ms(int(peak / 1e3), 60 << 20, peak)  # 1 ms of writes
     assert abs(limit - 1.0) < 1e-9
-    assert timed_checks.physical_findings(0.9, limit, 4_800_000_000, "x") == []
-    assert timed_checks.physical_findings(0.5, limit, 4_800_000_000, "x")[0].check == "below_physical_limit"
+    assert timed_checks.physical_findings(0.9, limit, int(peak / 1e3), "x") == []
+    assert timed_checks.physical_findings(0.5, limit, int(peak / 1e3), "x")[0].check == "below_physical_limit"
     in_l2 = timed_checks.physical_limit_ms(48_000_000, 60 << 20, 4.8e12)
     assert abs(in_l2 - 0.01 / timed_checks.L2_WRITE_FACTOR) < 1e-9
     assert timed_checks.physical_limit_ms(1000, 1 << 20, timed_checks.dram_peak_bytes_per_s("cpu")) is None
@@ -172,3 +174,16 @@ def test_a_fresh_set_carries_the_seed_its_contents_came_from():
     assert seed == 12 and torch.equal(inputs[0], fresh(12)[0])
     audit.keep(seed, inputs[0].softmax(-1), "isolated call 1")
     assert judge(audit) == ([], None)
+
+
+def test_audited_outputs_use_the_trials_rules_a_zeros_cheat_on_tiny_outputs_fails():
+    """Outputs all below atol: compared with atol scaled by max|ref| (compare_outputs), as in the trials."""
+    def tiny(seed: int):
+        return reference(seed) * 1e-6
+
+    honest = timed_audit.TimedCallAudit(fresh, [4], rng=random.Random(0))
+    honest.keep(4, tiny(4), "timed call 1")
+    assert timed_checks.check_in_process(honest, tiny, 1e-4, 1e-4) is None
+    zeros = timed_audit.TimedCallAudit(fresh, [4], rng=random.Random(0))
+    zeros.keep(4, torch.zeros(4, 8), "timed call 1")
+    assert "behaves differently while timed" in timed_checks.check_in_process(zeros, tiny, 1e-4, 1e-4)

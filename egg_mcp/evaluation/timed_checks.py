@@ -8,7 +8,7 @@ audited timed calls (timed_audit.py). The judge holds them against what it check
 * `audit_findings`: each audited output is compared with the judge's own reference for the seed whose contents
   the call ran on; a mismatch is a violation (`timed_output`): the kernel behaves differently while timed;
 * `physical_limit_ms`: the least time a call can take to write its outputs (each output byte written once, at
-  the datasheet peak of the memory level it fits in, with margin); a time below it is a violation
+  the datasheet rate of the memory level it fits in, with margin); a time below it is a violation
   (`below_physical_limit`). Reads and FLOPs are not part of this bound: a correct kernel may legitimately skip
   inputs or FLOPs the reference spends (an algebraic rewrite), so those stay the `beyond_floor` review flag.
 """
@@ -24,13 +24,12 @@ from egg_mcp.evaluation.api import IntegrityFinding
 MAX_SIGNATURES = 64
 MAX_LAUNCHES_PER_CALL = 4096
 PHYSICAL_MARGIN = 0.8
-"""A time is below the physical limit when under this share of it: 20 % covers a datasheet that
-understates a part's bandwidth; no honest kernel writes its outputs faster than the memory can take them."""
+"""A time is below the physical limit when under this share of it. The bandwidth is the datasheet lead of
+`hardware.spec_for` (an achievable copy rate, ~90 % of the datasheet peak on the H200): 0.8 x 4.3 TB/s of writes
+is already beyond the H200's 4.8 TB/s peak, so no honest kernel writes its outputs that fast."""
 L2_WRITE_FACTOR = 4.0
-"""Outputs that fit in L2 are bounded by L2_WRITE_FACTOR x the DRAM peak (no datasheet gives an L2 write rate;
+"""Outputs that fit in L2 are bounded by L2_WRITE_FACTOR x the DRAM rate (no datasheet gives an L2 write rate;
 the H200's measured L2 read path is ~2.1x its DRAM peak, so 4x is generous)."""
-DRAM_PEAK_BYTES_PER_S = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "L40S": 0.864e12, "B200": 8.0e12}
-"""Datasheet DRAM bandwidth by GPU name fragment (bytes/s); unknown GPUs get no physical limit."""
 
 
 def signature(value: Any) -> tuple | None:
@@ -172,10 +171,11 @@ def _timed_output(where: str, problem: str) -> IntegrityFinding:
 
 
 def dram_peak_bytes_per_s(device_name: str) -> float | None:
-    for key, peak in DRAM_PEAK_BYTES_PER_S.items():
-        if key in device_name:
-            return peak
-    return None
+    """The GPU's DRAM rate from the one table of GPU leads (hardware.py); None for an unknown GPU or the CPU."""
+    from egg_mcp.hardware import spec_for
+
+    spec = spec_for(device_name) if device_name != "cpu" else None
+    return spec.dram_bytes_per_s if spec is not None and spec.dram_bytes_per_s > 0 else None
 
 
 def physical_limit_ms(output_bytes: int, l2_bytes: int, dram_peak: float | None) -> float | None:
@@ -198,10 +198,10 @@ def physical_findings(median_ms: float, limit_ms: float | None, output_bytes: in
 def check_in_process(audit: Any, expected_for_seed: Callable[[int], Any], atol: float, rtol: float) -> str | None:
     """The audit of an advisory timing job (compare rounds, tiling trials: the reference runs in the same worker,
     so this decides no verdict): None, or the sentence that says the candidate behaved differently while timed."""
-    from egg_mcp.evaluation.compare import compare_tensor
+    from egg_mcp.evaluation.compare import compare_outputs
 
     def compare(got: torch.Tensor, exp: torch.Tensor) -> str | None:
-        mismatch = compare_tensor(got, exp, atol, rtol)
+        mismatch = compare_outputs(got, exp, atol, rtol)
         return None if mismatch is None else mismatch.hint[:300]
 
     calls, flat = audit.wire_values()
