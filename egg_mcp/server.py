@@ -51,6 +51,7 @@ from egg_mcp.workflow.models import (
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.service import EggService, WorkflowError
 from egg_mcp.workflow.stages import Stage
+from egg_mcp.workspace.faults import tool_error_text
 from egg_mcp.workspace.store import Workspace, WorkspaceError
 
 # Input constraints published in the tool schemas (the service checks them again for other callers).
@@ -101,6 +102,11 @@ def _tool_errors(fn):
             return await fn(*args, **kwargs)
         except (WorkflowError, WorkspaceError) as exc:
             raise ToolError(str(exc)) from None
+        except (ToolError, ResourceError, MCPError):
+            raise
+        except Exception as exc:  # a storage fault (disk full...) or a bug: a plain sentence, never a bare error
+            log.exception("tool %s failed", fn.__name__)
+            raise ToolError(tool_error_text(exc, fn.__name__)) from None
 
     return wrapper
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 
 from egg_mcp.analysis.probes import CHECK as PROBE_CHECK
 from egg_mcp.analysis.probes import describe as describe_probes
@@ -25,7 +26,10 @@ from egg_mcp.workflow.core import (
 )
 from egg_mcp.workflow.models import VerifyResult
 from egg_mcp.workflow.stages import Stage
+from egg_mcp.workspace.faults import StorageFault, plain_cause, storage_cause
 from egg_mcp.workspace.repo import QUICK_PREFIX, CandidateRow, TaskRow
+
+CANCELLED = "the verify was cancelled (the client went away or the server is stopping); verify the source again"
 
 
 class Verification(ServiceCore):
@@ -78,13 +82,19 @@ class Verification(ServiceCore):
     async def _verify_once(self, row: TaskRow, stage: Stage, source: str, source_sha: str, check, note: str | None,
                            progress: ProgressFn | None, sizes: dict[str, int] | None) -> tuple[str, bool]:
         while True:
-            claim = self.repo.claim_candidate(row.id, stage.value, source_sha, note, _owner_alive,
-                                              same=self._same_sizes(row, sizes))
+            try:
+                claim = self.repo.claim_candidate(row.id, stage.value, source_sha, note, _owner_alive,
+                                                  same=self._same_sizes(row, sizes))
+            except (OSError, sqlite3.Error) as exc:
+                raise StorageFault(storage_cause(exc, self.ws.root)) from exc
             if claim.kind == "done":
                 return claim.candidate.id, True
             if claim.kind == "new":
                 break
             await asyncio.sleep(0.5)  # another server is evaluating this exact source: wait for its row
+            cause = self._stopped_cause(claim.candidate.id)
+            if cause is not None:  # it stopped on a fault: the same fault would stop this call too
+                raise WorkflowError(f"the evaluation of this same source by another call stopped: {cause}")
         cand_id = claim.candidate.id
         try:
             if not check.ok:
@@ -104,24 +114,46 @@ class Verification(ServiceCore):
                                                timing=self.timing_available(),
                                                isolated_timing=self.config.isolated_timing)
                 result = await self.evaluator.evaluate(self._reference(row), source, eval_opts, progress)
-        except BaseException:
-            self.repo.interrupt_candidate(cand_id)
+            probes = scan_probes(source)
+            if probes:  # the server's static check: shown with the result; commit_stage refuses it unless forced
+                result.integrity.append(IntegrityFinding(check=PROBE_CHECK, severity="review",
+                                                         detail=describe_probes(probes)[:1000]))
+            # A quick check's time is at other sizes: kept in its result, never in the row guards compare.
+            time_ms = result.timing.median_ms if result.timing and result.verdict == "correct" and sizes is None \
+                else None
+            # A harness fault (our side or the environment, not the candidate) is stored but never served from the cache.
+            self.repo.finish_candidate(cand_id, result.verdict, time_ms, self.ws.put_text(result.model_dump_json()),
+                                       status="harness_fault" if result.fault == "harness" else "done")
+        except BaseException as exc:
+            # Whatever stopped it (a full disk while storing the result included), the row never stays `running`:
+            # it is interrupted with the cause, which waiters on this source read instead of waiting forever.
+            cause = plain_cause(exc, self.ws.root) if isinstance(exc, Exception) else CANCELLED
+            self.repo.interrupt_candidate(cand_id, cause)
+            if isinstance(exc, Exception) and storage_cause(exc, self.ws.root) is not None:
+                raise StorageFault(cause) from exc
             raise
-        probes = scan_probes(source)
-        if probes:  # the server's static check: shown with the result; commit_stage refuses it unless forced
-            result.integrity.append(IntegrityFinding(check=PROBE_CHECK, severity="review",
-                                                     detail=describe_probes(probes)[:1000]))
-        # A quick check's time is at other sizes: kept in its result, never in the row guards compare.
-        time_ms = result.timing.median_ms if result.timing and result.verdict == "correct" and sizes is None else None
-        # A harness fault (our side or the environment, not the candidate) is stored but never served from the cache.
-        self.repo.finish_candidate(cand_id, result.verdict, time_ms, self.ws.put_text(result.model_dump_json()),
-                                   status="harness_fault" if result.fault == "harness" else "done")
         return cand_id, False
+
+    def _stopped_cause(self, cand_id: str) -> str | None:
+        """Why the running row this call waits on stopped, if it stopped on a fault (not a cancellation:
+        then this call claims the source and evaluates it itself)."""
+        try:
+            cand = self.repo.candidate_by_id(cand_id)
+        except (OSError, sqlite3.Error):
+            cand = None
+        if cand is not None and cand.status == "interrupted":
+            cause = cand.cause
+        elif cand is None or cand.status in ("running", "queued"):
+            cause = self.ws.faults.get(cand_id)  # the database could not record it (disk full)
+        else:
+            return None
+        return None if cause in (None, CANCELLED) else cause
 
     def _verify_result(self, row: TaskRow, cand: CandidateRow, *, cached: bool) -> VerifyResult:
         result = self._result(cand)
         if result is None:
-            raise WorkflowError(f"candidate {cand.id} has no result ({cand.status}); verify the source again")
+            why = f": {cand.cause}" if cand.cause else ""
+            raise WorkflowError(f"candidate {cand.id} has no result ({cand.status}{why}); verify the source again")
         base = self._baselines(row)
         time_ms = cand.time_ms
         last = self._last_commit(row.id)

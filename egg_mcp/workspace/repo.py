@@ -46,6 +46,7 @@ class CandidateRow:
     verdict: str | None
     time_ms: float | None
     result_sha: str | None
+    cause: str | None = None  # why it is interrupted: one plain sentence
 
 
 @dataclass(frozen=True)
@@ -198,10 +199,28 @@ class Repository:
                        (status, verdict, time_ms, result_sha, candidate_id))
         self._changed()
 
-    def interrupt_candidate(self, candidate_id: str) -> None:
-        with self.ws.transaction() as db:
-            db.execute("UPDATE candidates SET status='interrupted', verdict='interrupted' WHERE id=?", (candidate_id,))
+    def interrupt_candidate(self, candidate_id: str, cause: str | None = None) -> bool:
+        """Mark a job interrupted with its cause. On a full disk the update may not fit in the WAL: one
+        checkpoint (RESTART: the next write reuses the log from its start instead of growing it) and a
+        retry; if that fails too the cause stays in `ws.faults` so waiters in this process still read it.
+        Returns whether the row was written. Never raises an OSError/sqlite3.Error of its own."""
+        self.ws.faults[candidate_id] = cause or "the job was interrupted"
+        for attempt in range(2):
+            try:
+                with self.ws.transaction() as db:
+                    db.execute("UPDATE candidates SET status='interrupted', verdict='interrupted', cause=? WHERE id=?",
+                               (cause, candidate_id))
+                break
+            except (OSError, sqlite3.Error):
+                if attempt:
+                    log.warning("could not mark candidate %s interrupted (%s)", candidate_id, cause, exc_info=True)
+                    return False
+                try:
+                    self.ws.query("PRAGMA wal_checkpoint(RESTART)")
+                except (OSError, sqlite3.Error):
+                    pass
         self._changed()
+        return True
 
     def candidate_by_id(self, candidate_id: str) -> CandidateRow | None:
         return self._one(CandidateRow, "SELECT * FROM candidates WHERE id=?", (candidate_id,))

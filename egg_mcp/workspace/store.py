@@ -11,6 +11,14 @@ error naming it; a database that is not a valid SQLite file (0 bytes, cut short,
 moved aside to `damaged/` and the latest good snapshot (SQLite's online backup, taken after every
 state change into `snapshots/`) takes its place, or the server refuses to start with the command
 that recovers (`egg-mcp doctor --workspace W --start-empty`).
+
+A database can also be whole but *old*: after a kill -9 the write-ahead log (egg.sqlite3-wal) holds
+the acknowledged transactions, and losing or truncating it silently rolls the database back. Every
+transaction therefore bumps a change counter (`meta.changes`) that each snapshot carries too; at
+start a database whose counter is below the newest verified snapshot's is set aside the same way
+and that snapshot restored. Every restore is logged (stderr) and appended to `recovery.log`, which
+`doctor` shows. Snapshots are integrity-checked when taken, and rotation never deletes the newest
+verified one nor the one with the highest change counter.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import socket
 import sqlite3
 import threading
@@ -30,8 +39,9 @@ from typing import Any, Iterator
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
-"""1: the original tables. 2: commits.warnings_json (the stored outcome an idempotent repeat returns)."""
+SCHEMA_VERSION = 3
+"""1: the original tables. 2: commits.warnings_json (the stored outcome an idempotent repeat returns).
+3: candidates.cause (why a job was interrupted, one sentence) and meta.changes (the change counter)."""
 SNAPSHOTS_KEPT = 3
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -60,7 +70,8 @@ CREATE TABLE IF NOT EXISTS candidates (
     owner TEXT,                        -- host:pid of the server process running the job
     verdict TEXT,
     time_ms REAL,
-    result_sha TEXT
+    result_sha TEXT,
+    cause TEXT                         -- why it is interrupted (one plain sentence), else NULL
 );
 CREATE INDEX IF NOT EXISTS candidates_by_task ON candidates(task_id, stage);
 CREATE INDEX IF NOT EXISTS candidates_by_source ON candidates(task_id, source_sha);
@@ -86,12 +97,19 @@ CREATE TABLE IF NOT EXISTS reports (
     created_at REAL NOT NULL,
     report_sha TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('changes', 0);
 """
 
 
-MIGRATIONS: dict[int, list[str]] = {
-    2: ["ALTER TABLE commits ADD COLUMN warnings_json TEXT"],
+MIGRATIONS: dict[int, list[tuple[str, str, str]]] = {
+    2: [("commits", "warnings_json", "ALTER TABLE commits ADD COLUMN warnings_json TEXT")],
+    3: [("candidates", "cause", "ALTER TABLE candidates ADD COLUMN cause TEXT")],
 }
+"""version -> (table, column, statement); a column SCHEMA already created on a new workspace is skipped."""
+RECOVERY_LOG = "recovery.log"
+SCRATCH_GRACE_S = 5.0
+"""A scratch folder younger than this is never removed at start (a live server may be spawning into it)."""
 
 
 class WorkspaceError(Exception):
@@ -117,6 +135,9 @@ def new_id(prefix: str) -> str:
 class Workspace:
     """One directory: `egg.sqlite3` plus `artifacts/<aa>/<sha256>`."""
 
+    last_opened: Path | None = None
+    """The root of the workspace this process opened last (error texts that have no workspace at hand name it)."""
+
     def __init__(self, root: Path):
         self.root = Path(root).expanduser()
         self.artifacts = self.root / "artifacts"
@@ -125,12 +146,19 @@ class Workspace:
         (self.root / "scratch").mkdir(exist_ok=True)
         self.db_path = self.root / "egg.sqlite3"
         self.snapshots = self.root / "snapshots"
+        Workspace.last_opened = self.root
         self.recovery_note: str | None = None
         """Set when this open restored the database from a snapshot (doctor and the log say so)."""
+        self.scratch_removed: list[Path] = []
+        """Scratch folders of dead processes removed by this open."""
+        self.faults: dict[str, str] = {}
+        """candidate id -> cause, for interruptions the database could not record (disk full): waiters here read it."""
         self._local = threading.local()
+        self._snap_cache: dict[tuple[str, int, int], tuple[bool, int | None]] = {}
         self._check_database()
         self._migrate()
         self._remove_stale_tmp()
+        self._clean_scratch()
 
     def _remove_stale_tmp(self) -> None:
         """Temp files of a process that died mid-write (`.<name>.<pid>.<hex>.tmp|.egg-tmp`); a live
@@ -141,17 +169,54 @@ class Workspace:
                 pid = int(parts[-3]) if len(parts) >= 4 and parts[-3].isdigit() else None
                 if pid is not None and pid != os.getpid() and not _pid_alive(pid):
                     tmp.unlink(missing_ok=True)
+        if self.snapshots.is_dir():  # `.egg-<ns>-<pid>.sqlite3.tmp`: a snapshot cut short by a kill or a full disk
+            for tmp in self.snapshots.glob(".egg-*.sqlite3.tmp"):
+                pid = tmp.name.split(".")[1].rpartition("-")[2]
+                if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+                    tmp.unlink(missing_ok=True)
+
+    def _clean_scratch(self) -> None:
+        """Worker folders (`scratch/**/worker-*`) left by killed servers: removed at start when no live
+        process works in them (its cwd is there) and they are older than SCRATCH_GRACE_S. Without /proc
+        nothing can be told apart and nothing is removed."""
+        scratch = self.root / "scratch"
+        if not Path("/proc/self/cwd").exists() or not scratch.is_dir():
+            return
+        found: list[Path] = []
+        for dirpath, dirnames, _ in os.walk(scratch):
+            for name in list(dirnames):
+                if name.startswith("worker-"):
+                    found.append(Path(dirpath) / name)
+                    dirnames.remove(name)  # never walk into a candidate's files
+        if not found:
+            return
+        live = _live_cwds()
+        cutoff = time.time() - SCRATCH_GRACE_S
+        for folder in found:
+            try:
+                if folder.stat().st_mtime > cutoff:
+                    continue
+            except OSError:
+                continue
+            prefix = str(folder) + os.sep
+            if any(cwd == str(folder) or cwd.startswith(prefix) for cwd in live):
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+            if not folder.exists():
+                self.scratch_removed.append(folder)
+        if self.scratch_removed:
+            log.warning("workspace %s: removed %d scratch folder(s) left by stopped servers", self.root,
+                        len(self.scratch_removed))
 
     def _migrate(self) -> None:
         conn = self._conn()
         conn.executescript(SCHEMA)  # idempotent; executescript manages its own transaction
         with self.transaction() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
-            cols = {r[1] for r in db.execute("PRAGMA table_info(commits)")}
             for v in sorted(MIGRATIONS):
                 if v > version:
-                    for stmt in MIGRATIONS[v]:
-                        if "warnings_json" in stmt and "warnings_json" in cols:
+                    for table, column, stmt in MIGRATIONS[v]:
+                        if column in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}:
                             continue  # created by SCHEMA on a new workspace
                         db.execute(stmt)
             if version < SCHEMA_VERSION:
@@ -160,11 +225,15 @@ class Workspace:
     # -- damage and snapshots -------------------------------------------------------------------
     def _check_database(self) -> None:
         problem = database_problem(self.db_path)
+        stale = False
         if problem is None:
             if not self.db_path.exists() and self._latest_snapshot() is not None:
                 problem = "the database file is missing"
             else:
-                return
+                problem = self._older_than_snapshot()
+                if problem is None:
+                    return
+                stale = True
         if problem == "0 bytes" and self._latest_snapshot() is None and not any(self.artifacts.iterdir()):
             self._move_damaged()  # an empty file in an empty workspace: nothing was ever stored
             return
@@ -177,10 +246,59 @@ class Workspace:
                 "(stored sources under artifacts/ stay), or restore egg.sqlite3 from your own backup.")
         aside = self._move_damaged()
         restore_snapshot(snap, self.db_path)
-        kept = f"it was moved to {aside}" if aside else "no file was left"
-        self.recovery_note = (f"the database was damaged ({problem}); {kept} and it was restored from "
-                              f"snapshot {snap.name} (changes after that snapshot are lost)")
+        kept = (f"it was moved to {aside} (with its -wal and -shm files where they existed)" if aside
+                else "no file was left")
+        if stale:
+            self.recovery_note = (f"the database was older than its newest snapshot ({problem}); {kept} and it was "
+                                  f"restored from snapshot {snap.name}, which holds every acknowledged change")
+        else:
+            self.recovery_note = (f"the database was damaged ({problem}); {kept} and it was restored from "
+                                  f"snapshot {snap.name} (changes after that snapshot are lost)")
         log.warning("workspace %s: %s", self.root, self.recovery_note)
+        try:
+            with open(self.root / RECOVERY_LOG, "a", encoding="utf-8") as fh:
+                fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {self.recovery_note}\n")
+        except OSError:
+            log.warning("could not append to %s", self.root / RECOVERY_LOG, exc_info=True)
+
+    def _older_than_snapshot(self) -> str | None:
+        """Why the database is older than its newest verified snapshot (a lost or cut write-ahead log),
+        or None. The snapshots are read first: one taken while we look can only be older than what we read."""
+        best = self._best_snapshot()
+        if best is None or best[1] is None:
+            return None
+        snap, snap_changes = best
+        db_changes = database_changes(self.db_path)
+        if db_changes is None or db_changes >= snap_changes:
+            return None
+        wal = Path(str(self.db_path) + "-wal")
+        wal_state = (f"its write-ahead log is {wal.stat().st_size} bytes" if wal.exists() and wal.stat().st_size
+                     else "its write-ahead log is missing or empty")
+        shown = "no change counter" if db_changes < 0 else f"change {db_changes}"
+        return f"{shown} in the database, change {snap_changes} in snapshot {snap.name}; {wal_state}"
+
+    def _snapshot_info(self, snap: Path) -> tuple[bool, int | None]:
+        """(passes integrity_check, its change counter), cached by name, size and mtime."""
+        try:
+            st = snap.stat()
+        except OSError:
+            return False, None
+        key = (snap.name, st.st_size, st.st_mtime_ns)
+        if key not in self._snap_cache:
+            self._snap_cache[key] = snapshot_info(snap)
+        return self._snap_cache[key]
+
+    def _best_snapshot(self) -> tuple[Path, int | None] | None:
+        """The verified snapshot with the highest change counter (newest name on a tie; snapshots from
+        before the counter count as -1)."""
+        if not self.snapshots.is_dir():
+            return None
+        best: tuple[int, str, Path, int | None] | None = None
+        for snap in self.snapshots.glob("egg-*.sqlite3"):
+            ok, changes = self._snapshot_info(snap)
+            if ok and (best is None or (changes if changes is not None else -1, snap.name) > best[:2]):
+                best = (changes if changes is not None else -1, snap.name, snap, changes)
+        return None if best is None else (best[2], best[3])
 
     def _move_damaged(self) -> Path | None:
         if not self.db_path.exists():
@@ -188,7 +306,10 @@ class Workspace:
         dest = self.root / "damaged"
         dest.mkdir(exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
-        target = dest / f"egg.sqlite3.{stamp}"
+        target, n = dest / f"egg.sqlite3.{stamp}", 1
+        while any(Path(str(target) + sfx).exists() for sfx in ("", "-wal", "-shm")):  # never over an earlier one
+            n += 1
+            target = dest / f"egg.sqlite3.{stamp}.{n}"
         for suffix in ("", "-wal", "-shm"):  # the WAL belongs to the damaged file, never to a snapshot
             src = Path(str(self.db_path) + suffix)
             if src.exists():
@@ -196,27 +317,66 @@ class Workspace:
         return target
 
     def _latest_snapshot(self) -> Path | None:
-        if not self.snapshots.is_dir():
-            return None
-        for snap in sorted(self.snapshots.glob("egg-*.sqlite3"), reverse=True):
-            if database_problem(snap) is None:
-                return snap
-        return None
+        best = self._best_snapshot()
+        return best[0] if best else None
 
     def snapshot(self) -> Path:
-        """A consistent copy of the database (SQLite online backup API), keeping the newest few."""
+        """A consistent copy of the database (SQLite online backup API, then integrity_check: a copy that
+        fails it never replaces anything), keeping the newest few (see rotate_snapshots)."""
         self.snapshots.mkdir(exist_ok=True)
         name = f"egg-{time.time_ns():020d}-{os.getpid()}.sqlite3"
         tmp = self.snapshots / f".{name}.tmp"
-        dst = sqlite3.connect(tmp)
         try:
-            self._conn().backup(dst)
-        finally:
-            dst.close()
-        os.replace(tmp, self.snapshots / name)
-        for old in sorted(self.snapshots.glob("egg-*.sqlite3"), reverse=True)[SNAPSHOTS_KEPT:]:
-            old.unlink(missing_ok=True)
+            dst = sqlite3.connect(tmp)
+            try:
+                self._conn().backup(dst)
+                dst.execute("PRAGMA journal_mode=DELETE")  # a standalone file: no -wal beside a snapshot
+                check = dst.execute("PRAGMA integrity_check").fetchall()
+                row = dst.execute("SELECT value FROM meta WHERE key='changes'").fetchone()
+            finally:
+                dst.close()
+            if check != [("ok",)]:
+                raise sqlite3.DatabaseError(f"the new snapshot failed integrity_check: {check[:3]}")
+            best = self._best_snapshot()
+            os.replace(tmp, self.snapshots / name)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        changes = int(row[0]) if row else None
+        if best is not None and best[1] is not None and changes is not None and changes < best[1]:
+            self._pin(best[0], f"the database went back from change {best[1]} to change {changes} while open")
+        self.rotate_snapshots()
         return self.snapshots / name
+
+    def _pin(self, snap: Path, why: str) -> None:
+        """Keep a snapshot out of rotation for good (`pinned-<name>`): it holds changes the live database lost."""
+        target = snap.with_name("pinned-" + snap.name)
+        os.replace(snap, target)
+        note = f"{why}: snapshot {target} holds the later state and is kept; compare it with the database"
+        log.warning("workspace %s: %s", self.root, note)
+        try:
+            with open(self.root / RECOVERY_LOG, "a", encoding="utf-8") as fh:
+                fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {note}\n")
+        except OSError:
+            pass
+
+    def rotate_snapshots(self) -> list[Path]:
+        """Delete all but the SNAPSHOTS_KEPT newest snapshots, except that the newest one that passes
+        integrity_check and the verified one with the highest change counter are always kept (a run of
+        snapshots taken from a rolled-back or damaged database never pushes the good one out)."""
+        snaps = sorted(self.snapshots.glob("egg-*.sqlite3"), reverse=True)
+        keep = set(snaps[:SNAPSHOTS_KEPT])
+        for snap in snaps:
+            if self._snapshot_info(snap)[0]:
+                keep.add(snap)
+                break
+        best = self._best_snapshot()
+        if best is not None:
+            keep.add(best[0])
+        removed = [s for s in snaps if s not in keep]
+        for old in removed:
+            old.unlink(missing_ok=True)
+        return removed
 
     def start_empty(self) -> Path | None:
         """Recovery without a snapshot: move the damaged database aside (kept) and start empty."""
@@ -237,14 +397,24 @@ class Workspace:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT; every transaction bumps the change counter (meta.changes)."""
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'changes'")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    def changes(self) -> int | None:
+        """The database's change counter (None before the meta table exists)."""
+        try:
+            return self.query("SELECT value FROM meta WHERE key = 'changes'")[0][0]
+        except (sqlite3.OperationalError, IndexError):
+            return None
 
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         return self._conn().execute(sql, args).fetchall()
@@ -321,11 +491,13 @@ class Workspace:
             if owner_host == host and pid.isdigit() and _pid_alive(int(pid)):
                 continue
             dead.append(row["id"])
+        if not dead:
+            return 0
         with self.transaction() as db:
             for cid in dead:
                 db.execute(
-                    "UPDATE candidates SET status='interrupted', verdict='interrupted' WHERE id=?", (cid,)
-                )
+                    "UPDATE candidates SET status='interrupted', verdict='interrupted', cause=? WHERE id=?",
+                    ("the server process running it stopped before it finished; verify the source again", cid))
         return len(dead)
 
 
@@ -360,6 +532,58 @@ def database_problem(path: Path) -> str | None:
     if rows != [("ok",)]:
         return "quick_check: " + "; ".join(str(r[0]) for r in rows[:3])
     return None
+
+
+def snapshot_info(path: Path) -> tuple[bool, int | None]:
+    """(passes integrity_check, change counter or None) of a snapshot file, read as it is (immutable:
+    no -wal, no locks, nothing written beside it)."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+        try:
+            ok = conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            try:
+                row = conn.execute("SELECT value FROM meta WHERE key='changes'").fetchone()
+            except sqlite3.OperationalError:
+                row = None  # a snapshot from before the counter
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return False, None
+    return ok, (int(row[0]) if row else None)
+
+
+def database_changes(path: Path) -> int | None:
+    """The change counter of the live database as SQLite would open it (its WAL applied), read through a
+    read-only connection (which never checkpoints nor deletes the WAL); -1 when it has no counter (a
+    database rolled back to before its tables existed), None when it cannot be read here."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+        try:
+            conn.execute("BEGIN")
+            try:
+                row = conn.execute("SELECT value FROM meta WHERE key='changes'").fetchone()
+            except sqlite3.OperationalError as exc:
+                if "no such table" not in str(exc):
+                    return None
+                row = None
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    return int(row[0]) if row else -1
+
+
+def _live_cwds() -> set[str]:
+    """The working directories of the processes this user can see (their /proc/<pid>/cwd)."""
+    cwds = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cwds.add(os.readlink(entry / "cwd"))
+            except OSError:
+                continue
+    return cwds
 
 
 def restore_snapshot(snapshot: Path, target: Path) -> None:
