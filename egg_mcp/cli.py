@@ -6,7 +6,6 @@ Logging goes to stderr: on stdio the protocol owns stdout, and nothing else may 
 from __future__ import annotations
 
 import argparse
-import hmac
 import logging
 import os
 import sys
@@ -16,6 +15,8 @@ from egg_mcp import __version__
 from egg_mcp.config import ServerConfig
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+from egg_mcp.transport import UNAUTHORIZED_BODY, BearerTokenMiddleware  # noqa: E402,F401 - re-exported
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -59,6 +60,16 @@ def _seconds(raw: str) -> float:
     return value
 
 
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{raw!r} must be >= 1")
+    return value
+
+
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cfg = ServerConfig()
     updates: dict = {}
@@ -91,11 +102,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ray(serve)
     serve.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default loopback)")
-    serve.add_argument("--port", type=int, default=8765, help="HTTP port with --http (default 8765)")
-    serve.add_argument("--token", default=os.environ.get("EGG_MCP_TOKEN"),
-                       help="bearer token required on every HTTP request (required beyond loopback; or $EGG_MCP_TOKEN)")
+    serve.add_argument("--port", type=int, default=8765, help="HTTP port with --http (default 8765), 0: any free port")
+    serve.add_argument("--uds", metavar="PATH",
+                       help="with --http: listen on a unix socket created with mode 0600 instead of TCP (the "
+                            "token is still required)")
+    serve.add_argument("--token", default=None,
+                       help="deprecated: a command line is visible to every local user (ps); set $EGG_MCP_TOKEN "
+                            "instead. Without either, serve --http generates a token and prints it once")
     serve.add_argument("--allowed-host", action="append", default=[],
                        help="extra Host header value accepted over HTTP (DNS-rebinding protection), e.g. gpu-box:8765")
+    serve.add_argument("--max-connections", type=_positive_int, metavar="N",
+                       help="HTTP: open connections in total (default: the file-descriptor limit, raised to its "
+                            "hard limit at start, less 256)")
+    serve.add_argument("--max-connections-per-client", type=_positive_int, metavar="N",
+                       help="HTTP: open connections from one client address (default: the total; a unix socket "
+                            "is one client)")
+    serve.add_argument("--header-timeout", type=_seconds, default=10.0, metavar="S",
+                       help="HTTP: a client must send a complete request head within S seconds (default 10)")
+    serve.add_argument("--body-timeout", type=_seconds, default=30.0, metavar="S",
+                       help="HTTP: a request body must be complete S seconds after its head (default 30)")
 
     doctor = sub.add_parser("doctor", help="what this machine offers: GPUs, Triton, ncu, interpreter; workspace health")
     _add_common(doctor)
@@ -180,27 +205,51 @@ def serve(args: argparse.Namespace) -> int:
             return 2
         anyio.run(run_stdio, mcp)  # answers malformed JSON-RPC lines (the SDK's stdio drops them)
         return 0
-    if args.host not in LOOPBACK and not args.token:
-        print(f"refusing to serve on {args.host} without a bearer token: anyone who reaches this port could run "
-              "code on this machine. Pass --token (or set EGG_MCP_TOKEN), or bind to 127.0.0.1.", file=sys.stderr)
-        return 2
-    import uvicorn
+    from egg_mcp.transport import HttpLimits, resolve_token, serve_http, tcp_listener, token_banner, unix_listener
 
+    if args.token:
+        print("egg-mcp serve: --token is visible to every local user in the process list; set EGG_MCP_TOKEN "
+              "instead.", file=sys.stderr)
+    token, generated = resolve_token(args.token or os.environ.get("EGG_MCP_TOKEN"))
+    if not generated and len(token) < 16:
+        print("egg-mcp serve: the token is shorter than 16 characters: easy to guess; a generated one has 43.",
+              file=sys.stderr)
+    limits = HttpLimits(header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
+                        max_connections=args.max_connections, max_per_client=args.max_connections_per_client)
+    try:
+        sock = (unix_listener(args.uds, limits.backlog) if args.uds
+                else tcp_listener(args.host, args.port, limits.backlog))
+    except OSError as exc:
+        print(f"egg-mcp serve: cannot listen on {args.uds or f'{args.host}:{args.port}'}: {exc}", file=sys.stderr)
+        return 2
     mcp = _create_server(config)
     if mcp is None:
         return 2
-    app = build_http_app(mcp, host=args.host, port=args.port, token=args.token, extra_hosts=args.allowed_host)
-    logging.getLogger(__name__).info("serving MCP over HTTP at http://%s:%d/mcp", args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    from egg_mcp.transport import install_log_rate_limit
+
+    install_log_rate_limit()
+    host = "localhost" if args.uds else args.host
+    port = sock.getsockname()[1] if not args.uds else args.port
+    app = build_http_app(mcp, host=host, port=port, token=token, extra_hosts=args.allowed_host,
+                         max_body_bytes=limits.max_body_bytes)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/mcp" if not args.uds else "http://localhost/mcp"
+    sys.stderr.write(token_banner(token, generated, url, uds=args.uds))
+    sys.stderr.flush()
+    logging.getLogger(__name__).info("serving MCP over HTTP at %s", f"unix:{args.uds}" if args.uds else url)
+    serve_http(app, sock, limits)
     return 0
 
 
-def build_http_app(mcp, *, host: str, port: int, token: str | None, extra_hosts: list[str]):
-    """Streamable-HTTP app with DNS-rebinding (Host/Origin) protection on, and a bearer-token check in
-    front of everything when a token is set."""
+def build_http_app(mcp, *, host: str, port: int, token: str, extra_hosts: list[str],
+                   max_body_bytes: int | None = None):
+    """Streamable-HTTP app with DNS-rebinding (Host/Origin) protection on, behind a bearer-token check
+    that every request passes first (loopback and unix socket included)."""
     from mcp.server.transport_security import TransportSecuritySettings
 
-    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+    from egg_mcp.transport import MAX_BODY_BYTES, BearerTokenMiddleware, CheckedJsonRpcMiddleware
+
+    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*", "localhost"]
     origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
     if host not in LOOPBACK:
         hosts.append(f"{host}:*")
@@ -210,36 +259,9 @@ def build_http_app(mcp, *, host: str, port: int, token: str | None, extra_hosts:
         origins.append(f"http://{extra}")
     security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
                                          allowed_origins=origins)
-    from egg_mcp.transport import CheckedJsonRpcMiddleware
-
-    app = CheckedJsonRpcMiddleware(mcp.streamable_http_app(transport_security=security, host=host))
-    return BearerTokenMiddleware(app, token) if token else app
-
-
-UNAUTHORIZED_BODY = (
-    b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32001, "message": "HTTP 401: missing or wrong bearer '
-    b"token: send 'Authorization: Bearer <token>' with the server's --token / EGG_MCP_TOKEN\"}}\n"
-)
-
-
-class BearerTokenMiddleware:
-    """Rejects every HTTP request whose `Authorization: Bearer <token>` does not match (constant-time)."""
-
-    def __init__(self, app, token: str):
-        self.app = app
-        self.expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            supplied = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(supplied, self.expected):
-                # A JSON-RPC error body: MCP clients (the SDK's among them) show its message instead of
-                # a bare "Server returned an error response".
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
-                await send({"type": "http.response.body", "body": UNAUTHORIZED_BODY})
-                return
-        await self.app(scope, receive, send)
+    app = CheckedJsonRpcMiddleware(mcp.streamable_http_app(transport_security=security, host=host),
+                                   max_body_bytes=max_body_bytes or MAX_BODY_BYTES)
+    return BearerTokenMiddleware(app, token)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,17 @@ HTTP needs nothing: the SDK's streamable-HTTP transport already answers 400 with
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import io
 import json
+import logging
+import os
+import socket
 import sys
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -106,13 +114,18 @@ class CheckedJsonRpcMiddleware:
     id is an object (or other non-id) is taken for a notification and gets `202` and no reply. This
     checks each POST body with the same rule as stdio and answers 400 with the JSON-RPC error."""
 
-    def __init__(self, app):
+    def __init__(self, app, max_body_bytes: int = MAX_BODY_BYTES):
         self.app = app
+        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
+        for key, value in scope.get("headers") or ():
+            if key == b"content-length" and value.strip().isdigit() and int(value) > self.max_body_bytes:
+                await _too_large(send, self.max_body_bytes)  # refused before a byte of the body is read
+                return
         chunks, more, size = [], True, 0
         while more:
             message = await receive()
@@ -122,9 +135,8 @@ class CheckedJsonRpcMiddleware:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             more = message.get("more_body", False)
-            if size > MAX_BODY_BYTES:
-                await _reply(send, 413, JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
-                    code=INVALID_REQUEST, message=f"Invalid request: body larger than {MAX_BODY_BYTES} bytes")))
+            if size > self.max_body_bytes:
+                await _too_large(send, self.max_body_bytes)
                 return
         body = b"".join(chunks)
         error = error_for_line(body.decode("utf-8", "replace")) if body.strip() else None
@@ -134,9 +146,15 @@ class CheckedJsonRpcMiddleware:
         await _reply(send, 400, error)
 
 
-async def _reply(send, status: int, error: JSONRPCError) -> None:
+async def _too_large(send, limit: int) -> None:
+    await _reply(send, 413, JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
+        code=INVALID_REQUEST, message=f"Invalid request: body larger than {limit} bytes")), close=True)
+
+
+async def _reply(send, status: int, error: JSONRPCError, close: bool = False) -> None:
     payload = error.model_dump_json(by_alias=True, exclude_none=False).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+    headers = [(b"content-type", b"application/json")] + ([(b"connection", b"close")] if close else [])
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 
 
@@ -150,3 +168,397 @@ def _replay(messages, receive):
         return await receive()
 
     return replay
+
+
+# --------------------------------------------------------------------------------------------------
+# Serving over HTTP: a bearer token on every request, and limits that hold under slow clients.
+# --------------------------------------------------------------------------------------------------
+
+MIN_TOKEN_CHARS = 16
+
+
+def resolve_token(given: str | None) -> tuple[str, bool]:
+    """The bearer token every HTTP request must carry: `given` ($EGG_MCP_TOKEN, or the deprecated
+    --token), else a fresh 256-bit one. Returns (token, generated)."""
+    import secrets
+
+    if given:
+        return given, False
+    return secrets.token_urlsafe(32), True
+
+
+def token_banner(token: str, generated: bool, url: str, uds: str | None = None) -> str:
+    """What `serve --http` prints once on stderr: the token (only when generated here: a token taken
+    from the environment is never echoed) and a ready client configuration."""
+    shown = token if generated else "${EGG_MCP_TOKEN}"
+    config = {"mcpServers": {"egg": {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {shown}"}}}}
+    lines = ["egg-mcp: every HTTP request needs 'Authorization: Bearer <token>'."]
+    if generated:
+        lines.append(f"egg-mcp: generated token (shown once; set EGG_MCP_TOKEN to choose your own): {token}")
+    else:
+        lines.append("egg-mcp: token taken from $EGG_MCP_TOKEN (not shown).")
+    if uds:
+        lines.append(f"egg-mcp: listening on unix socket {uds} (mode 0600); e.g. "
+                     f"curl --unix-socket {uds} -H 'Authorization: Bearer {shown}' {url}")
+    else:
+        lines += ["egg-mcp: MCP client config:", json.dumps(config),
+                  "egg-mcp: MCP Inspector: npx @modelcontextprotocol/inspector --cli " + url
+                  + f" --transport http --header 'Authorization: Bearer {shown}' --method tools/list",
+                  "egg-mcp: tools/egg_client.py: EGG_MCP_TOKEN=... python tools/egg_client.py --url " + url
+                  + " call list_tasks"]
+    return "\n".join(lines) + "\n"
+
+
+UNAUTHORIZED_BODY = (
+    b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32001, "message": "HTTP 401: missing or wrong bearer '
+    b"token: send 'Authorization: Bearer <token>' with the server's token (EGG_MCP_TOKEN, or the one it "
+    b'printed at start)"}}\n'
+)
+
+
+class BearerTokenMiddleware:
+    """Rejects every HTTP request whose `Authorization: Bearer <token>` does not match, before any other
+    layer sees it (the body is not read). The comparison is `hmac.compare_digest` (constant time)."""
+
+    def __init__(self, app, token: str):
+        if not token:
+            raise ValueError("an HTTP server always needs a token")
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] in ("http", "websocket"):
+            supplied = b""
+            for key, value in scope.get("headers") or ():
+                if key.lower() == b"authorization":
+                    supplied = value
+                    break
+            if not hmac.compare_digest(supplied, self.expected):
+                # A JSON-RPC error body: MCP clients (the SDK's among them) show its message instead of
+                # a bare "Server returned an error response".
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
+                                        (b"connection", b"close")]})
+                await send({"type": "http.response.body", "body": UNAUTHORIZED_BODY})
+                return
+        await self.app(scope, receive, send)
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """What one HTTP server holds at most, and how long it waits for a client."""
+
+    header_timeout_s: float = 10.0      # from connect (or the end of the last response) to a complete request head
+    body_timeout_s: float = 30.0        # from the request head to the end of its body
+    keep_alive_s: float = 5.0           # idle keep-alive connection
+    max_connections: int | None = None  # open connections in total (None: the fd limit less a reserve)
+    max_per_client: int | None = None   # from one client address (a unix socket is one client; None: the total)
+    timeouts_per_s: int = 500           # header timeouts closed per second at most (no reconnect storm)
+    max_body_bytes: int = 16 * 2**20    # request body
+    max_header_bytes: int = 16 * 2**10  # request line + headers
+    backlog: int = 2048
+
+
+EVICT_GRACE_S = 0.5
+
+
+class ConnectionGuard:
+    """Connection accounting for the guarded HTTP protocol.
+
+    A connection is *waiting* while it has not delivered a complete request head (just accepted, or idle
+    after a response) and *busy* while a request runs. Waiting ones are closed after `header_timeout_s`
+    however slowly they trickle bytes; a request whose body is not complete `body_timeout_s` after its
+    head gets 408 and is closed. When a new connection would pass the per-client or the total cap, the
+    oldest waiting connection (of that client, or of anyone) is closed to make room; only when every
+    connection in the way is busy is the new one refused. So a flood of half-open connections can
+    neither exhaust file descriptors nor lock out a client that sends a whole request at once."""
+
+    def __init__(self, limits: HttpLimits, log: logging.Logger | None = None):
+        total = limits.max_connections or default_max_connections()
+        limits = replace(limits, max_connections=total, max_per_client=min(limits.max_per_client or total, total))
+        self.limits = limits
+        self.log = log or logging.getLogger("egg_mcp.http")
+        self.waiting: OrderedDict = OrderedDict()          # proto -> monotonic time it started waiting
+        self.waiting_by_client: dict = {}                  # client -> OrderedDict(proto -> None)
+        self.busy: dict = {}                               # proto -> monotonic time its head arrived
+        self.per_client: dict = {}                         # client -> open count
+        self.open = 0
+        self.stats = {"accepted": 0, "refused": 0, "evicted": 0, "header_timeouts": 0, "body_timeouts": 0}
+        self._sweeper: asyncio.Task | None = None
+
+    # state changes -------------------------------------------------------------------------------
+    def _unwait(self, proto) -> None:
+        if self.waiting.pop(proto, None) is not None:
+            bucket = self.waiting_by_client.get(proto._egg_client)
+            if bucket is not None:
+                bucket.pop(proto, None)
+                if not bucket:
+                    del self.waiting_by_client[proto._egg_client]
+
+    def _wait(self, proto) -> None:
+        self.busy.pop(proto, None)
+        self._unwait(proto)
+        self.waiting[proto] = time.monotonic()
+        self.waiting_by_client.setdefault(proto._egg_client, OrderedDict())[proto] = None
+
+    def admit(self, proto) -> bool:
+        """A new connection: True to keep it (after making room), False when it was refused."""
+        self._ensure_sweeper()
+        client = proto._egg_client
+        lim = self.limits
+        while self.per_client.get(client, 0) >= lim.max_per_client:
+            if not self._evict(self.waiting_by_client.get(client)):
+                return self._refuse(proto, f"client {client} already has {lim.max_per_client} busy connections")
+        while self.open >= lim.max_connections:
+            if not self._evict(self.waiting):
+                return self._refuse(proto, f"{lim.max_connections} busy connections open")
+        self.open += 1
+        self.per_client[client] = self.per_client.get(client, 0) + 1
+        proto._egg_counted = True
+        self.stats["accepted"] += 1
+        self._wait(proto)
+        return True
+
+    def head_received(self, proto) -> None:
+        if proto._egg_counted:
+            self._unwait(proto)
+            self.busy[proto] = time.monotonic()
+
+    def response_done(self, proto) -> None:
+        if proto._egg_counted and not proto._egg_closing:
+            self._wait(proto)
+
+    def forget(self, proto) -> None:
+        if not getattr(proto, "_egg_counted", False):
+            return
+        proto._egg_counted = False
+        self._unwait(proto)
+        self.busy.pop(proto, None)
+        self.open -= 1
+        client = proto._egg_client
+        left = self.per_client.get(client, 1) - 1
+        if left:
+            self.per_client[client] = left
+        else:
+            self.per_client.pop(client, None)
+
+    # closing ---------------------------------------------------------------------------------------
+    def _refuse(self, proto, why: str) -> bool:
+        self.stats["refused"] += 1
+        self.log.warning("HTTP connection refused: %s", why)
+        proto._egg_closing = True
+        proto.transport.abort()
+        return False
+
+    def _evict(self, bucket) -> bool:
+        """Close the oldest waiting connection of `bucket`, unless even that one arrived within
+        EVICT_GRACE_S and sent nothing yet (its request head may be unread in the socket buffer while
+        the loop accepts a burst: a client that sends its head at once is never the one closed)."""
+        if not bucket:
+            return False
+        proto = next(iter(bucket))
+        if not proto._egg_seen_data and time.monotonic() - self.waiting.get(proto, 0.0) < EVICT_GRACE_S:
+            return False
+        self.stats["evicted"] += 1
+        self.log.warning("HTTP connection limit reached: closed the oldest connection still waiting for a request")
+        self._close(proto)
+        return True
+
+    def _close(self, proto) -> None:
+        proto._egg_closing = True
+        self.forget(proto)  # counted out now: the transport reports connection_lost on a later turn
+        proto.transport.abort()
+
+    def sweep(self) -> None:
+        now = time.monotonic()
+        lim = self.limits
+        budget = max(1, int(lim.timeouts_per_s * self._sweep_period()))
+        while self.waiting and budget > 0:
+            budget -= 1
+            proto, since = next(iter(self.waiting.items()))
+            if now - since < lim.header_timeout_s:
+                break
+            self.stats["header_timeouts"] += 1
+            self.log.warning("HTTP client sent no complete request head within %.0f s: connection closed",
+                             lim.header_timeout_s)
+            self._close(proto)
+        for proto, since in list(self.busy.items()):
+            if now - since >= lim.body_timeout_s and proto._egg_body_pending():
+                self.stats["body_timeouts"] += 1
+                self.log.warning("HTTP request body not complete within %.0f s: 408, connection closed",
+                                 lim.body_timeout_s)
+                proto._egg_closing = True
+                self.forget(proto)
+                proto._egg_timeout_body()
+
+    def _ensure_sweeper(self) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    def _sweep_period(self) -> float:
+        return max(0.05, min(0.25, self.limits.header_timeout_s / 4, self.limits.body_timeout_s / 4))
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._sweep_period())
+            try:
+                self.sweep()
+            except Exception:  # pragma: no cover - keep guarding whatever one connection did
+                self.log.exception("HTTP connection sweep failed")
+
+
+def guarded_protocol(guard: ConnectionGuard):
+    """uvicorn's h11 protocol with the guard's accounting (header/body timeouts, connection caps)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        _egg_counted = False
+        _egg_closing = False
+        _egg_client = None
+        _egg_seen_data = False
+
+        def data_received(self, data):
+            self._egg_seen_data = True
+            super().data_received(data)
+
+        def connection_made(self, transport):  # type: ignore[override]
+            super().connection_made(transport)
+            self._egg_client = self.client[0] if self.client else "local"
+            guard.admit(self)
+
+        def connection_lost(self, exc):
+            guard.forget(self)
+            super().connection_lost(exc)
+
+        def handle_events(self):
+            before = self.cycle
+            super().handle_events()
+            if self.cycle is not before and self.cycle is not None and not self.cycle.response_complete:
+                guard.head_received(self)
+
+        def on_response_complete(self):
+            super().on_response_complete()
+            if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+                guard.response_done(self)
+
+        def _egg_body_pending(self) -> bool:
+            cycle = self.cycle
+            return cycle is not None and not cycle.response_complete and cycle.more_body
+
+        def _egg_timeout_body(self) -> None:
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_started:
+                self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\n"
+                                     b"content-length: 30\r\nconnection: close\r\n\r\nrequest body not sent in time\n")
+            self.transport.close()
+
+    return GuardedH11Protocol
+
+
+class RateLimitedLogFilter(logging.Filter):
+    """At most `burst` records per (logger, message template) and then one per `per_s` seconds; the
+    next record that passes says how many like it were dropped. Bounds the log under a flood of bad
+    requests (a few KB per minute per kind of message instead of one line per request)."""
+
+    def __init__(self, burst: int = 10, per_s: float = 10.0, clock=time.monotonic):
+        super().__init__()
+        self.burst, self.per_s, self.clock = burst, per_s, clock
+        self.state: dict = {}  # key -> [tokens, last refill, dropped]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.levelno, str(record.msg)[:200])
+        now = self.clock()
+        st = self.state.get(key)
+        if st is None:
+            if len(self.state) > 10_000:
+                self.state.clear()
+            st = self.state[key] = [float(self.burst), now, 0]
+        st[0] = min(float(self.burst), st[0] + (now - st[1]) / self.per_s)
+        st[1] = now
+        if st[0] < 1.0:
+            st[2] += 1
+            return False
+        st[0] -= 1.0
+        if st[2]:
+            record.msg = f"{record.msg} [{st[2]} similar messages suppressed]"
+            st[2] = 0
+        return True
+
+
+def install_log_rate_limit(logger: logging.Logger | None = None, **kw) -> RateLimitedLogFilter:
+    """Put one rate limit on every handler of `logger` (default: the root logger, where the server's,
+    uvicorn's and the SDK's records all end up)."""
+    flt = RateLimitedLogFilter(**kw)
+    for handler in (logger or logging.getLogger()).handlers:
+        handler.addFilter(flt)
+    return flt
+
+
+def unix_listener(path: str, backlog: int) -> socket.socket:
+    """A unix stream socket at `path` created with mode 0600 (umask while binding: no window in which
+    another user could connect)."""
+    import stat as _stat
+
+    if os.path.exists(path):
+        if not _stat.S_ISSOCK(os.stat(path).st_mode):
+            raise OSError(f"{path} exists and is not a socket")
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(backlog)
+    return sock
+
+
+def tcp_listener(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(backlog)
+    return sock
+
+
+FD_RESERVE = 256
+"""File descriptors kept for everything but client connections (workspace, workers, pipes)."""
+
+
+def default_max_connections() -> int:
+    import resource
+
+    return max(64, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - FD_RESERVE)
+
+
+def raise_fd_limit() -> int:
+    """Soft RLIMIT_NOFILE up to the hard limit (held connections are file descriptors)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 1 << 20)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            return soft
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def serve_http(app, sock: socket.socket, limits: HttpLimits) -> None:
+    """Run `app` on the listening socket `sock` with the guarded protocol and `limits`."""
+    import uvicorn
+
+    raise_fd_limit()
+    guard = ConnectionGuard(limits)
+    config = uvicorn.Config(
+        app, http=guarded_protocol(guard), ws="none", lifespan="auto", log_config=None, access_log=False,
+        log_level="warning", timeout_keep_alive=max(1, int(limits.keep_alive_s)), backlog=limits.backlog,
+        h11_max_incomplete_event_size=limits.max_header_bytes)
+    uvicorn.Server(config).run(sockets=[sock])

@@ -81,9 +81,10 @@ def _free_port() -> int:
 
 def test_inspector_over_http(inspector, tmp_path):
     port = _free_port()
+    token = "inspector-token-0123456789"  # every HTTP mode needs one (issue 28)
     proc = subprocess.Popen([sys.executable, "-m", "egg_mcp", "serve", "--http", "--port", str(port), "--workspace",
                              str(tmp_path / "ws"), "--interpreter"], cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, EGG_MCP_TOKEN=token))
     try:
         deadline = time.time() + 60
         while True:
@@ -94,7 +95,8 @@ def test_inspector_over_http(inspector, tmp_path):
                     break
             assert time.time() < deadline, "server did not start listening"
             time.sleep(0.2)
-        _check_session(inspector, [f"http://127.0.0.1:{port}/mcp", "--transport", "http"])
+        _check_session(inspector, [f"http://127.0.0.1:{port}/mcp", "--transport", "http",
+                                   "--header", f"Authorization: Bearer {token}"])
     finally:
         proc.terminate()
         proc.wait(timeout=30)

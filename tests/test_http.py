@@ -1,7 +1,10 @@
-"""Streamable HTTP: loopback by default, a bearer token required (and enforced) beyond it."""
+"""Streamable HTTP: loopback by default, a bearer token required (and enforced) on every HTTP mode.
+(Until issue 28 loopback served without a token and 0.0.0.0 without one was refused; now a token is
+always in force: generated and printed when EGG_MCP_TOKEN is unset.)"""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import urllib.error
@@ -19,23 +22,36 @@ from tests.http_server import free_port, wait_listening
 pytestmark = pytest.mark.slow
 
 
-def _serve(tmp_path, *extra: str) -> subprocess.Popen:
+def _serve(tmp_path, *extra: str, token: str | None = None) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "EGG_MCP_TOKEN"}
+    if token:
+        env["EGG_MCP_TOKEN"] = token
     return subprocess.Popen(
         [sys.executable, "-m", "egg_mcp", "serve", "--http", "--workspace", str(tmp_path / "ws"), "--interpreter",
-         *extra], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         *extra], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def test_refuses_to_serve_beyond_loopback_without_token(tmp_path):
-    proc = _serve(tmp_path, "--host", "0.0.0.0", "--port", str(free_port()))
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2
-    assert "without a bearer token" in err
+def test_beyond_loopback_without_token_serves_with_a_generated_one(tmp_path):
+    """Changed on purpose: no token given is no longer refusal beyond loopback; a token is generated."""
+    port = free_port()
+    proc = _serve(tmp_path, "--host", "0.0.0.0", "--port", str(port))
+    try:
+        wait_listening(port, proc)
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=b"{}", method="POST",
+                                     headers={"content-type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(req, timeout=10)
+        assert info.value.code == 401
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "generated token" in err
 
 
 def test_bearer_token_is_enforced(tmp_path):
     port = free_port()
-    token = "s3cret-token"
-    proc = _serve(tmp_path, "--host", "0.0.0.0", "--port", str(port), "--token", token)
+    token = "s3cret-token-of-enough-length"
+    proc = _serve(tmp_path, "--host", "0.0.0.0", "--port", str(port), token=token)
     try:
         wait_listening(port, proc)
         url = f"http://127.0.0.1:{port}/mcp"
@@ -74,12 +90,15 @@ def test_bearer_token_is_enforced(tmp_path):
 
 
 def test_loopback_rejects_foreign_host_header(tmp_path):
+    """With the token (loopback needs one now): a foreign Host header is still refused."""
     port = free_port()
-    proc = _serve(tmp_path, "--port", str(port))
+    token = "loopback-token-0123456789"
+    proc = _serve(tmp_path, "--port", str(port), token=token)
     try:
         wait_listening(port, proc)
         req = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=b"{}", method="POST",
-                                     headers={"content-type": "application/json", "host": "evil.example:80"})
+                                     headers={"content-type": "application/json", "host": "evil.example:80",
+                                              "authorization": f"Bearer {token}"})
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.urlopen(req, timeout=10)
         assert info.value.code in (400, 403, 421)

@@ -119,9 +119,12 @@ def test_stdio_answers_every_malformed_message_within_a_second(tmp_path):
         proc.wait()
 
 
+HTTP_TOKEN = "fuzz-token-0123456789abcdef"
+
+
 def _post(url: str, body: bytes, session: str | None, timeout: float) -> tuple[int, str, dict]:
     headers = {"content-type": "application/json", "accept": "application/json, text/event-stream",
-               "mcp-protocol-version": PROTOCOL}
+               "mcp-protocol-version": PROTOCOL, "authorization": f"Bearer {HTTP_TOKEN}"}
     if session:
         headers["mcp-session-id"] = session
     req = urllib.request.Request(url, data=body, method="POST", headers=headers)
@@ -142,7 +145,10 @@ def _messages(body: str) -> list[dict]:
 
 def test_http_answers_every_malformed_message_within_a_second(tmp_path):
     port = free_port()
-    proc = _serve(tmp_path / "ws", "--http", "--port", str(port))
+    proc = subprocess.Popen([sys.executable, "-m", "egg_mcp", "serve", "--workspace", str(tmp_path / "ws"),
+                             "--interpreter", "--log-level", "WARNING", "--http", "--port", str(port)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, PYTHONPATH=str(REPO), EGG_MCP_TOKEN=HTTP_TOKEN))
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         wait_listening(port, proc)
