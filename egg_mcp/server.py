@@ -54,8 +54,9 @@ from egg_mcp.workflow.stages import Stage
 from egg_mcp.workspace.faults import tool_error_text
 from egg_mcp.workspace.store import Workspace, WorkspaceError
 
-# Input constraints published in the tool schemas (the service checks them again for other callers).
-Tolerance = Annotated[float, Field(gt=0, le=limits.MAX_TOLERANCE, allow_inf_nan=False)]
+# Input constraints published in the tool schemas (the service checks them again for other callers). Every
+# argument model is strict (surface.schemas.strict_arguments): no bools or strings for numbers.
+Tolerance = Annotated[float, Field(ge=limits.MIN_TOLERANCE, le=limits.MAX_TOLERANCE, allow_inf_nan=False)]
 SizeValue = Annotated[int, Field(ge=1, le=limits.MAX_SIZE_VALUE)]
 CommitStage = Literal["SEEDS", "ALGORITHM", "PARALLEL_MAPPING", "TILING", "MEMORY"]
 
@@ -199,7 +200,7 @@ def create_server(
         reference: str = Field(description="KernelBench-format PyTorch module: source text, a file in an allowed "
                                "folder, a KernelBench id ('level1/23') or a built-in ('softmax', 'gemm_bias_relu')"),
         name: str | None = Field(None, max_length=limits.MAX_NAME, description="short task name"),
-        k_seeds: int = Field(3, ge=1, le=8, description="seeds to write in SEEDS"),
+        k_seeds: int = Field(3, ge=1, le=limits.MAX_K_SEEDS, description="seeds to write in SEEDS"),
         dtype: Literal["float32", "float16", "bfloat16"] = "float32",
         tolerance_preset: Literal["kernelbench-v0.1", "kernelbench-v0"] = Field(
             "kernelbench-v0.1", description="v0.1: fp32 1e-4, fp16/bf16 1e-2; v0: 1e-2"),
@@ -244,7 +245,7 @@ def create_server(
     async def profile_ncu(
         task_id: str,
         candidate_id: str,
-        size_overrides: dict[str, int] | None = Field(
+        size_overrides: dict[str, SizeValue] | None = Field(
             None, description="profile at these sizes instead of the task's (e.g. the problem's QUICK_SIZES on a CPU)"),
         detail: bool = Field(False, description="true: the full report (every metric ncu returned) and the brief "
                                                 "inline; default: a compact report of <= ~3 KB"),
@@ -269,9 +270,11 @@ def create_server(
     async def propose_tiling(
         task_id: str,
         candidate_id: str,
-        max_trials: int = Field(8, ge=1, le=64, description="configs to measure on the GPU"),
-        time_budget_s: float = Field(120.0, gt=0, le=1800, description="wall-time budget for measuring"),
-        dims: dict[str, int] | None = Field(None, description="problem dims (M,N,K or n_rows,n_cols); default: analysis"),
+        max_trials: int = Field(8, ge=1, le=limits.MAX_TRIALS, description="configs to measure on the GPU"),
+        time_budget_s: float = Field(120.0, ge=limits.MIN_TIME_BUDGET_S, le=limits.MAX_TIME_BUDGET_S,
+                                     allow_inf_nan=False, description="wall-time budget for measuring"),
+        dims: dict[str, SizeValue] | None = Field(
+            None, description="problem dims (M,N,K or n_rows,n_cols); default: analysis"),
         kind: Literal["gemm", "reduction", "elementwise", "softmax", "norm", "attention"] | None = Field(
             None, description="cost model; default: analysis"),
         measure: bool = Field(True, description="measure the top configs (needs a GPU); false: model ranking only"),
@@ -294,7 +297,8 @@ def create_server(
         task_id: str,
         candidate_a: str = Field(description="baseline candidate id (e.g. the committed kernel)"),
         candidate_b: str = Field(description="candidate id to judge against A"),
-        rounds: int = Field(30, ge=5, le=200, description="A/B rounds timed interleaved (GPU)"),
+        rounds: int = Field(30, ge=limits.MIN_COMPARE_ROUNDS, le=limits.MAX_COMPARE_ROUNDS,
+                            description="A/B rounds timed interleaved (GPU)"),
         ctx: Context = None,  # type: ignore[assignment]
     ) -> CompareResult:
         """Is B faster than A? Times both correct candidates interleaved (A B A B ...) on one GPU and returns

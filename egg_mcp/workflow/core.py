@@ -176,10 +176,12 @@ class ServiceCore:
         if unknown:
             raise WorkflowError(f"size_overrides names {unknown} that are not module-level int constants of the "
                                 f"reference; it has {sorted(known) or 'none'} (e.g. {{'{next(iter(known), 'N')}': 8}})")
-        bad = sorted(k for k, v in size_overrides.items() if not isinstance(v, int) or v < 1)
-        if bad:
-            raise WorkflowError(f"size_overrides {bad} must be positive integers")
+        _check(limits.check_size_values, size_overrides)
         sizes = {**self._options(row).size_overrides, **size_overrides}
+        # start_task's footprint check, before any job: scaled from the stored analysis at the sizes it was taken at
+        analysis = self._analysis(row) or {}
+        analysed_at = {**known, **(analysis.get("size_overrides") or {})}
+        _check(limits.check_size_memory, analysis.get("min_bytes"), analysed_at, sizes, self.config.max_eval_bytes)
         return None if sizes == self._options(row).size_overrides else sizes
 
     def _quick_sizes_of(self, row, result: EvalResult | None) -> dict[str, int] | None:

@@ -14,14 +14,27 @@ or every later response (a note is echoed in task_status; a name in every result
 | force_reason | 2,000 chars | |
 | path (export) | 4,096 chars | PATH_MAX on Linux |
 | reference / candidate source | `max_source_bytes` (256 KiB) | a real kernel file is a few KB |
-| atol / rtol | finite, > 0, <= 1e3 | 0 or NaN would fail every kernel; inf would pass any |
-| size_overrides | each an int in 1 .. 2**31-1, estimated bytes <= `max_eval_bytes` (16 GiB) | see below |
+| atol / rtol | a number in 1e-12 .. 1 | 0 or a denormal (1e-320) fails every kernel; above 1 nearly any passes |
+| size_overrides (start_task, verify, profile_ncu) | ints 1 .. 2**31-1; estimate <= `max_eval_bytes` (16 GiB) | below |
+| dims (propose_tiling) | each an int in 1 .. 2**31-1 | cost-model dimensions |
+| k_seeds | int 1 .. 8 | seeds per task |
+| max_trials (propose_tiling) | int 1 .. 64 | configs measured |
+| time_budget_s (propose_tiling) | number 1 .. 1800 | seconds of measuring; less measures nothing |
+| rounds (compare) | int 5 .. 200 | A/B rounds |
+
+Every argument of every tool is strict (`surface.schemas.strict_arguments`): an integer is a JSON integer, a
+number a JSON number (an integer is fine where a number is meant), a flag a JSON boolean; no bools for numbers,
+no numeric or boolean strings, no NaN or infinity. A refusal is one sentence naming the argument, what was
+wrong and what is accepted (`surface.schemas.plain_argument_error`).
 
 The size estimate: the reference analysis measures the bytes the problem moves at its own sizes
 (inputs, outputs and parameters once, `min_bytes`); an override scales it by the ratio of new to
 default value for every constant it grows (exact for shapes linear in each constant, the common
-KernelBench case). The worker holds the inputs, the reference's outputs and the candidate's, about
-3x that, so 16 GiB keeps one evaluation under ~48 GiB: inside an H200's 141 GB and a workstation's RAM.
+KernelBench case). Every tool that takes `size_overrides` runs this check before any job starts: start_task
+against the analysis at the problem's defaults, verify and profile_ncu (`ServiceCore.check_sizes`) against the
+task's stored analysis and the sizes it was taken at (without an analysis there is no estimate; the per-value
+bound still holds). The worker holds the inputs, the reference's outputs and the candidate's, about 3x that,
+so 16 GiB keeps one evaluation under ~48 GiB: inside an H200's 141 GB and a workstation's RAM.
 """
 
 from __future__ import annotations
@@ -37,8 +50,15 @@ MAX_RATIONALE = 8000
 MAX_ITEMS = 50
 MAX_FORCE_REASON = 2000
 MAX_PATH = 4096
-MAX_TOLERANCE = 1e3
+MIN_TOLERANCE = 1e-12
+MAX_TOLERANCE = 1.0
 MAX_SIZE_VALUE = 2**31 - 1
+MAX_K_SEEDS = 8
+MAX_TRIALS = 64
+MIN_TIME_BUDGET_S = 1.0
+MAX_TIME_BUDGET_S = 1800.0
+MIN_COMPARE_ROUNDS = 5
+MAX_COMPARE_ROUNDS = 200
 
 
 class InputError(ValueError):
@@ -65,13 +85,18 @@ def check_tolerance(field: str, value: float | None) -> None:
     if value is None:
         return
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise InputError(f"{field} must be a number, got {value!r}")
-    if not math.isfinite(value) or value <= 0 or value > MAX_TOLERANCE:
-        raise InputError(f"{field}={value!r} is not allowed: a tolerance must be finite, > 0 and <= {MAX_TOLERANCE:g} "
-                         "(0 or NaN fails every kernel, inf passes any). Omit it to use the preset.")
+        raise InputError(f"{field}={value!r} is not allowed: a tolerance is a number from {MIN_TOLERANCE:g} to "
+                         f"{MAX_TOLERANCE:g}, not a {type(value).__name__}. Omit it to use the preset.")
+    if not math.isfinite(value) or not MIN_TOLERANCE <= value <= MAX_TOLERANCE:
+        raise InputError(f"{field}={value!r} is not allowed: a tolerance is a finite number from {MIN_TOLERANCE:g} to "
+                         f"{MAX_TOLERANCE:g} (0, denormals or NaN fail every kernel; above 1 nearly any output "
+                         "passes). Omit it to use the preset.")
 
 
-def check_size_values(size_overrides: dict[str, Any]) -> None:
+def check_size_values(size_overrides: Any) -> None:
+    if not isinstance(size_overrides, dict):
+        raise InputError(f"size_overrides={size_overrides!r} is not allowed: it is an object of module-level int "
+                         "constant names to integers, e.g. {\"batch_size\": 8}")
     for key, value in size_overrides.items():
         check_text("size_overrides key", key, MAX_NAME)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE_VALUE:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AllowInfNan, BaseModel, Field, Strict, StrictStr
 
 from egg_mcp.evaluation.api import BaselineResult, EvalResult, TolerancePolicy, Verdict
 from egg_mcp.workflow.memcheck_gate import MemcheckGate
@@ -23,10 +23,14 @@ class TaskOptions(BaseModel):
     gpu_name: str | None = Field(None, description="GPU the task is measured on; None: CPU interpreter only")
 
 
+# A measurement in a commit's evidence: a finite JSON number or a text; never a bool (lax pydantic read true as 1.0)
+Measurement = Annotated[float, Strict(), AllowInfNan(False)] | StrictStr | None
+
+
 class Evidence(BaseModel):
     metric: str = Field(description="e.g. 'median_ms', 'dram_throughput_pct', 'registers'")
-    before: float | str | None = None
-    after: float | str | None = None
+    before: Measurement = None
+    after: Measurement = None
     report_id: str | None = Field(None, description="profile/tiling report this number comes from")
 
 
