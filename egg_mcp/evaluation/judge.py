@@ -82,9 +82,6 @@ class Judge(Verdicts):
         self.notes: dict[str, str] = {}  # how outputs were compared, by path (compare.compare_outputs)
         self.checked_signatures: set[tuple] = set()
         self.output_leaf_bytes: list[int] = []
-        self.device_name = torch.cuda.get_device_name() if self.device == "cuda" else "cpu"
-        self.l2_bytes = (int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0) or 0)
-                         if self.device == "cuda" else 0)
 
     def clock(self, name: str | None, report: str | None = None, **extra) -> None:
         """Close the running phase and open `name` (None: just close); `report` also tells the engine."""
@@ -401,9 +398,10 @@ class Judge(Verdicts):
             raise Rejected(self._protocol(error))
         self.findings.extend(findings)
         self.judge_info["timed_calls_audited"] = len(audited) if isinstance(audited, list) else 0
-        limit = timed_checks.physical_limit_ms(sum(self.output_leaf_bytes), self.l2_bytes,
-                                               timed_checks.dram_peak_bytes_per_s(self.device_name))
-        what = f"the {self.device_name}'s DRAM rate (hardware.py's lead)"
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())  # timing runs only on a GPU
+        limit = timed_checks.physical_limit_ms(sum(self.output_leaf_bytes), int(getattr(props, "L2_cache_size", 0) or 0),
+                                               timed_checks.dram_peak_bytes_per_s(props.name))
+        what = f"the {props.name}'s DRAM rate (hardware.py's lead)"
         for reading_ms in (stats.median_ms, stats.isolated.median_ms if stats.isolated is not None else None):
             if reading_ms is not None:
                 self.findings.extend(timed_checks.physical_findings(reading_ms, limit, sum(self.output_leaf_bytes),
