@@ -95,8 +95,15 @@ def test_inspector_over_http(inspector, tmp_path):
                     break
             assert time.time() < deadline, "server did not start listening"
             time.sleep(0.2)
-        _check_session(inspector, [f"http://127.0.0.1:{port}/mcp", "--transport", "http",
-                                   "--header", f"Authorization: Bearer {token}"])
+        target = [f"http://127.0.0.1:{port}/mcp", "--transport", "http", "--header", f"Authorization: Bearer {token}"]
+        probe = subprocess.run([*inspector, "--cli", *target, "--method", "tools/list"], cwd=REPO,
+                               capture_output=True, text=True, timeout=240)
+        if "Arguments cannot be passed to a URL-based MCP server" in probe.stdout + probe.stderr:
+            # npm installs Inspector 0.15.0 on Node < 22.7.5 (every later release requires it), and its CLI has
+            # no --header: it cannot send the token every HTTP mode needs. The stdio test above still runs.
+            pytest.skip("this MCP Inspector cannot send an Authorization header (Node < 22.7.5 gets Inspector "
+                        "0.15.0); run with Node >= 22.7.5 or point EGG_MCP_INSPECTOR at a newer inspector")
+        _check_session(inspector, target)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
