@@ -7,12 +7,15 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
+from egg_mcp.cluster.reach import call_with_deadline, unreachable_reason
 from egg_mcp.config import ServerConfig
 from egg_mcp.hardware import NO_GPU, ceiling, gpu_for, nvml_gpu_names, nvml_gpu_uuids, unknown_gpu_message
 from egg_mcp.profiling.runner import find_ncu
 
 OK, WARN, FAIL = "ok  ", "warn", "FAIL"
+RAY_CHECK_S = 12.0  # the whole Ray check, the probe included (doctor --ray stays under 15 s)
 
 
 def _memcheck_line(gpu: bool) -> None:
@@ -91,15 +94,30 @@ def lane_lines(config: ServerConfig) -> list[tuple[str, str, str]]:
         return out
     from egg_mcp.cluster.ray_lanes import EXTRA, ClusterError, describe_cluster, require_ray
 
+    address = config.ray_address
     try:
         ray = require_ray()
-        if not ray.is_initialized():
-            ray.init(address=config.ray_address, logging_level="ERROR", log_to_driver=False)
-        view = describe_cluster()
     except ClusterError as exc:
         return out + [(FAIL, "ray cluster", str(exc))]
-    except Exception as exc:
-        return out + [(FAIL, "ray cluster", f"cannot join {config.ray_address!r}: {exc}"[:300])]
+    start = time.monotonic()
+    if not ray.is_initialized():
+        # a TCP probe first: ray.init on a stale record or a closed port retries for minutes
+        target, why = unreachable_reason(address)
+        if why is not None:
+            return out + [(FAIL, "ray cluster", f"no reachable Ray cluster at {target}: {why}")]
+
+    def join_and_describe():
+        if not ray.is_initialized():
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        return describe_cluster()
+
+    done, view = call_with_deadline(join_and_describe, RAY_CHECK_S - (time.monotonic() - start))
+    if not done:
+        if view is None:
+            why = f"it answers on the network but did not accept a Ray driver within {RAY_CHECK_S:g} s"
+        else:
+            why = str(view).strip().splitlines()[0][:240] if str(view).strip() else type(view).__name__
+        return out + [(FAIL, "ray cluster", f"no reachable Ray cluster at {address}: {why}")]
     models = ", ".join(f"{n:g} x {m}" for m, n in view["gpus_by_model"].items()) or "no GPU (CPU lanes, interpreter)"
     out.append((OK, "ray cluster", f"{config.ray_address}: {view['nodes_alive']} node(s) alive "
                 f"({view['nodes_dead']} dead), GPUs {models}; free now: {view['gpus_free']:g} GPU(s)"))
