@@ -193,6 +193,7 @@ def test_demo_end_to_end_on_the_cpu_interpreter(tmp_path):
     status = json.loads(out.read_text())["status"]
     assert [h["stage"] for h in status["history"]] == [s.stage for s in report.stages]
     assert render_table(report) in proc.stdout
+    assert f"workspace: {tmp_path / 'ws'}" in proc.stdout
 
 
 @pytest.mark.gpu

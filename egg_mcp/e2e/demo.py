@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -319,6 +321,16 @@ async def run_demo(problem: str, config: ServerConfig, *, transport: Literal["st
         return await drive(client, problem, transport=transport, log=log)
 
 
+def demo_workspace(given: Path | None, environ: Mapping[str, str] = os.environ) -> tuple[Path, bool]:
+    """(workspace, temporary?): `--workspace` or $EGG_MCP_WORKSPACE when given, else a new temporary folder,
+    so the demo never writes its tasks into the user's default workspace."""
+    if given is not None:
+        return Path(given), False
+    if environ.get("EGG_MCP_WORKSPACE"):
+        return Path(environ["EGG_MCP_WORKSPACE"]).expanduser(), False
+    return Path(tempfile.mkdtemp(prefix="egg-mcp-demo-")), True
+
+
 def run_demo_cli(args: argparse.Namespace, config: ServerConfig) -> int:
     """Entry point of `egg-mcp demo`."""
     import anyio
@@ -327,6 +339,13 @@ def run_demo_cli(args: argparse.Namespace, config: ServerConfig) -> int:
     if problem not in PLANS:
         print(f"no demo for {problem!r}; choose one of: {', '.join(available_problems())}", file=sys.stderr)
         return 2
+    workspace, temporary = demo_workspace(getattr(args, "workspace", None))
+    if temporary:
+        config = config.model_copy(update={"workspace": workspace})
+    workspace = config.workspace  # as `serve` will see it
+    used = (f"workspace: {workspace} (temporary, kept for inspection; pass --workspace or set EGG_MCP_WORKSPACE "
+            "to use another)" if temporary else f"workspace: {workspace}")
+    print(used, file=sys.stderr, flush=True)
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -337,6 +356,7 @@ def run_demo_cli(args: argparse.Namespace, config: ServerConfig) -> int:
         print(f"demo failed: {exc}", file=sys.stderr)
         return 1
     print(render_table(report))
+    print(used)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(report.model_dump_json(indent=2))
