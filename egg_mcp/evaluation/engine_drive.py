@@ -39,8 +39,18 @@ class _JobState:
     forged: list[str] = field(default_factory=list)
     timed_out: bool = False
     timeout_phase: str | None = None
+    limit_s: float = 0.0  # the limit the running deadline was armed with (what a timeout message names)
+    limit_phase: str = "starting"  # the phase that armed it
     server_phase_s: dict[str, float] = field(default_factory=dict)
     marks: dict[str, float] = field(default_factory=dict)
+
+
+def timeout_message(limit_s: float, armed_phase: str, phase: str | None) -> str:
+    """The timeout sentence, naming the limit the deadline was armed with and the phase that ran out."""
+    phase = phase or armed_phase
+    since = "" if armed_phase == phase else f", counted from the start of phase '{armed_phase}'"
+    return (f"no result within {limit_s:g} s (timed out in phase '{phase}'{since}); "
+            "the worker's whole process group was killed")
 
 
 class JobDriver:
@@ -78,6 +88,7 @@ class JobDriver:
 
         state = _JobState()
         deadline = time.monotonic() + STARTUP_ALLOWANCE_S + first_timeout_s
+        state.limit_s, state.limit_phase = STARTUP_ALLOWANCE_S + first_timeout_s, state.phase
         seen = len(worker.messages) if keep else 0  # a kept judge's earlier jobs are done
         result_deadline: float | None = None
         wait_task = asyncio.ensure_future(worker.proc.wait())
@@ -97,10 +108,12 @@ class JobDriver:
                         state.marks["started"] = time.monotonic()
                         state.phase = "load"
                         deadline = time.monotonic() + first_timeout_s
+                        state.limit_s, state.limit_phase = first_timeout_s, state.phase
                     elif kind == "phase":
                         state.phase = str(message.get("phase"))
                         if state.phase == "run" and run_timeout_s is not None:
                             deadline = time.monotonic() + run_timeout_s
+                            state.limit_s, state.limit_phase = run_timeout_s, state.phase
                         if progress is not None:
                             with contextlib.suppress(Exception):
                                 await progress(
@@ -180,15 +193,13 @@ class JobDriver:
         )
         message = state.result_message
         if state.timed_out:
-            limit = run_timeout_s if (state.timeout_phase == "run" and run_timeout_s is not None) else first_timeout_s
             return JobOutcome(
                 ok=False,
                 timed_out=True,
                 result=message.get("result") if message and message.get("ok") else None,
                 error=ErrorReport(
                     kind="timeout",
-                    message=f"no result within {limit:g} s (phase '{state.timeout_phase}'); the worker's whole "
-                    "process group was killed",
+                    message=timeout_message(state.limit_s, state.limit_phase, state.timeout_phase),
                 ),
                 **common,
             )

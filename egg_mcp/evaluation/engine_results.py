@@ -81,7 +81,8 @@ def evaluation_result(outcome: JobOutcome, state, options: EvalOptions) -> EvalR
         where = "importing/compiling the candidate" if phase in ("starting", "load") else f"phase '{phase}'"
         return EvalResult(
             verdict="timeout",
-            summary=f"The candidate did not finish {where} within the time limit; the worker was killed. "
+            summary=f"The candidate did not finish {where} within {state.limit_s:g} s (the limit "
+            f"{_armed(state, phase)}); the worker was killed. "
             "Look for an endless loop (a Python loop or a kernel loop whose bound never reaches its end), "
             "then verify again.",
             error=outcome.error,
@@ -141,3 +142,9 @@ def _death_report(code: int | None, phase: str) -> ErrorReport:
         message=f"worker exited with code {code} in phase '{phase}' before the harness reported "
         "(os._exit / sys.exit / abort in candidate code?)",
     )
+
+
+def _armed(state, phase: str) -> str:
+    """Which limit that was: the same value the job's timer ran with (engine_drive records it)."""
+    armed = getattr(state, "limit_phase", phase)
+    return "for that phase" if armed == phase else f"counted from the start of phase '{armed}'"

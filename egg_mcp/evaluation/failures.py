@@ -67,10 +67,20 @@ def error_report(exc: BaseException, candidate_path: str | None) -> ErrorReport:
             line = item_line
     if not frames_text:
         frames_text = [ln.rstrip() for ln in traceback.format_tb(exc.__traceback__)[-3:]]
-    message = f"{type(exc).__name__}: {exc}"
+    kind = type(exc).__name__
+    bare = without_kind(str(exc), kind)
+    message = f"{kind}: {bare}"
     text = "\n".join(frames_text[-8:]) + "\n" + message[:3000]
-    return ErrorReport(kind=type(exc).__name__, message=str(exc)[:2000] or type(exc).__name__,
-                       candidate_line=line, traceback=text[-6000:])
+    return ErrorReport(kind=kind, message=bare[:2000] or kind, candidate_line=line, traceback=text[-6000:])
+
+
+def without_kind(message: str, kind: str) -> str:
+    """The message without a leading copy of the exception type ('SyntaxError: SyntaxError: x' -> 'x'):
+    every renderer prints `kind: message`, so the message must not carry the kind itself."""
+    prefix = f"{kind}: "
+    while message.startswith(prefix):
+        message = message[len(prefix):]
+    return message
 
 
 def _triton_compile_line(exc: BaseException) -> int | None:
@@ -105,5 +115,6 @@ def _failure(verdict: str, exc: BaseException, candidate_path: str | None, when:
     cuda_note = ""
     if "CUDA error" in report.message or "device-side assert" in report.message:
         cuda_note = " (a CUDA fault: usually an out-of-bounds pointer or a failed tl.device_assert; add masks)"
-    summary = f"{when}{at}: {report.kind}: {report.message.splitlines()[0][:300] if report.message else ''}{cuda_note}; {advice}."
+    first = without_kind(report.message, report.kind).splitlines()[0][:300] if report.message else ""
+    summary = f"{when}{at}: {report.kind}: {first}{cuda_note}; {advice}."
     return {"verdict": verdict, "summary": summary, "error": report.model_dump(), **extra}

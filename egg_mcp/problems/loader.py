@@ -6,6 +6,7 @@ LLM-written code.
 from __future__ import annotations
 
 import ast
+import difflib
 import re
 from pathlib import Path
 
@@ -47,6 +48,8 @@ def resolve_reference(reference: str, config: ServerConfig) -> ResolvedReference
     elif m := KERNELBENCH_ID.match(ref):
         path = _find_kernelbench(m.group(1), m.group(2), config)
         source, name, origin = _read_allowed(path, config), path.stem, f"kernelbench:{m.group(1)}/{path.name}"
+    elif _looks_like_name(ref):
+        raise ProblemError(unknown_builtin_message(ref))
     else:
         path = Path(ref).expanduser()
         source, name, origin = _read_allowed(path, config), path.stem, str(path.resolve())
@@ -55,6 +58,25 @@ def resolve_reference(reference: str, config: ServerConfig) -> ResolvedReference
         source=source, name=name, origin=origin,
         size_constants=module_int_constants(source), quick_sizes=quick_sizes(source),
     )
+
+
+def _looks_like_name(ref: str) -> bool:
+    """A bare word (or 'builtin:word'), not a path: no separator, no suffix, not an existing file."""
+    word = ref.removeprefix("builtin:")
+    return (ref.startswith("builtin:") or re.fullmatch(r"[A-Za-z_][\w\-]*", word) is not None) \
+        and not Path(ref).expanduser().exists()
+
+
+def unknown_builtin_message(ref: str) -> str:
+    """One sentence: not a built-in, the nearest names, the whole list, and how to pass a file."""
+    word = ref.removeprefix("builtin:")
+    names = list(BUILTIN_PROBLEMS)
+    near = difflib.get_close_matches(word.lower(), names, n=3, cutoff=0.5)
+    guess = (" (did you mean " + " or ".join(repr(n) for n in near) + "?)") if near else ""
+    return (f"{word!r} is not a built-in problem{guess}; the built-ins are " + ", ".join(names)
+            + ". To use your own problem pass its source text, a KernelBench id like 'level1/23', or a file "
+            "path such as ./my_problem.py (absolute, or relative to the server's directory, inside a folder "
+            "the server may read: --allow-dir).")
 
 
 def _find_kernelbench(level: str, number: str, config: ServerConfig) -> Path:
@@ -150,7 +172,7 @@ def check_candidate_contract(source: str, max_bytes: int) -> CandidateCheck:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        return CandidateCheck(ok=False, syntax_error=f"SyntaxError: {exc.msg}: {(exc.text or '').strip()!r}",
+        return CandidateCheck(ok=False, syntax_error=f"{exc.msg}: {(exc.text or '').strip()!r}",
                               syntax_error_line=exc.lineno)
     classes, _ = _top_level_names(tree)
     imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
