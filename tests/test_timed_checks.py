@@ -187,3 +187,13 @@ def test_audited_outputs_use_the_trials_rules_a_zeros_cheat_on_tiny_outputs_fail
     zeros = timed_audit.TimedCallAudit(fresh, [4], rng=random.Random(0))
     zeros.keep(4, torch.zeros(4, 8), "timed call 1")
     assert "behaves differently while timed" in timed_checks.check_in_process(zeros, tiny, 1e-4, 1e-4)
+
+
+def test_with_the_audit_seeds_used_up_nothing_is_kept_and_nothing_fails():
+    audit = timed_audit.TimedCallAudit(fresh, [], rng=random.Random(0))
+    seed, inputs = audit.fresh_set()
+    assert seed is None and inputs
+    audit.keep(seed, inputs[0].softmax(-1), "isolated call 1")
+    audit.refill_sets([fresh(1)])
+    audit.keep_graph({0: torch.zeros(4, 8)}, "graph replay")
+    assert audit.kept == [] and judge(audit) == ([], None)

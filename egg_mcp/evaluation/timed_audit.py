@@ -138,8 +138,8 @@ class TimedCallAudit:
             self.keep(self.set_seed[k], outputs[k], f"{label} set {k + 1}/{len(outputs)} after a replay")
 
     # -- keeping ---------------------------------------------------------------------------------
-    def keep(self, seed: int, out: Any, where: str) -> None:
-        if len(self.kept) >= MAX_KEPT:
+    def keep(self, seed: int | None, out: Any, where: str) -> None:
+        if seed is None or len(self.kept) >= MAX_KEPT:  # no seed left: nothing the judge could compare it with
             return
         values = []
         for leaf in _leaves(out):
