@@ -388,12 +388,8 @@ class Judge(Verdicts):
         if isinstance(audited, list) and any(not isinstance(c, dict) or c.get("seed") not in seeds for c in audited):
             raise Rejected(self._protocol("an audited call names a seed the judge never sent"))
         tol = self.opts.tolerance
-
-        def compare(got: torch.Tensor, exp: torch.Tensor) -> str | None:  # the trials' rules (vacuous atol scaled)
-            mismatch = compare_outputs(got, exp, tol.atol, tol.rtol)
-            return None if mismatch is None else mismatch.hint[:300]
-
-        findings, error = timed_checks.audit_findings(audited, values, self._expected_raw, compare)
+        findings, error = timed_checks.audit_findings(audited, values, self._expected_raw,
+                                                      timed_checks.trial_rules(tol.atol, tol.rtol))
         if error is not None:
             raise Rejected(self._protocol(error))
         self.findings.extend(findings)

@@ -62,6 +62,7 @@ class TimedCallAudit:
         self.rng = rng or random.SystemRandom()
         self.kept: list[dict[str, Any]] = []
         self.positions: set[int] = set()
+        self.pending: dict[int, int | None] = {}  # audited call -> the seed its inputs were refilled from
         self.set_seed: dict[int, int] = {}
         self.label = ""
 
@@ -90,12 +91,12 @@ class TimedCallAudit:
     def plan(self, n_calls: int, label: str, per_reading: int = PER_READING) -> None:
         """Audit `per_reading` random calls and the last one of a reading of n_calls."""
         self.label = label
+        self.pending = {}
         if len(self.kept) >= MAX_KEPT or n_calls <= 0:
             self.positions = set()
             return
         others = self.rng.sample(range(n_calls - 1), min(per_reading, max(0, n_calls - 1)))
         self.positions = {n_calls - 1, *others}
-        self.pending: dict[int, int | None] = {}
 
     def before(self, index: int, inputs: list) -> None:
         """Called before the call's L2 flush (outside the timed region)."""

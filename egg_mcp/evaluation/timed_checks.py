@@ -195,17 +195,22 @@ def physical_findings(median_ms: float, limit_ms: float | None, output_bytes: in
         "cannot have done the work"))]
 
 
-def check_in_process(audit: Any, expected_for_seed: Callable[[int], Any], atol: float, rtol: float) -> str | None:
-    """The audit of an advisory timing job (compare rounds, tiling trials: the reference runs in the same worker,
-    so this decides no verdict): None, or the sentence that says the candidate behaved differently while timed."""
+def trial_rules(atol: float, rtol: float) -> Callable[[torch.Tensor, torch.Tensor], str | None]:
+    """The correctness trials' comparison (compare_outputs: vacuous atol scaled) as audit_findings wants it."""
     from egg_mcp.evaluation.compare import compare_outputs
 
     def compare(got: torch.Tensor, exp: torch.Tensor) -> str | None:
         mismatch = compare_outputs(got, exp, atol, rtol)
         return None if mismatch is None else mismatch.hint[:300]
 
+    return compare
+
+
+def check_in_process(audit: Any, expected_for_seed: Callable[[int], Any], atol: float, rtol: float) -> str | None:
+    """The audit of an advisory timing job (compare rounds, tiling trials: the reference runs in the same worker,
+    so this decides no verdict): None, or the sentence that says the candidate behaved differently while timed."""
     calls, flat = audit.wire_values()
-    findings, error = audit_findings(calls, flat, expected_for_seed, compare)
+    findings, error = audit_findings(calls, flat, expected_for_seed, trial_rules(atol, rtol))
     if error is not None:
         return f"the audit of the timed calls failed: {error}"
     return findings[0].detail if findings else None
