@@ -10,6 +10,9 @@ judge's side of the audit (each audited seed's reference, the comparison). Varia
 * `no_timed_audit`: `time` gets no audit seeds (nothing refilled or kept);
 * `base`: the package in `.base/` (a `git archive` of the tree before the checks), when present.
 
+`--warm` instead runs one child that, after the compile, alternates the `time` command with and without audit
+seeds (synchronised wall per command) and times the judge's side step by step (decode, each audited seed's
+inputs, reference forward, comparison), with a cProfile of the last round of each.
 `--profile` adds a cProfile of the full variant's first trial and `time` command (top functions by own time).
 This is an attribution tool; the verify wall time the issue's budget is judged on comes from the
 `verify_latency` suite, before and after, in one run.
@@ -113,6 +116,87 @@ def _child(variant: str, profile: bool) -> dict:
     return out
 
 
+def _warm_child(rounds: int = 3) -> dict:
+    """Per-part costs once everything is compiled and warm (see the module doc, --warm)."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from verify_latency import CANDIDATE, FULL, REFERENCE
+
+    from egg_mcp.evaluation import candidate_side, timed_checks, wire
+    from egg_mcp.evaluation.api import EvalOptions
+
+    torch.set_grad_enabled(False)
+    side = candidate_side.CandidateSide(Path(tempfile.mkdtemp(prefix="audit-cost-")), interpreter=False)
+    side.load({"options": EvalOptions().model_dump(mode="json"),
+               "candidate_source": CANDIDATE.format(**FULL["tile"]),
+               "reference_source": REFERENCE.format(m=FULL["m"], k=FULL["k"], n=FULL["n"]), "init_seed": 1})
+    for seed in range(1, 6):
+        side.trial({"seed": seed, "trial": seed - 1, "stage": "correctness"})
+    side.report({"forwards": 5, "check": True})
+    problem = side.problem
+    ref_model = problem.build(problem.module.Model, problem.init_inputs(1), 1)
+    out: dict = {"time_with_audit_s": [], "time_without_s": [], "encode_s": [], "judge": []}
+    prof_runner, prof_judge = cProfile.Profile(), cProfile.Profile()
+    next_seed = 1000
+    for r in range(rounds):
+        for audited in (True, False):
+            cmd = {"seeds": list(range(100, 164)), "n_runs": None, "isolated": True}
+            if audited:
+                cmd["audit_seeds"] = list(range(next_seed, next_seed + 200))
+                next_seed += 200
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            if audited and r == rounds - 1:
+                prof_runner.enable()
+            header, blobs = side.time(cmd)
+            if audited and r == rounds - 1:
+                prof_runner.disable()
+            torch.cuda.synchronize()
+            out["time_with_audit_s" if audited else "time_without_s"].append(time.perf_counter() - t0)
+            if not audited:
+                continue
+            steps = {"decode": 0.0, "inputs": 0.0, "reference": 0.0, "compare_and_rest": 0.0}
+            t0 = time.perf_counter()
+            values = wire.decode_values(header["values"], [bytearray(b) for b in blobs])
+            steps["decode"] = time.perf_counter() - t0
+
+            def expected(seed: int):
+                torch.cuda.synchronize()
+                a = time.perf_counter()
+                xs = problem.inputs(seed)
+                torch.cuda.synchronize()
+                b = time.perf_counter()
+                y = ref_model(*xs)
+                torch.cuda.synchronize()
+                steps["inputs"] += b - a
+                steps["reference"] += time.perf_counter() - b
+                return y
+
+            if r == rounds - 1:
+                prof_judge.enable()
+            t0 = time.perf_counter()
+            findings, error = timed_checks.audit_findings(header["audited"], values, expected,
+                                                          timed_checks.trial_rules(1e-4, 1e-4))
+            torch.cuda.synchronize()
+            total = time.perf_counter() - t0
+            if r == rounds - 1:
+                prof_judge.disable()
+            steps["compare_and_rest"] = total - steps["inputs"] - steps["reference"]
+            out["judge"].append({"total_s": total, "audited_calls": len(header["audited"]),
+                                 "blob_bytes": sum(len(b) for b in blobs), **steps,
+                                 "findings": [f.check for f in findings] + ([error] if error else [])})
+    for name, prof in (("runner_time_profile", prof_runner), ("judge_audit_profile", prof_judge)):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+        out[name] = buf.getvalue()[-9000:]
+    return out
+
+
 def _run(variant: str, profile: bool) -> dict:
     env = dict(os.environ)
     if variant == "base":
@@ -139,7 +223,21 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--warm", action="store_true")
     args = parser.parse_args()
+    if args.warm:
+        code = ("import json, sys; sys.path.insert(0, %r); import audit_cost; "
+                "print('AUDIT-COST ' + json.dumps(audit_cost._warm_child()))" % str(ROOT / "benchmarks"))
+        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=400)
+        line = [x for x in proc.stdout.splitlines() if x.startswith("AUDIT-COST ")]
+        result = json.loads(line[0][len("AUDIT-COST "):]) if line else {"error": (proc.stderr or proc.stdout)[-3000:]}
+        for key in ("runner_time_profile", "judge_audit_profile"):
+            print(result.pop(key, ""))
+        print(json.dumps(result, indent=1))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"what": "audit costs, warm", "command": " ".join(sys.argv),
+                                        "commit": os.environ.get("EGG_MCP_GIT_COMMIT"), "result": result}, indent=1))
+        return
     variants = [v for v in args.variants.split(",") if v]
     rows = []
     for rep in range(args.reps):
