@@ -121,7 +121,9 @@ def test_large_leaves_are_kept_as_a_sample_the_judge_checks(monkeypatch):
     audit = timed_audit.TimedCallAudit(fresh, [3], rng=random.Random(0))
     audit.keep(3, reference(3), "timed call 1")
     calls, flat = audit.wire_values()
-    assert calls[0]["leaves"][0]["kind"] == "sample" and flat[0].numel() == 16
+    leaf = calls[0]["leaves"][0]
+    assert leaf["kind"] == "sample" and 2 <= leaf["stride"] < 4 and 0 <= leaf["offset"] < leaf["stride"]
+    assert len(flat) == 1 and flat[0].numel() == len(range(leaf["offset"], 32, leaf["stride"]))  # spans the output
     assert timed_checks.audit_findings(calls, flat, reference, compare) == ([], None)
     bad = timed_audit.TimedCallAudit(fresh, [3], rng=random.Random(0))
     bad.keep(3, torch.zeros(4, 8), "timed call 1")
@@ -130,8 +132,11 @@ def test_large_leaves_are_kept_as_a_sample_the_judge_checks(monkeypatch):
     calls[0]["leaves"][0]["shape"] = [8, 4]
     assert timed_checks.audit_findings(calls, flat, reference, compare)[0][0].check == "timed_output"
     calls[0]["leaves"][0]["shape"] = [4, 8]
-    flat[0] = flat[0] + 1000
-    assert timed_checks.audit_findings(calls, flat, reference, compare)[1] is not None  # out-of-range indices
+    calls[0]["leaves"][0]["offset"] = calls[0]["leaves"][0]["stride"]
+    assert timed_checks.audit_findings(calls, flat, reference, compare)[1] is not None  # an offset past its stride
+    calls[0]["leaves"][0]["offset"] = 0
+    flat[0] = flat[0][:3]
+    assert timed_checks.audit_findings(calls, flat, reference, compare)[1] is not None  # fewer values than it says
 
 
 def test_timed_calls_must_launch_what_checked_calls_launched():
@@ -197,3 +202,17 @@ def test_with_the_audit_seeds_used_up_nothing_is_kept_and_nothing_fails():
     audit.refill_sets([fresh(1)])
     audit.keep_graph({0: torch.zeros(4, 8)}, "graph replay")
     assert audit.kept == [] and judge(audit) == ([], None)
+
+
+def test_a_sample_spans_every_column_of_a_large_output(monkeypatch):
+    monkeypatch.setattr(timed_audit, "FULL_LEAF_BYTES", 64)
+    monkeypatch.setattr(timed_audit, "SAMPLE_ELEMENTS", 64)
+    out = torch.arange(1024 * 16, dtype=torch.float32).reshape(1024, 16)  # rows of 16: a stride of 16 would see one column
+    for seed in range(20):
+        audit = timed_audit.TimedCallAudit(fresh, [seed], rng=random.Random(seed))
+        audit.keep(seed, out, "timed call 1")
+        calls, flat = audit.wire_values()
+        leaf = calls[0]["leaves"][0]
+        assert leaf["stride"] % 2 == 1  # coprime with 16 and 1024
+        columns = {int(v) % 16 for v in flat[0]}
+        assert len(columns) == 16

@@ -11,7 +11,10 @@ earlier output without doing the work. So every timing path hands its calls to a
   once more, and the outputs of the captured calls (the last one of each set, read after that replay) are
   audited: a kernel that skips its work on later replays leaves outputs for the old contents;
 * each kept output is copied right after its call (outside the timed region), so later calls cannot fix it up;
-  a leaf over FULL_LEAF_BYTES is kept as a random sample of SAMPLE_ELEMENTS elements (indices + values).
+  a leaf over FULL_LEAF_BYTES is kept as a strided sample of about SAMPLE_ELEMENTS elements (every `stride`-th
+  element of the flattened leaf from a random `offset`, both drawn after the call: the sample spans the whole
+  output, and the copy is one strided clone, no gather kernel or index tensor that a fresh runner would first have
+  to load and ship; measured cold costs in benchmarks/results/h200_2026-12-02/README.md).
 
 The judge computes the reference for each audited seed and compares: a mismatch is `integrity_violation`
 (timed_output). The audit also records which kernels each call launched (`LaunchCounter.begin_call`), so the
@@ -20,6 +23,7 @@ judge can hold the timed calls' launches against those of the checked calls (tim
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any, Callable
 
@@ -29,6 +33,7 @@ FULL_LEAF_BYTES = 16 << 20
 """Output leaves up to this size are kept whole; larger ones as a sample (a 6.4 GB softmax output would
 otherwise cost a full extra transfer per audited call)."""
 SAMPLE_ELEMENTS = 1 << 18
+"""About this many elements per sampled leaf (the stride is drawn from [n // SAMPLE_ELEMENTS, 2x that))."""
 PER_READING = 2
 """Randomly placed audited calls per per-call reading, besides its last call."""
 GRAPH_SETS = 4
@@ -36,8 +41,7 @@ GRAPH_SETS = 4
 MAX_KEPT = 12
 
 _clone = torch.Tensor.clone
-_take = torch.take
-_randint = torch.randint
+_reshape = torch.Tensor.reshape
 _copy = torch.Tensor.copy_
 try:
     from torch.autograd.graph import increment_version as _increment_version
@@ -145,9 +149,10 @@ class TimedCallAudit:
         values = []
         for leaf in _leaves(out):
             if isinstance(leaf, torch.Tensor) and leaf.numel() * leaf.element_size() > FULL_LEAF_BYTES:
-                idx = _randint(0, leaf.numel(), (SAMPLE_ELEMENTS,), device=leaf.device)
-                values.append({"sample_of": list(leaf.shape), "dtype": str(leaf.dtype), "index": idx,
-                               "values": _take(leaf.detach(), idx)})
+                stride = self._stride(leaf)
+                offset = self.rng.randrange(stride)
+                values.append({"sample_of": list(leaf.shape), "offset": offset, "stride": stride,
+                               "values": _clone(_reshape(leaf.detach(), -1)[offset::stride])})
             elif isinstance(leaf, torch.Tensor):
                 values.append({"whole": _clone(leaf.detach())})
             elif leaf is None or isinstance(leaf, (bool, int, float, complex, str)):
@@ -156,6 +161,17 @@ class TimedCallAudit:
                 values.append({"scalar": f"<{type(leaf).__name__}>"})
         self.kept.append({"seed": int(seed), "where": where, "values": values})
 
+    def _stride(self, leaf: torch.Tensor) -> int:
+        """A random stride in [n // SAMPLE_ELEMENTS, twice that), coprime with every dimension where one is found:
+        a stride that is a multiple of the row length would sample a single column."""
+        base = max(1, leaf.numel() // SAMPLE_ELEMENTS)
+        stride = self.rng.randrange(base, 2 * base)
+        for _ in range(64):
+            if all(math.gcd(stride, int(d)) == 1 for d in leaf.shape if d > 1):
+                break
+            stride = self.rng.randrange(base, 2 * base)
+        return stride
+
     def wire_values(self) -> tuple[list[dict[str, Any]], list]:
         """(per audited call: seed, where, leaf kinds) and the flat list of values to encode."""
         calls, flat = [], []
@@ -163,8 +179,9 @@ class TimedCallAudit:
             leaves = []
             for v in item["values"]:
                 if "sample_of" in v:
-                    leaves.append({"kind": "sample", "shape": v["sample_of"], "dtype": v["dtype"]})
-                    flat.extend([v["index"], v["values"]])
+                    leaves.append({"kind": "sample", "shape": v["sample_of"], "offset": v["offset"],
+                                   "stride": v["stride"]})
+                    flat.append(v["values"])
                 elif "whole" in v:
                     leaves.append({"kind": "whole"})
                     flat.append(v["whole"])

@@ -124,19 +124,19 @@ def audit_findings(audited: Any, values: list, expected_for_seed: Callable[[int]
                 got, pos = values[pos], pos + 1
                 problem = _compare_leaf(got, exp, compare)
             elif kind == "sample":
-                if pos + 1 >= len(values):
+                if pos >= len(values):
                     return [], "audited sample values are missing"
-                index, got, pos = values[pos], values[pos + 1], pos + 2
-                if not (isinstance(exp, torch.Tensor) and isinstance(index, torch.Tensor)
-                        and isinstance(got, torch.Tensor) and index.dtype == torch.int64 and index.dim() == 1
-                        and got.shape == index.shape and index.numel() > 0):
+                got, pos = values[pos], pos + 1
+                offset, stride = leaf.get("offset"), leaf.get("stride")
+                if not (isinstance(exp, torch.Tensor) and isinstance(got, torch.Tensor) and got.dim() == 1
+                        and type(offset) is int and type(stride) is int and 0 <= offset < stride):
                     return [], "an audited sample is malformed"
                 if list(leaf.get("shape", [])) != list(exp.shape):
                     problem = f"shape {leaf.get('shape')} instead of {list(exp.shape)}"
-                elif int(index.min()) < 0 or int(index.max()) >= exp.numel():
-                    return [], "an audited sample's indices are out of range"
+                elif got.numel() != len(range(offset, exp.numel(), stride)) or got.numel() == 0:
+                    return [], "an audited sample does not match its offset and stride"
                 else:
-                    problem = _compare_leaf(got.to(exp.device), torch.take(exp, index.to(exp.device)), compare)
+                    problem = _compare_leaf(got, exp.reshape(-1)[offset::stride], compare)
             elif kind == "scalar":
                 if pos >= len(values):
                     return [], "audited values are missing"

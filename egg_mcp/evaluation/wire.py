@@ -88,6 +88,11 @@ def recv(sock: socket.socket, *, max_blob_bytes: int, timeout_s: float | None = 
 
 # ------------------------------------------------------------------------------- values
 
+PINNED_FROM_BYTES = 4 << 20
+"""Device tensors from this size go through pinned memory; smaller ones (the timed audit's samples, small
+outputs) through a plain copy, which skips a fresh runner's first pinned allocation of each size."""
+
+
 def _host_copy(t):
     """A contiguous host copy of t: through pinned memory from a GPU (2-4x the pageable copy's rate;
     torch's host allocator reuses the block across trials), plain `.to("cpu")` otherwise."""
@@ -96,6 +101,8 @@ def _host_copy(t):
     t = t.contiguous()
     if t.device.type != "cuda":
         return t
+    if t.numel() * t.element_size() < PINNED_FROM_BYTES:
+        return t.to("cpu")
     try:
         host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
         host.copy_(t)
