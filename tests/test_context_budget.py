@@ -1,5 +1,6 @@
-"""What a client's context pays for egg-mcp: tools/list under 20 KB, every result's text under ~1.5 KB
-beside its full structured content, unknown arguments refused (CPU interpreter, in-process MCP)."""
+"""What a client's context pays for egg-mcp: tools/list under 20 KB, every result's summary under ~1.5 KB
+beside its full structured content, the guidance of the guidance tools in the text under 4 KB and never cut
+on the demo problem, unknown arguments refused (CPU interpreter, in-process MCP)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from mcp import Client
 
 from egg_mcp.config import ServerConfig
 from egg_mcp.server import create_server
-from egg_mcp.surface.summaries import MAX_TEXT
+from egg_mcp.surface.summaries import BRIEF_MARK, MAX_BRIEF, MAX_TEXT
 from tests.mcp_driver import SEEDS, call, drive_to_done
 
 TOOLS_LIST_BUDGET = 20_000
@@ -70,6 +71,7 @@ class _Recording:
     def __init__(self, client):
         self.client = client
         self.texts: dict[str, int] = {}
+        self.guidance: dict[str, int] = {}
         self.reports: list[tuple[str, str]] = []
 
     async def call_tool(self, name, arguments, **kw):
@@ -77,8 +79,13 @@ class _Recording:
         if not result.is_error:
             assert result.structured_content is not None, name
             text = "".join(c.text for c in result.content if c.type == "text")
-            size = len(text.encode())
-            assert size <= MAX_TEXT, f"{name}: text block of {size} bytes:\n{text}"
+            summary, _, guidance = text.partition(BRIEF_MARK)
+            size = len(summary.encode())
+            assert size <= MAX_TEXT, f"{name}: summary of {size} bytes:\n{text}"
+            if guidance:  # the brief, where the model reads it: within its budget and whole
+                body = guidance.split("\n", 1)[1]
+                assert len(body.encode()) <= MAX_BRIEF and "… (cut at" not in body, f"{name}: brief:\n{body}"
+                self.guidance[name] = max(len(body.encode()), self.guidance.get(name, 0))
             # a summary, not the structured content again
             assert text.lstrip()[:1] != "{", f"{name} text is JSON"
             self.texts[name] = max(size, self.texts.get(name, 0))
@@ -108,6 +115,7 @@ def test_every_result_text_is_a_short_summary_beside_the_structured_content(tmp_
             brief = await raw.read_resource(f"egg://tasks/{tid}/brief/code")
             assert "DONE" in brief.contents[0].text
             assert ALL_TOOLS - {"list_tasks"} <= set(client.texts) | {"list_tasks"}, client.texts
+            assert {"start_task", "generate_seeds", "commit_stage", "verify"} <= set(client.guidance), client.guidance
             task_id, report_id = client.reports[0]
             raw_table = json.loads((await raw.read_resource(f"egg://tasks/{task_id}/reports/{report_id}/raw"))
                                    .contents[0].text)

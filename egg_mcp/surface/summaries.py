@@ -1,19 +1,27 @@
-"""The text form of each tool result: a short summary an LLM can act on (~1.5 KB at most).
+"""The text form of each tool result: a short summary an LLM can act on (~1.5 KB at most), then, for the
+tools whose value is guidance, the guidance itself (≤ 4 KB).
 
-The full result travels beside it as structuredContent (MCP: structured content plus a text
-form); long parts (briefs, sources, diffs, per-kernel metrics) are named with where to read them:
-the structured field, an `egg://` resource or a prompt.
+Many clients hand the model only a result's text content, so the briefs travel there: start_task's and
+commit_stage's Code brief for the stage, generate_seeds' rules and paradigms, verify's Debug brief when a
+candidate failed (profile_ncu's findings are its summary). The full result travels beside the text as
+structuredContent (MCP: structured content plus a text form); other long parts (sources, diffs, per-kernel
+metrics) are named with where to read them: the structured field, an `egg://` resource or a prompt.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel
 
 MAX_TEXT = 1500
-"""Bytes of one result's text block; the test of the context budget holds it."""
+"""Bytes of one result's summary (the text before the guidance); the test of the context budget holds it."""
+MAX_BRIEF = 4096
+"""Bytes of the guidance block in the text (a brief compacted); the test of the context budget holds it."""
+BRIEF_MARK = "\n\n=== "
+"""Where the guidance block starts in a text content (a client or test can split there)."""
 
 
 def _ms(v: float | None) -> str:
@@ -32,9 +40,42 @@ def _clip(text: str | None, n: int) -> str:
 def _brief_pointer(task_id: str, role: str, stage: str, text: str) -> str:
     if not text:
         return ""
-    prompt = f"{stage.lower()}_{role}"
-    return (f"brief ({len(text)} chars): structuredContent.brief, resource egg://tasks/{task_id}/brief/{role}, "
-            f"or prompt {prompt} with task_id")
+    return f"brief: below; also structuredContent.brief and resource egg://tasks/{task_id}/brief/{role}"
+
+
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+
+
+def compact_brief(text: str, where: str, limit: int = MAX_BRIEF) -> str:
+    """The brief as guidance for the text block: comments and trailing spaces dropped, blank runs collapsed; a
+    brief over `limit` bytes is cut at a line, saying where the whole one is (the budget test keeps the briefs
+    of the workflow under the limit, so the cut is a guard, not the plan)."""
+    lines = [line.rstrip() for line in _COMMENT.sub("", text).strip().splitlines()]
+    out: list[str] = []
+    for line in lines:
+        if line or (out and out[-1]):
+            out.append(line)
+    body = "\n".join(out)
+    if len(body.encode()) <= limit:
+        return body
+    tail = f"\n… (cut at {limit} bytes; the whole brief: {where})"
+    room = limit - len(tail.encode())
+    cut = body.encode()[:room].decode(errors="ignore")
+    return cut[: cut.rfind("\n")] + tail if "\n" in cut else cut + tail
+
+
+def _guidance(tool: str, result: Any) -> tuple[str, str, str] | None:
+    """(title, brief, where the whole one is) for the tools whose value is guidance, else None."""
+    tid = getattr(result, "task_id", "")
+    if tool == "start_task" and result.brief:
+        return f"{result.stage} · Code brief", result.brief, f"egg://tasks/{tid}/brief/code"
+    if tool == "generate_seeds" and result.brief:
+        return "Seeds: rules and paradigms", result.brief, "structuredContent.brief"
+    if tool == "commit_stage" and result.brief:
+        return f"{result.new_stage} · Code brief", result.brief, f"egg://tasks/{tid}/brief/code"
+    if tool == "verify" and result.debug_brief and result.verdict != "correct":
+        return "Debug brief", result.debug_brief, f"egg://tasks/{tid}/brief/debug"
+    return None
 
 
 def _lines(*parts: str) -> str:
@@ -68,8 +109,7 @@ def generate_seeds(r) -> str:
         f"task {r.task_id}, stage {r.stage}: write {r.k} structurally different seeds",
         ("paradigms: " + "; ".join(_clip(p, 90) for p in paradigms if p)) if paradigms else "",
         b,
-        f"brief ({len(r.brief)} chars, the rules and paradigms): structuredContent.brief, or prompt seeds_code "
-        f"with task_id; structured form in seed_plan",
+        "brief (the rules and paradigms): below; also structuredContent.brief, structured form in seed_plan",
         f"next: {r.next_step}",
     )
 
@@ -104,8 +144,8 @@ def verify(r) -> str:
     bad = [f for f in res.integrity if f.severity == "violation"]
     if bad:
         parts.append("integrity: " + "; ".join(_clip(f"{f.check}: {f.detail}", 150) for f in bad[:2]))
-    if r.debug_brief:
-        parts.append(f"debug brief ({len(r.debug_brief)} chars): structuredContent.debug_brief or resource "
+    if r.debug_brief and r.verdict != "correct":
+        parts.append(f"debug brief: below; also structuredContent.debug_brief and resource "
                      f"egg://tasks/{r.task_id}/brief/debug")
     parts.append(f"full result: structuredContent.result or egg://tasks/{r.task_id}/candidates/{r.candidate_id}/result")
     parts.append(f"next: {r.next_step}")
@@ -245,12 +285,16 @@ _BY_TOOL = {
 
 
 def summary_text(tool: str, result: BaseModel) -> str:
-    """The result's text block, clipped to MAX_TEXT bytes."""
+    """The result's text block: its summary clipped to MAX_TEXT bytes, then its guidance (MAX_BRIEF bytes)."""
     fn = _BY_TOOL.get(tool)
     text = fn(result) if fn else _clip(result.model_dump_json(), MAX_TEXT)
     raw = text.encode()
     if len(raw) > MAX_TEXT:
         text = raw[: MAX_TEXT - 40].decode(errors="ignore") + "\n… (full result in structuredContent)"
+    guidance = _guidance(tool, result)
+    if guidance is not None:
+        title, brief, where = guidance
+        text += f"{BRIEF_MARK}{title} ===\n" + compact_brief(brief, where)
     return text
 
 
