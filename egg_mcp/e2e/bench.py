@@ -149,7 +149,7 @@ def run_bench(problems_dir: Path, solutions_dir: Path, out_dir: Path, *, config:
     todo = pending(items, load_results(out_dir), interpreter=interpreter)
     notes = []
     if interpreter:
-        notes.append("CPU interpreter: correctness only at the problems' QUICK_SIZES; timings and fast_p need a GPU")
+        notes.append("CPU interpreter: correctness only at the problems' QUICK_SIZES (or sizes derived from their constants); timings and fast_p need a GPU")
     skipped = len(items) - len(todo)
     if skipped:
         notes.append(f"{skipped} problem(s) reused from an earlier run in {out_dir} (unchanged problem and solution)")

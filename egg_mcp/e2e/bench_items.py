@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from egg_mcp.e2e.bench_results import LEVEL_DIR, ProblemResult, fingerprint
 from egg_mcp.evaluation.api import EvalOptions, default_tolerance
-from egg_mcp.problems.loader import quick_sizes
+from egg_mcp.problems.loader import derive_quick_sizes, module_int_constants, quick_sizes
 
 FLAT_LEVEL = "all"
 RETRY_VERDICTS = frozenset({"harness_error", "interrupted"})
@@ -92,14 +92,16 @@ def _level_ok(path: Path, root: Path, wanted: set[str]) -> bool:
 
 
 def eval_options(problem_source: str, *, interpreter: bool) -> tuple[EvalOptions, list[str]]:
-    """fp32 at KernelBench v0.1 tolerance. In the interpreter the problem's QUICK_SIZES (if any) are used:
-    full KernelBench sizes take hours there."""
+    """fp32 at KernelBench v0.1 tolerance. In the interpreter the problem's QUICK_SIZES are used, else sizes
+    derived from its constants (problems.loader.derive_quick_sizes): full KernelBench sizes take hours there."""
     notes = []
     overrides: dict[str, int] = {}
     if interpreter:
         overrides = quick_sizes(problem_source)
         if not overrides:
-            notes.append("no QUICK_SIZES in the problem: interpreted at full size (slow)")
+            overrides = derive_quick_sizes(module_int_constants(problem_source))
+            notes.append(f"no QUICK_SIZES in the problem: interpreted at sizes derived from its constants {overrides}"
+                         if overrides else "no QUICK_SIZES in the problem and no size to shrink: interpreted at full size")
     options = EvalOptions(dtype="float32", tolerance=default_tolerance("float32"), size_overrides=overrides,
                           device="interpreter" if interpreter else "auto", timing=not interpreter)
     return options, notes

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import math
 import re
 from pathlib import Path
 
@@ -195,6 +196,51 @@ def module_int_constants(source: str) -> dict[str, int]:
                 continue
             if isinstance(value, int) and not isinstance(value, bool):
                 out[node.targets[0].id] = value
+    return out
+
+
+QUICK_FROM = 32
+"""Module-level ints from this size up are shrunk for a CPU check; smaller ones (kernel sizes, strides, group
+counts, dim indices) stay as they are."""
+QUICK_MIN = 8
+QUICK_TARGET = 64
+_DIVISOR_NAME = re.compile(r"group|head|kernel|stride|pool|block|factor|chunk|split|window|patch", re.I)
+"""Small constants that other sizes must stay multiples of (a batch size of 16 is not one)."""
+
+
+def _v2(n: int) -> int:
+    return (n & -n).bit_length() - 1
+
+
+def derive_quick_sizes(constants: dict[str, int]) -> dict[str, int]:
+    """Small sizes for a check in the CPU interpreter when the problem declares no QUICK_SIZES.
+
+    Constants >= QUICK_FROM are shrunk by powers of two, one factor per group of constants that divide one
+    another (so `hidden = 4 * dim` style relations written as literals, `in_channels` | `out_channels`, stay
+    true), never below QUICK_MIN, stopping once the group's largest is at most QUICK_TARGET; a constant that a
+    small grouping constant divides (`channels` by `groups = 8`, `num_heads`, `kernel_size`, `stride`) stays a
+    multiple of it. Derived expressions
+    (`bias_shape = (out_features,)`) follow through size_overrides' refresh. Empty when nothing shrinks."""
+    large = {k: v for k, v in constants.items() if v >= QUICK_FROM}
+    small = [v for k, v in constants.items() if 2 <= v < QUICK_FROM and _DIVISOR_NAME.search(k)]
+    groups: list[set[str]] = []
+    for key in large:  # connected components of "one divides the other"
+        linked = [g for g in groups if any(large[key] % large[o] == 0 or large[o] % large[key] == 0 for o in g)]
+        merged = {key}.union(*linked)
+        groups = [g for g in groups if g not in linked] + [merged]
+    out: dict[str, int] = {}
+    for group in groups:
+        values = {k: large[k] for k in group}
+        keep = {k: math.lcm(1, *(s for s in small if v % s == 0)) for k, v in values.items()}
+        shift = 0
+        while max(values.values()) >> shift > QUICK_TARGET:
+            nxt = shift + 1
+            if not all(_v2(v) >= nxt and (v >> nxt) >= QUICK_MIN and (v >> nxt) % keep[k] == 0
+                       for k, v in values.items()):
+                break
+            shift = nxt
+        if shift:
+            out.update({k: v >> shift for k, v in values.items()})
     return out
 
 

@@ -56,14 +56,13 @@ class TaskLifecycle(ServiceCore):
                          "timings need a GPU")
         else:
             overrides = {}
-            if not timing:
-                notes.append("no GPU: candidates are checked in the Triton interpreter at the problem's full sizes, "
-                             "which can be slow; pass size_overrides for a quick check")
-        opts = TaskOptions(k_seeds=k_seeds, dtype=dtype, tolerance=tol, size_overrides=overrides,
-                           correctness_trials=correctness_trials, gpu_name=self.gpu.name if timing and self.gpu else None)
         analysis, analysis_error = await self._analyze(ref.source, dtype, tol)
         if analysis_error:
             notes.append(f"reference analysis failed: {analysis_error}")
+        if not timing and not overrides:
+            overrides = await self._derived_quick_sizes(ref, dtype, tol, notes)
+        opts = TaskOptions(k_seeds=k_seeds, dtype=dtype, tolerance=tol, size_overrides=overrides,
+                           correctness_trials=correctness_trials, gpu_name=self.gpu.name if timing and self.gpu else None)
         if size_overrides:
             _check(limits.check_size_memory, (analysis or {}).get("min_bytes"), dict(ref.size_constants),
                    overrides, self.config.max_eval_bytes)
@@ -89,6 +88,28 @@ class TaskLifecycle(ServiceCore):
             analysis=analysis, timing_available=timing, notes=notes,
             brief=self._brief(row, Stage.SEEDS, "code"), next_step=NEXT_STEP[Stage.SEEDS],
         )
+
+    async def _derived_quick_sizes(self, ref, dtype: str, tol: TolerancePolicy, notes: list[str]) -> dict[str, int]:
+        """No GPU and no QUICK_SIZES: small sizes derived from the reference's constants (problems.loader), kept
+        only when the reference runs at them (its analysis there succeeds); the note says which were used."""
+        from egg_mcp.problems.loader import derive_quick_sizes
+
+        derived = derive_quick_sizes(ref.size_constants)
+        if derived:
+            sized, error = await self._analyze(ref.source, dtype, tol, derived)
+            if sized is not None:
+                notes.append(f"no GPU and no QUICK_SIZES in the problem: candidates are checked in the Triton "
+                             f"interpreter at sizes derived from the reference's constants {derived} (related "
+                             "constants shrunk by one power of two, multiples kept); pass size_overrides to choose "
+                             "others; timings need a GPU")
+                return derived
+            notes.append(f"no GPU: the sizes derived for a quick check {derived} do not run in the reference "
+                         f"({error}); candidates are checked at the problem's full sizes, which can be slow: pass "
+                         "size_overrides")
+            return {}
+        notes.append("no GPU: candidates are checked in the Triton interpreter at the problem's full sizes, which "
+                     "can be slow; pass size_overrides for a quick check")
+        return {}
 
     async def _analyze(self, source: str, dtype: str, tolerance: TolerancePolicy,
                        size_overrides: dict[str, int] | None = None) -> tuple[dict[str, Any] | None, str | None]:
