@@ -33,6 +33,7 @@ from egg_mcp.hardware import GpuSpec, detect_gpu
 from egg_mcp.profiling.compact import CompactProfile, fit_reply
 from egg_mcp.profiling.models import ProfileReport
 from egg_mcp.tiling.models import TilingProposal
+from egg_mcp.surface.progress import long_call
 from egg_mcp.surface.schemas import harden_tools
 from egg_mcp.surface.summaries import tool_result
 from egg_mcp.workflow import service as svc
@@ -155,19 +156,6 @@ def _tool_errors(fn):
     return wrapper
 
 
-def _progress(ctx: Context | None):
-    if ctx is None:
-        return None
-
-    async def report(done: float, total: float | None = None, message: str | None = None) -> None:
-        try:
-            await ctx.report_progress(done, total, message)
-        except Exception:  # a client that went away must not fail the job
-            log.debug("progress report failed", exc_info=True)
-
-    return report
-
-
 async def _calibrate_on_first_use(service: EggService, workspace_root) -> None:
     """First GPU use of this workspace: measure the GPU's ceilings (one short GPU job, queued with the
     others), then let the roofline and briefs use them. Failure leaves the datasheet leads, logged."""
@@ -256,16 +244,18 @@ def create_server(
     ) -> StartTaskResult:
         """Start a task: checks the KernelBench contract, analyses the reference (ops, FLOPs, bytes, roofline
         floor); returns the task id and the SEEDS brief."""
-        return _out("start_task", await service.start_task(
-            reference, name=name, k_seeds=k_seeds, dtype=dtype, tolerance_preset=tolerance_preset, atol=atol,
-            rtol=rtol, size_overrides=size_overrides))
+        async with long_call(ctx, "start_task"):  # the reference's analysis runs in a worker
+            return _out("start_task", await service.start_task(
+                reference, name=name, k_seeds=k_seeds, dtype=dtype, tolerance_preset=tolerance_preset, atol=atol,
+                rtol=rtol, size_overrides=size_overrides))
 
     @mcp.tool()
     @_tool_errors
     async def generate_seeds(task_id: str, ctx: Context = None) -> SeedsResult:  # type: ignore[assignment]
         """SEEDS: k structurally distinct paradigms for this problem, fusion, precision rules, the ModelNew
         contract and the eager / torch.compile baselines (measured once on a GPU)."""
-        return _out("generate_seeds", await service.generate_seeds(task_id, _progress(ctx)))
+        async with long_call(ctx, "generate_seeds") as progress:
+            return _out("generate_seeds", await service.generate_seeds(task_id, progress))
 
     @mcp.tool()
     @_tool_errors
@@ -280,8 +270,8 @@ def create_server(
     ) -> VerifyResult:
         """Check a candidate in an isolated worker: correctness on fresh random inputs, cheating checks, then
         timing (GPU). An identical source at the same sizes returns the stored result."""
-        return _out("verify", await service.verify(task_id, source, note, _progress(ctx),
-                                                   size_overrides=size_overrides))
+        async with long_call(ctx, "verify") as progress:
+            return _out("verify", await service.verify(task_id, source, note, progress, size_overrides=size_overrides))
 
     @mcp.tool()
     @_tool_errors
@@ -296,8 +286,9 @@ def create_server(
     ) -> ProfileResult:
         """Profile a correct candidate with Nsight Compute: per-kernel metrics for this stage, roofline
         bottleneck, evidence, next moves. Without ncu or a GPU it says what it could and could not measure."""
-        report_id, report, brief = await svc.profile(service, task_id, candidate_id, _progress(ctx),
-                                                     size_overrides=size_overrides)
+        async with long_call(ctx, "profile_ncu") as progress:
+            report_id, report, brief = await svc.profile(service, task_id, candidate_id, progress,
+                                                         size_overrides=size_overrides)
         if not detail:
             base = f"egg://tasks/{task_id}/reports/{report_id}"
             pointer = f"{base} (report), {base}/raw (metric table), or profile_ncu(detail=true)"
@@ -326,9 +317,10 @@ def create_server(
         """TILING/MEMORY: find the tunables (UPPERCASE module constants or constexprs passed at the launch,
         TUNING_SPACE), prune infeasible configs with reasons, rank by a cost model, measure the best few; the
         winner comes back applied to the source."""
-        report_id, proposal = await svc.tiling(service, task_id, candidate_id, max_trials=max_trials,
-                                               time_budget_s=time_budget_s, dims=dims, kind=kind, measure=measure,
-                                               progress=_progress(ctx))
+        async with long_call(ctx, "propose_tiling") as progress:
+            report_id, proposal = await svc.tiling(service, task_id, candidate_id, max_trials=max_trials,
+                                                   time_budget_s=time_budget_s, dims=dims, kind=kind, measure=measure,
+                                                   progress=progress)
         nxt = ("verify proposal.recommended_source, then commit_stage if it is faster" if proposal.recommended_source
                else "no rewritten source: change the tunables by hand, verify, then commit_stage")
         return _out("propose_tiling", TilingResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id,
@@ -348,8 +340,9 @@ def create_server(
         faster/slower/inconclusive with its confidence, plus a unified source diff."""
         from egg_mcp.workflow.compare import compare_candidates
 
-        return _out("compare", await compare_candidates(service, task_id, candidate_a, candidate_b, rounds=rounds,
-                                                        progress=_progress(ctx)))
+        async with long_call(ctx, "compare") as progress:
+            return _out("compare", await compare_candidates(service, task_id, candidate_a, candidate_b,
+                                                            rounds=rounds, progress=progress))
 
     @mcp.tool()
     @_tool_errors
@@ -365,13 +358,15 @@ def create_server(
         skip_memcheck: str | None = Field(
             None, max_length=limits.MAX_FORCE_REASON, description="GPU only: skip compute-sanitizer memcheck before "
             "this commit, giving the reason (stored with the candidate); a memory_error already found still refuses"),
+        ctx: Context = None,  # type: ignore[assignment]
     ) -> CommitResult:
         """Finish the stage with a correct candidate and a structured decision. Refused if slower than the last
         committed kernel beyond noise (SEEDS: not the fastest seed), or (GPU with compute-sanitizer) if one
         memcheck forward finds an out-of-bounds access. A repeat returns the stored outcome.
         Returns the next stage's brief."""
-        return _out("commit_stage", await service.commit_stage(task_id, candidate_id, decision, force, force_reason,
-                                                               stage, skip_memcheck))
+        async with long_call(ctx, "commit_stage"):  # a GPU commit runs a memcheck forward first
+            return _out("commit_stage", await service.commit_stage(task_id, candidate_id, decision, force,
+                                                                   force_reason, stage, skip_memcheck))
 
     @mcp.tool()
     @_tool_errors
