@@ -59,7 +59,9 @@ from egg_mcp.workspace.store import Workspace, WorkspaceError
 # Input constraints published in the tool schemas (the service checks them again for other callers). Every
 # argument model is strict (surface.schemas.strict_arguments): no bools or strings for numbers.
 Tolerance = Annotated[float, Field(ge=limits.MIN_TOLERANCE, le=limits.MAX_TOLERANCE, allow_inf_nan=False)]
-SizeValue = Annotated[int, Field(ge=1, le=limits.MAX_SIZE_VALUE)]
+SizeInt = Annotated[int, Field(ge=1, le=limits.MAX_SIZE_VALUE)]
+SizeValue = SizeInt | Annotated[list[SizeInt], Field(min_length=1, max_length=limits.MAX_SIZE_LIST)]
+"""A size constant's override: an int, or a list of ints for a list constant (1_MLP's layer_sizes)."""
 CommitStage = Literal["SEEDS", "ALGORITHM", "PARALLEL_MAPPING", "TILING", "MEMORY"]
 
 log = logging.getLogger(__name__)
@@ -307,7 +309,7 @@ def create_server(
         max_trials: int = Field(8, ge=1, le=limits.MAX_TRIALS, description="configs to measure on the GPU"),
         time_budget_s: float = Field(120.0, ge=limits.MIN_TIME_BUDGET_S, le=limits.MAX_TIME_BUDGET_S,
                                      allow_inf_nan=False, description="wall-time budget for measuring"),
-        dims: dict[str, SizeValue] | None = Field(
+        dims: dict[str, SizeInt] | None = Field(
             None, description="problem dims (M,N,K or n_rows,n_cols); default: analysis"),
         kind: Literal["gemm", "reduction", "elementwise", "softmax", "norm", "attention"] | None = Field(
             None, description="cost model; default: analysis"),

@@ -88,3 +88,60 @@ def test_derived_sizes_the_reference_cannot_run_fall_back_to_full_size_with_the_
     result = _start(tmp_path, HARD_CODED)
     assert result["options"]["size_overrides"] == {}
     assert any("do not run in the reference" in n for n in result["notes"]), result["notes"]
+
+
+MLP = '''import torch
+import torch.nn as nn
+
+batch_size = 128
+input_size = 512
+layer_sizes = [400, 800]
+output_size = 256
+
+
+class Model(nn.Module):
+    def __init__(self, input_size, layer_sizes, output_size):
+        super().__init__()
+        dims = [input_size, *layer_sizes]
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims, dims[1:]))
+        self.out = nn.Linear(dims[-1], output_size)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return self.out(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, input_size)]
+
+
+def get_init_inputs():
+    return [input_size, layer_sizes, output_size]
+'''
+
+
+def test_list_constants_shrink_and_take_list_overrides(tmp_path):
+    derived = derive_quick_sizes({"batch_size": 128, "input_size": 512, "layer_sizes": [400, 800], "output_size": 256})
+    assert isinstance(derived["layer_sizes"], list) and len(derived["layer_sizes"]) == 2
+    assert derived["layer_sizes"][1] % derived["layer_sizes"][0] == 0  # 400 | 800 still holds
+    result = _start(tmp_path, MLP)
+    sizes = result["options"]["size_overrides"]
+    assert sizes["layer_sizes"] == derived["layer_sizes"] and sizes["input_size"] < 512, result["notes"]
+    explicit = _start(tmp_path / "explicit", MLP.replace("layer_sizes = [400, 800]", "layer_sizes = (400, 800)"))
+    assert isinstance(explicit["options"]["size_overrides"]["layer_sizes"], list)  # a tuple constant shrinks too
+
+
+def test_a_list_override_reaches_the_reference_as_its_own_kind():
+    import types
+
+    from egg_mcp.evaluation.problem import apply_size_overrides
+
+    module = types.ModuleType("ref")
+    module.layer_sizes, module.shape, module.batch_size = [400, 800], (3, 224, 224), 16
+    apply_size_overrides(module, None, {"layer_sizes": [8, 16], "shape": [3, 8, 8], "batch_size": 2})
+    assert module.layer_sizes == [8, 16] and module.shape == (3, 8, 8) and module.batch_size == 2
+    with pytest.raises(ValueError, match="not integer constants"):
+        apply_size_overrides(module, None, {"batch_size": [2]})  # a list for an int constant
+    with pytest.raises(ValueError, match="not integer constants"):
+        apply_size_overrides(module, None, {"layer_sizes": 8})  # an int for a list constant

@@ -37,8 +37,8 @@ BASE_ARGS: dict[str, dict[str, Any]] = {
 # every numeric, boolean or size-map argument of the catalogue, and its kind
 TABLE = {
     ("start_task", "k_seeds"): "integer", ("start_task", "atol"): "number", ("start_task", "rtol"): "number",
-    ("start_task", "size_overrides"): "sizes", ("verify", "size_overrides"): "sizes",
-    ("profile_ncu", "size_overrides"): "sizes", ("profile_ncu", "detail"): "boolean",
+    ("start_task", "size_overrides"): "size_lists", ("verify", "size_overrides"): "size_lists",
+    ("profile_ncu", "size_overrides"): "size_lists", ("profile_ncu", "detail"): "boolean",
     ("propose_tiling", "max_trials"): "integer", ("propose_tiling", "time_budget_s"): "number",
     ("propose_tiling", "dims"): "sizes", ("propose_tiling", "measure"): "boolean",
     ("compare", "rounds"): "integer", ("commit_stage", "force"): "boolean",
@@ -59,7 +59,11 @@ def _unnull(node: dict[str, Any]) -> dict[str, Any]:
 def _kind(node: dict[str, Any]) -> str | None:
     node = _unnull(node)
     if node.get("type") == "object" and isinstance(node.get("additionalProperties"), dict):
-        return "sizes" if node["additionalProperties"].get("type") == "integer" else None
+        value = node["additionalProperties"]
+        kinds = {o.get("type") for o in value.get("anyOf", [value])}
+        if kinds == {"integer"}:
+            return "sizes"
+        return "size_lists" if kinds == {"integer", "array"} else None
     return node.get("type") if node.get("type") in ("integer", "number", "boolean") else None
 
 
@@ -68,8 +72,13 @@ def _bad_values(kind: str, node: dict[str, Any]) -> list[Any]:
     node = _unnull(node)
     if kind == "boolean":
         return [1, 0, 1.0, "true", "false", None, "yes"]
-    if kind == "sizes":
-        return [{"batch_size": v} for v in (True, "8", 0, -3, 8.0, 8.5, 10**30, limits.MAX_SIZE_VALUE + 1)]
+    if kind in ("sizes", "size_lists"):
+        bad = [{"batch_size": v} for v in (True, "8", 0, -3, 8.0, 8.5, 10**30, limits.MAX_SIZE_VALUE + 1)]
+        if kind == "size_lists":  # a list constant's override: a non-empty list of sizes, each checked the same way
+            bad += [{"layer_sizes": v} for v in ([], [8, 0], [8, True], [8, "4"], [8.5], [1] * 65, [[8]])]
+        else:
+            bad.append({"batch_size": [8, 4]})
+        return bad
     lo = node.get("minimum", node.get("exclusiveMinimum"))
     hi = node["maximum"]
     below = lo - 1 if kind == "integer" else lo / 2 if "minimum" in node else lo  # just out of range
@@ -85,8 +94,10 @@ def _good_values(kind: str, node: dict[str, Any]) -> list[Any]:
     node = _unnull(node)
     if kind == "boolean":
         return [True, False]
-    if kind == "sizes":
-        return [{"batch_size": 1}, {"batch_size": 8, "dim": limits.MAX_SIZE_VALUE}]
+    if kind in ("sizes", "size_lists"):
+        good = [{"batch_size": 1}, {"batch_size": 8, "dim": limits.MAX_SIZE_VALUE}]
+        return good + ([{"layer_sizes": [64, 32]}, {"batch_size": 8, "layer_sizes": [1] * 64}]
+                       if kind == "size_lists" else [])
     lo = node.get("minimum", node.get("exclusiveMinimum"))
     hi = node["maximum"]
     if kind == "integer":
@@ -128,14 +139,14 @@ def test_type_table_refuses_loose_values_in_a_sentence_naming_the_argument(tmp_p
                 for value in _bad_values(kind, node):
                     msg = await call_error(client, tool, **{**BASE_ARGS[tool], arg: value})
                     _assert_plain(msg, arg)
-                    if isinstance(value, str) or (isinstance(value, dict) and isinstance(value["batch_size"], str)):
+                    if isinstance(value, str) or (isinstance(value, dict) and isinstance(value.get("batch_size"), str)):
                         assert "got the string" in msg and "without quotes" in msg, msg
-                    if value is True or (isinstance(value, dict) and value["batch_size"] is True):
+                    if value is True or (isinstance(value, dict) and value.get("batch_size") is True):
                         assert "a boolean" in msg, msg
                 # NaN and infinities are not JSON (a client's encoder drops them), but a raw line may carry them
                 if kind != "boolean":
                     for bad in (math.nan, math.inf, -math.inf):
-                        value = {"batch_size": bad} if kind == "sizes" else bad
+                        value = {"batch_size": bad} if kind in ("sizes", "size_lists") else bad
                         with pytest.raises(ToolError) as info:
                             await tools[tool].run({**BASE_ARGS[tool], arg: value}, None)
                         _assert_plain(str(info.value), arg)

@@ -104,7 +104,7 @@ class ReferenceAnalysis(BaseModel):
     precision_errors: list[PathError] = Field(
         default_factory=list, description="per compute path, its error against fp32 on this task's GEMM shapes "
                                           "(analysis.precision.PathError; the ladder is built from them)")
-    size_overrides: dict[str, int] = Field(default_factory=dict)
+    size_overrides: dict[str, int | list[int]] = Field(default_factory=dict)
     traced_on: str = Field("meta", description="meta (shapes only), cuda or cpu")
     notes: list[str] = Field(default_factory=list)
 

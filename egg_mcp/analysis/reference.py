@@ -52,7 +52,7 @@ def analyze_model(
     gpu: GpuSpec | None,
     dtype: str,
     tolerance: TolerancePolicy | None = None,
-    size_overrides: dict[str, int] | None = None,
+    size_overrides: dict[str, int | list[int]] | None = None,
     traced_on: str | None = None,
     gpu_missing: str = NO_GPU,
 ) -> ReferenceAnalysis:
@@ -153,7 +153,7 @@ CPU_TRACE_LIMIT_BYTES = 2 * 1024**3
 """Largest inputs + parameters a CPU fallback trace may allocate (the CPU is shared)."""
 
 
-def load_reference_module(source: str, size_overrides: dict[str, int] | None = None) -> Any:
+def load_reference_module(source: str, size_overrides: dict[str, int | list[int]] | None = None) -> Any:
     """Write `source` to a real file (tracebacks and @triton.jit need one) and import it."""
     workdir = Path(tempfile.mkdtemp(prefix="egg_ref_"))
     name = f"egg_reference_{uuid.uuid4().hex[:8]}"
@@ -166,22 +166,12 @@ def load_reference_module(source: str, size_overrides: dict[str, int] | None = N
                 f"the reference defines no `{attr}`; a KernelBench reference needs class Model, get_inputs() "
                 "and get_init_inputs()"
             )
-    for key, value in (size_overrides or {}).items():
-        current = getattr(module, key, None)
-        if not isinstance(current, int) or isinstance(current, bool):
-            known = sorted(k for k, v in vars(module).items()
-                           if isinstance(v, int) and not isinstance(v, bool) and not k.startswith("_"))
-            raise AnalysisError(
-                f"size override {key!r} is not a module-level int constant of the reference; "
-                f"overridable constants: {', '.join(known) or 'none'}"
-            )
-        setattr(module, key, int(value))
-    if size_overrides:
-        from egg_mcp.evaluation.derived import StaleDerivedConstant, refresh_derived
+    if size_overrides:  # the rules every evaluation applies (ints, lists of ints; derived constants refreshed)
+        from egg_mcp.evaluation.problem import apply_size_overrides
 
         try:
-            refresh_derived(module, {k: int(v) for k, v in size_overrides.items()})
-        except StaleDerivedConstant as exc:
+            apply_size_overrides(module, None, dict(size_overrides))
+        except ValueError as exc:
             raise AnalysisError(str(exc)) from None
     return module
 
@@ -295,7 +285,7 @@ async def analyze_reference(
     *,
     dtype: str,
     gpu: GpuSpec | None,
-    size_overrides: dict[str, int] | None = None,
+    size_overrides: dict[str, int | list[int]] | None = None,
     timeout_s: float = 120,
     tolerance: TolerancePolicy | None = None,
 ) -> ReferenceAnalysis:

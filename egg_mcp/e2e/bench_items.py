@@ -95,7 +95,7 @@ def eval_options(problem_source: str, *, interpreter: bool) -> tuple[EvalOptions
     """fp32 at KernelBench v0.1 tolerance. In the interpreter the problem's QUICK_SIZES are used, else sizes
     derived from its constants (problems.loader.derive_quick_sizes): full KernelBench sizes take hours there."""
     notes = []
-    overrides: dict[str, int] = {}
+    overrides: dict[str, int | list[int]] = {}
     if interpreter:
         overrides = quick_sizes(problem_source)
         if not overrides:

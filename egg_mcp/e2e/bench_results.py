@@ -36,7 +36,7 @@ class ProblemResult(BaseModel):
     mode: str = Field("", description="'gpu' or 'interpreter'")
     device: str | None = None
     ran_on: str | None = Field(None, description="host, GPU index, model and lane the solution was verified on")
-    size_overrides: dict[str, int] = Field(default_factory=dict)
+    size_overrides: dict[str, int | list[int]] = Field(default_factory=dict)
     wall_s: float = 0.0
     finished_at: float = Field(default_factory=time.time, description="unix time; the latest result of a key wins")
 

@@ -39,7 +39,7 @@ class DemoReport(BaseModel):
     transport: str
     timing_available: bool
     gpu: str | None = None
-    size_overrides: dict[str, int] = Field(default_factory=dict)
+    size_overrides: dict[str, int | list[int]] = Field(default_factory=dict)
     eager_ms: float | None = None
     compile_ms: float | None = None
     stages: list[StageRow] = Field(default_factory=list)

@@ -72,7 +72,7 @@ class EvalOptions(BaseModel):
     timing_trials: int | None = Field(None, ge=1, le=10000, description="None: adapt to kernel length")
     isolated_timing: bool = Field(
         False, description="also time the candidate's kernels per call from a clean, cold L2 (ncu's condition)")
-    size_overrides: dict[str, int] = Field(
+    size_overrides: dict[str, int | list[int]] = Field(
         default_factory=dict,
         description="module-level size constants of the problem to override (quick check, CPU interpreter)",
     )

@@ -24,17 +24,30 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 _manual_seed = torch.manual_seed
 
 
-def apply_size_overrides(reference, candidate, overrides: dict[str, int]) -> None:
-    """Set the reference's integer size constants (e.g. batch_size=64) and the candidate's of the same name."""
-    unknown = [k for k in overrides if not isinstance(getattr(reference, k, None), int)]
+def _size_like(current: Any, value: Any) -> Any:
+    """`value` in the form of the constant it replaces (a tuple stays a tuple), or None when the kinds differ."""
+    if isinstance(current, bool) or isinstance(value, bool):
+        return None
+    if isinstance(current, int) and isinstance(value, int):
+        return int(value)
+    if isinstance(current, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in current) \
+            and isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return type(current)(int(v) for v in value)
+    return None
+
+
+def apply_size_overrides(reference, candidate, overrides: dict[str, Any]) -> None:
+    """Set the reference's size constants (e.g. batch_size=64, layer_sizes=[32, 16]) and the candidate's of the
+    same name: an int for an int constant, a list of ints for a list or tuple of ints (kept a tuple)."""
+    unknown = [k for k, v in overrides.items() if _size_like(getattr(reference, k, None), v) is None]
     if unknown:
-        sizes = sorted(k for k, v in vars(reference).items() if isinstance(v, int) and not k.startswith("_"))
-        raise ValueError(f"size_overrides names {unknown} are not integer constants of the reference; "
-                         f"it has {sizes}")
+        sizes = sorted(k for k, v in vars(reference).items() if not k.startswith("_") and _size_like(v, v) is not None)
+        raise ValueError(f"size_overrides names {unknown} are not integer constants of the reference (nor lists of "
+                         f"integers given as a list); it has {sizes}")
     for key, value in overrides.items():
-        setattr(reference, key, int(value))
-        if candidate is not None and isinstance(getattr(candidate, key, None), int):
-            setattr(candidate, key, int(value))
+        setattr(reference, key, _size_like(getattr(reference, key), value))
+        if candidate is not None and _size_like(getattr(candidate, key, None), value) is not None:
+            setattr(candidate, key, _size_like(getattr(candidate, key), value))
     if overrides:
         # derived constants (bias_shape = (out_features,)) follow the overrides, or the overrides are blamed
         refresh_derived(reference, overrides)

@@ -25,8 +25,10 @@ class ResolvedReference(BaseModel):
     source: str
     name: str = Field(description="short problem name, e.g. '23_Softmax' or 'softmax'")
     origin: str = Field(description="'builtin:softmax', 'kernelbench:level1/23_Softmax.py', a path, or 'inline'")
-    size_constants: dict[str, int] = Field(default_factory=dict, description="module-level int constants")
-    quick_sizes: dict[str, int] = Field(default_factory=dict, description="the problem's QUICK_SIZES, if any")
+    size_constants: dict[str, int | list[int]] = Field(
+        default_factory=dict, description="module-level int constants and lists/tuples of ints (layer_sizes)")
+    quick_sizes: dict[str, int | list[int]] = Field(default_factory=dict,
+                                                    description="the problem's QUICK_SIZES, if any")
 
 
 KERNELBENCH_ID = re.compile(r"^(?:kernelbench:)?(level\d+)/(\d+)(?:_[\w\-.]*)?(?:\.py)?$")
@@ -185,18 +187,25 @@ def check_candidate_contract(source: str, max_bytes: int) -> CandidateCheck:
     return CandidateCheck(ok=True)
 
 
-def module_int_constants(source: str) -> dict[str, int]:
-    """Module-level `NAME = <int>` assignments: the problem's size constants."""
-    out: dict[str, int] = {}
+def module_int_constants(source: str) -> dict[str, int | list[int]]:
+    """Module-level `NAME = <int>` assignments, and `NAME = [<int>, ...]` / tuples of ints (1_MLP's
+    `layer_sizes`): the problem's size constants, which size_overrides may set (a list as a list)."""
+    out: dict[str, int | list[int]] = {}
     for node in _parse(source, "the source").body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             try:
                 value = ast.literal_eval(node.value)
             except (ValueError, SyntaxError, TypeError):
                 continue
-            if isinstance(value, int) and not isinstance(value, bool):
+            if _is_int(value):
                 out[node.targets[0].id] = value
+            elif isinstance(value, (list, tuple)) and value and all(_is_int(v) for v in value):
+                out[node.targets[0].id] = list(value)
     return out
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 QUICK_FROM = 32
@@ -212,7 +221,7 @@ def _v2(n: int) -> int:
     return (n & -n).bit_length() - 1
 
 
-def derive_quick_sizes(constants: dict[str, int]) -> dict[str, int]:
+def derive_quick_sizes(constants: dict[str, int | list[int]]) -> dict[str, int | list[int]]:
     """Small sizes for a check in the CPU interpreter when the problem declares no QUICK_SIZES.
 
     Constants >= QUICK_FROM are shrunk by powers of two, one factor per group of constants that divide one
@@ -221,8 +230,12 @@ def derive_quick_sizes(constants: dict[str, int]) -> dict[str, int]:
     small grouping constant divides (`channels` by `groups = 8`, `num_heads`, `kernel_size`, `stride`) stays a
     multiple of it. Derived expressions
     (`bias_shape = (out_features,)`) follow through size_overrides' refresh. Empty when nothing shrinks."""
-    large = {k: v for k, v in constants.items() if v >= QUICK_FROM}
-    small = [v for k, v in constants.items() if 2 <= v < QUICK_FROM and _DIVISOR_NAME.search(k)]
+    flat = {k: v for k, v in constants.items() if not isinstance(v, list)}
+    for name, values in constants.items():  # list constants (layer_sizes): each element shrinks with its relatives
+        if isinstance(values, list):
+            flat.update({f"{name}[{i}]": v for i, v in enumerate(values)})
+    large = {k: v for k, v in flat.items() if v >= QUICK_FROM}
+    small = [v for k, v in flat.items() if 2 <= v < QUICK_FROM and _DIVISOR_NAME.search(k)]
     groups: list[set[str]] = []
     for key in large:  # connected components of "one divides the other"
         linked = [g for g in groups if any(large[key] % large[o] == 0 or large[o] % large[key] == 0 for o in g)]
@@ -241,10 +254,13 @@ def derive_quick_sizes(constants: dict[str, int]) -> dict[str, int]:
             shift = nxt
         if shift:
             out.update({k: v >> shift for k, v in values.items()})
+    for name, values in constants.items():
+        if isinstance(values, list) and any(f"{name}[{i}]" in out for i in range(len(values))):
+            out[name] = [out.pop(f"{name}[{i}]", v) for i, v in enumerate(values)]
     return out
 
 
-def quick_sizes(source: str) -> dict[str, int]:
+def quick_sizes(source: str) -> dict[str, int | list[int]]:
     for node in _parse(source, "the source").body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
                 and node.targets[0].id == "QUICK_SIZES"):
@@ -252,6 +268,7 @@ def quick_sizes(source: str) -> dict[str, int]:
                 value = ast.literal_eval(node.value)
             except (ValueError, SyntaxError):
                 return {}
-            if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, int) for k, v in value.items()):
-                return value
+            if isinstance(value, dict) and all(isinstance(k, str) and (_is_int(v) or (
+                    isinstance(v, (list, tuple)) and v and all(_is_int(x) for x in v))) for k, v in value.items()):
+                return {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in value.items()}
     return {}

@@ -50,7 +50,7 @@ class MeasurePayload(BaseModel):
     candidates: list[CandidateJob] = Field(default_factory=list, description="configs already applied, all measured")
     adaptive: AdaptiveJob | None = None
     dtype: str = "float32"
-    size_overrides: dict[str, int] = Field(default_factory=dict)
+    size_overrides: dict[str, int | list[int]] = Field(default_factory=dict)
     atol: float = 1e-4
     rtol: float = 1e-4
     device: str = Field("auto", description="'auto' | 'cuda' | 'interpreter'")
@@ -76,7 +76,7 @@ class _Problem:
     """The reference module, its inputs and its output, built once per process (loading rules shared
     with verify and profile_ncu: egg_mcp.evaluation.problem)."""
 
-    def __init__(self, reference_path: str, dtype: str, size_overrides: dict[str, int], seed: int, device: str):
+    def __init__(self, reference_path: str, dtype: str, size_overrides: dict[str, int | list[int]], seed: int, device: str):
         import torch
 
         from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides

@@ -165,7 +165,7 @@ class ServiceCore:
             return result
 
     # -- quick checks at other sizes (verify / profile_ncu size_overrides) ------------------------
-    def check_sizes(self, row, size_overrides: dict[str, int] | None) -> dict[str, int] | None:
+    def check_sizes(self, row, size_overrides: dict[str, int | list[int]] | None) -> dict[str, int | list[int]] | None:
         """None when the task's own sizes apply; else the validated overrides (merged over the task's)."""
         from egg_mcp.problems.loader import module_int_constants
 
@@ -184,7 +184,7 @@ class ServiceCore:
         _check(limits.check_size_memory, analysis.get("min_bytes"), analysed_at, sizes, self.config.max_eval_bytes)
         return None if sizes == self._options(row).size_overrides else sizes
 
-    def _quick_sizes_of(self, row, result: EvalResult | None) -> dict[str, int] | None:
+    def _quick_sizes_of(self, row, result: EvalResult | None) -> dict[str, int | list[int]] | None:
         """The sizes a stored result was evaluated at, or None when they are the task's own."""
         task_sizes = dict(self._options(row).size_overrides)
         sizes = dict(result.options.size_overrides) if result is not None and result.options is not None else task_sizes
@@ -259,7 +259,7 @@ def _owner_alive(owner: str | None) -> bool:
     return host == socket.gethostname() and pid.isdigit() and (int(pid) == os.getpid() or _pid_alive(int(pid)))
 
 
-def _quick_prefix(sizes: dict[str, int]) -> str:
+def _quick_prefix(sizes: dict[str, int | list[int]]) -> str:
     return f"{QUICK_PREFIX}{json.dumps(sizes, sort_keys=True)}] "
 
 

@@ -93,29 +93,44 @@ def check_tolerance(field: str, value: float | None) -> None:
                          "passes). Omit it to use the preset.")
 
 
+MAX_SIZE_LIST = 64
+"""Elements of one list size constant (layer_sizes) in size_overrides."""
+
+
 def check_size_values(size_overrides: Any) -> None:
     if not isinstance(size_overrides, dict):
         raise InputError(f"size_overrides={size_overrides!r} is not allowed: it is an object of module-level int "
-                         "constant names to integers, e.g. {\"batch_size\": 8}")
+                         "constant names to integers (or lists of integers for list constants), e.g. "
+                         "{\"batch_size\": 8} or {\"layer_sizes\": [64, 32]}")
     for key, value in size_overrides.items():
         check_text("size_overrides key", key, MAX_NAME)
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE_VALUE:
-            raise InputError(f"size_overrides[{key!r}]={value!r} is not allowed: sizes must be integers from 1 to "
-                             f"{MAX_SIZE_VALUE} (0 or a negative size leaves nothing to compare, so any kernel "
-                             "would pass)")
+        items = value if isinstance(value, list) else [value]
+        if isinstance(value, list) and not 1 <= len(value) <= MAX_SIZE_LIST:
+            raise InputError(f"size_overrides[{key!r}] is a list of {len(value)} sizes; a list constant takes 1 to "
+                             f"{MAX_SIZE_LIST} integers")
+        for item in items:
+            if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_SIZE_VALUE:
+                raise InputError(f"size_overrides[{key!r}]={value!r} is not allowed: sizes must be integers from 1 to "
+                                 f"{MAX_SIZE_VALUE} (0 or a negative size leaves nothing to compare, so any kernel "
+                                 "would pass), or a list of them for a list constant")
 
 
-def estimate_bytes(min_bytes: int, defaults: dict[str, int], overrides: dict[str, int]) -> int:
-    """Bytes the problem moves with `overrides`, scaled from the analysed `min_bytes` at default sizes."""
+def _total(value: Any) -> int:
+    return sum(value) if isinstance(value, list) else int(value or 0)
+
+
+def estimate_bytes(min_bytes: int, defaults: dict[str, Any], overrides: dict[str, Any]) -> int:
+    """Bytes the problem moves with `overrides`, scaled from the analysed `min_bytes` at default sizes (a list
+    constant by the growth of its sum)."""
     scale = 1.0
     for key, value in overrides.items():
-        base = defaults.get(key) or 0
-        if base > 0 and value > base:
-            scale *= value / base
+        base = _total(defaults.get(key))
+        if base > 0 and _total(value) > base:
+            scale *= _total(value) / base
     return int(min_bytes * scale)
 
 
-def check_size_memory(min_bytes: int | None, defaults: dict[str, int], overrides: dict[str, int],
+def check_size_memory(min_bytes: int | None, defaults: dict[str, Any], overrides: dict[str, Any],
                       limit_bytes: int) -> None:
     if not min_bytes or not overrides:
         return

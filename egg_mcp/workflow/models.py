@@ -16,7 +16,7 @@ class TaskOptions(BaseModel):
     k_seeds: int = Field(3, ge=1, le=8)
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     tolerance: TolerancePolicy
-    size_overrides: dict[str, int] = Field(
+    size_overrides: dict[str, int | list[int]] = Field(
         default_factory=dict, description="problem size constants overridden for evaluation (CPU quick check)"
     )
     correctness_trials: int = 5
@@ -113,7 +113,7 @@ class VerifyResult(BaseModel):
     result: EvalResult
     debug_brief: str | None = Field(None, description="Debug-role brief when the candidate failed")
     next_step: str
-    size_overrides: dict[str, int] | None = Field(
+    size_overrides: dict[str, int | list[int]] | None = Field(
         None, description="the quick-check sizes this result was taken at (None: the task's sizes)")
 
 

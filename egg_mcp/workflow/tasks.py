@@ -25,7 +25,7 @@ class TaskLifecycle(ServiceCore):
         tolerance_preset: str = "kernelbench-v0.1",
         atol: float | None = None,
         rtol: float | None = None,
-        size_overrides: dict[str, int] | None = None,
+        size_overrides: dict[str, int | list[int]] | None = None,
         correctness_trials: int = 5,
     ) -> StartTaskResult:
         _check(limits.check_text, "name", name, limits.MAX_NAME)
@@ -89,7 +89,7 @@ class TaskLifecycle(ServiceCore):
             brief=self._brief(row, Stage.SEEDS, "code"), next_step=NEXT_STEP[Stage.SEEDS],
         )
 
-    async def _derived_quick_sizes(self, ref, dtype: str, tol: TolerancePolicy, notes: list[str]) -> dict[str, int]:
+    async def _derived_quick_sizes(self, ref, dtype: str, tol: TolerancePolicy, notes: list[str]) -> dict[str, int | list[int]]:
         """No GPU and no QUICK_SIZES: small sizes derived from the reference's constants (problems.loader), kept
         only when the reference runs at them (its analysis there succeeds); the note says which were used."""
         from egg_mcp.problems.loader import derive_quick_sizes
@@ -112,7 +112,7 @@ class TaskLifecycle(ServiceCore):
         return {}
 
     async def _analyze(self, source: str, dtype: str, tolerance: TolerancePolicy,
-                       size_overrides: dict[str, int] | None = None) -> tuple[dict[str, Any] | None, str | None]:
+                       size_overrides: dict[str, int | list[int]] | None = None) -> tuple[dict[str, Any] | None, str | None]:
         """Reference analysis in a worker (the reference is user code), at the problem's real sizes or at
         `size_overrides` (checked against the real-size analysis first: start_task)."""
         from egg_mcp.analysis.reference import AnalysisError, analyze_reference

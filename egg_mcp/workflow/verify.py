@@ -35,7 +35,7 @@ CANCELLED = "the verify was cancelled (the client went away or the server is sto
 class Verification(ServiceCore):
     # -- verify ---------------------------------------------------------------------------------
     async def verify(self, task_id: str, source: str, note: str | None = None,
-                     progress: ProgressFn | None = None, size_overrides: dict[str, int] | None = None) -> VerifyResult:
+                     progress: ProgressFn | None = None, size_overrides: dict[str, int | list[int]] | None = None) -> VerifyResult:
         """Identical concurrent verifies share one evaluation: in this server through a future keyed by
         (task, source hash, sizes); across servers the running candidate row is the lock (polled until done).
         A quick check (size_overrides) is cached apart from the full-size result and never stands for it."""
