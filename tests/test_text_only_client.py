@@ -48,6 +48,7 @@ def test_a_text_only_client_reaches_done_from_the_text_alone(tmp_path):
                 verified = await text_of(client, "verify", task_id=tid, source=source, note=f"seed {i}")
                 assert re.search(r"\): correct\b", verified), verified
                 assert BRIEF_MARK not in verified  # a correct candidate needs no Debug brief
+                assert re.search(r"error: max \d+\.\d% of the tolerance \(p99 \d+\.\d%\)", verified), verified
                 ids.append(CANDIDATE.search(verified).group(1))
             wrong = await text_of(client, "verify", task_id=tid, source=WRONG)
             assert "incorrect" in wrong.split("\n", 1)[0]

@@ -119,6 +119,16 @@ class MismatchReport(BaseModel):
     hint: str = ""
 
 
+class ErrorShare(BaseModel):
+    """How close a correct candidate came to the tolerance: |got - e| / (atol + rtol*|e|) per element (1.0 is the
+    limit), the worst over the correctness trials and every floating output."""
+
+    max_share: float = Field(description="the largest element's error as a share of its tolerance (1.0 = at the limit)")
+    p99_share: float = Field(description="the 99th percentile over elements (from up to 2^20 evenly spaced ones)")
+    path: str = Field("output", description="the output part where max_share was seen")
+    trials: int = 0
+
+
 class ErrorReport(BaseModel):
     """A failure with the traceback trimmed to the lines of the candidate that matter."""
 
@@ -225,6 +235,9 @@ class EvalResult(BaseModel):
     correctness_trials: int = 0
     correctness_trials_passed: int = 0
     mismatch: MismatchReport | None = None
+    error_share: ErrorShare | None = Field(
+        None, description="correct: the worst error as a share of the tolerance (max and p99), so 33 % of it does not "
+        "read like 0.001 %")
     error: ErrorReport | None = None
     timing: TimingStats | None = None
     timing_unavailable_reason: str | None = None

@@ -19,16 +19,20 @@ TILE_SIZES = (1024, 512, 256, 128, 64, 32, 16, 8)
 
 
 def compare_outputs(got: Any, expected: Any, atol: float, rtol: float, *, notes: dict[str, str] | None = None,
-                    to_expected_device: bool = False) -> MismatchReport | None:
+                    to_expected_device: bool = False, shares: dict[str, tuple[float, float]] | None = None
+                    ) -> MismatchReport | None:
     """Every part of `got` against `expected`, walked as a structure (tuples, lists, dicts; wire.flatten_output's
     limits): None when all match, else the report for the first bad part, with its `path` (output[1][0],
     output['h']) and `output_index` (its top-level position). Structure: tuple and list are interchangeable,
     anything else (dict vs sequence, lengths, keys, a tensor vs a scalar) is a mismatch. Tensors: shape, dtype,
     layout and values (compare_tensor: floats within atol + rtol*|expected|, complex on both parts, integer and
     bool exactly). Python scalars: bool/int/str/None exactly, float/complex with the tolerance. Where the tolerance
-    would pass an all-zeros output (`vacuous_scale`), a line for the user lands in `notes` (keyed by path).
-    ValueError when `expected` itself is not such a structure (the caller's reference is at fault)."""
-    return _Walk(expected, atol, rtol, notes, to_expected_device, values=True).walk(got, expected, [], 0)
+    would pass an all-zeros output (`vacuous_scale`), a line for the user lands in `notes` (keyed by path); for
+    each floating tensor that matches, `shares` (when given) gets path -> (max, p99) of the error as a share of
+    the tolerance. ValueError when `expected` itself is not such a structure (the caller's reference is at fault)."""
+    walk = _Walk(expected, atol, rtol, notes, to_expected_device, values=True)
+    walk.shares = shares
+    return walk.walk(got, expected, [], 0)
 
 
 def structure_mismatch(got: Any, expected: Any) -> MismatchReport | None:
@@ -80,6 +84,7 @@ class _Walk:
                  values: bool):
         self.top, self.atol, self.rtol, self.notes = top, atol, rtol, notes
         self.to_device, self.values = to_device, values
+        self.shares: dict[str, tuple[float, float]] | None = None
 
     def report(self, parts: list, g: Any, e: Any, hint: str) -> MismatchReport:
         index = 0
@@ -135,7 +140,7 @@ class _Walk:
                 return None
             if self.to_device and g.device != e.device:
                 g = g.to(e.device)
-            found = compare_tensor(g, e, self.atol, self.rtol, path=path, notes=self.notes)
+            found = compare_tensor(g, e, self.atol, self.rtol, path=path, notes=self.notes, shares=self.shares)
             if found is not None:
                 base = self.report(parts, g, e, "")
                 found.output_index, found.path, found.hint = base.output_index, base.path, where + found.hint
@@ -174,9 +179,22 @@ def _scalar_equal(g: Any, e: Any, atol: float, rtol: float, path: str, notes: di
     return True
 
 
+SHARE_SAMPLE = 1 << 20
+"""Elements the p99 error share is taken over (evenly spaced; the max is over every element)."""
+
+
+def _error_share(abs_err: torch.Tensor, limit: torch.Tensor) -> tuple[float, float]:
+    share = (abs_err / limit).reshape(-1)
+    step = max(1, share.numel() // SHARE_SAMPLE)
+    sample = share[::step]
+    k = max(1, min(sample.numel(), math.ceil(0.99 * sample.numel())))
+    return float(share.max()), float(torch.kthvalue(sample, k).values)
+
+
 def compare_tensor(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float,
                    output_index: int = 0, *, path: str = "output",
-                   notes: dict[str, str] | None = None) -> MismatchReport | None:
+                   notes: dict[str, str] | None = None,
+                   shares: dict[str, tuple[float, float]] | None = None) -> MismatchReport | None:
     """None when `got` matches `expected` (shape, dtype, device type, layout, values); else a report.
     Floating values: |got - e| <= atol + rtol*|e| (atol scaled down where it would pass zeros: vacuous_scale);
     complex: the same on the real and the imaginary parts; integer and bool: exactly."""
@@ -221,6 +239,8 @@ def compare_tensor(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol:
     bad = (abs_err > atol + rtol * e.abs()) | ((~g_finite | ~e_finite) & ~same_nonfinite)
     n_bad = int(bad.sum())
     if n_bad == 0:
+        if shares is not None:
+            shares[path] = _error_share(abs_err, atol + rtol * torch.where(e_finite, e.abs(), 0))
         return None
     nonfinite = int((~g_finite & ~same_nonfinite).sum())
     finite_both = g_finite & e_finite

@@ -80,6 +80,7 @@ class Judge(Verdicts):
         self.kernels: list[dict] = []
         self.torch_ops: list[str] = []
         self.notes: dict[str, str] = {}  # how outputs were compared, by path (compare.compare_outputs)
+        self.error_share: dict[str, Any] | None = None  # worst |got-e| / tolerance over the trials (_note_shares)
         self.checked_signatures: set[tuple] = set()
         self.output_leaf_bytes: list[int] = []
 
@@ -180,6 +181,8 @@ class Judge(Verdicts):
         if self._violations():
             return {**base, **self._violation_result()}
         out = {**base, "verdict": "correct", "timing_unavailable_reason": reason}
+        if self.error_share is not None:
+            out["error_share"] = {k: round(v, 6) if isinstance(v, float) else v for k, v in self.error_share.items()}
         if timing is not None:
             out["timing"] = timing.model_dump()
         return out
@@ -324,8 +327,10 @@ class Judge(Verdicts):
         self.trials_run += 1
         if self._violations():
             raise Rejected(self._violation_result())
+        shares: dict[str, tuple[float, float]] = {}
         mismatch = compare_outputs(got, expected, self.opts.tolerance.atol, self.opts.tolerance.rtol,
-                                   notes=self.notes, to_expected_device=True)
+                                   notes=self.notes, to_expected_device=True, shares=shares)
+        self._note_shares(shares)
         if mismatch is not None:
             mismatch.trial = trial + 1
             if message.get("reused") is True:
@@ -334,6 +339,19 @@ class Judge(Verdicts):
             return mismatch
         self.trials_passed += 1
         return None
+
+    def _note_shares(self, shares: dict[str, tuple[float, float]]) -> None:
+        """The worst error as a share of the tolerance over the trials so far (reported with a correct verdict)."""
+        if not shares:
+            return
+        path, (worst, _) = max(shares.items(), key=lambda kv: kv[1][0])
+        p99 = max(p for _, p in shares.values())
+        old = self.error_share
+        if old is None or worst > old["max_share"]:
+            self.error_share = {"max_share": worst, "p99_share": max(p99, old["p99_share"] if old else 0.0),
+                                "path": path, "trials": (old["trials"] if old else 0) + 1}
+        else:
+            old.update(p99_share=max(old["p99_share"], p99), trials=old["trials"] + 1)
 
     def _note_launches(self, launches: Any) -> None:
         """A checked call's Triton launches (name, grid): what every timed call must launch too."""

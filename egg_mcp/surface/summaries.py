@@ -129,6 +129,10 @@ def verify(r) -> str:
                      f"vs committed {_x(r.speedup_vs_committed)}" + ("; best in stage" if r.best_in_stage else ""))
     elif r.verdict == "correct":
         parts.append(f"timing: {_clip(res.timing_unavailable_reason or 'none', 160)}")
+    share = getattr(res, "error_share", None)
+    if r.verdict == "correct" and share is not None:
+        parts.append(f"error: max {share.max_share:.1%} of the tolerance (p99 {share.p99_share:.1%}) at {share.path}, "
+                     f"over {share.trials} compared calls")
     sizes = (res.options.size_overrides if res.options else None) or {}
     if sizes:
         parts.append(f"evaluated at sizes {sizes}")
