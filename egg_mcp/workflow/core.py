@@ -100,7 +100,12 @@ class ServiceCore:
         return json.loads(row.analysis_json) if row.analysis_json else None
 
     def _baselines(self, row: TaskRow) -> BaselineResult | None:
-        return BaselineResult.model_validate_json(row.baselines_json) if row.baselines_json else None
+        """The stored baselines; a "no GPU" record (kept so the workflow knows generate_seeds ran) is not one once a
+        GPU is here."""
+        base = BaselineResult.model_validate_json(row.baselines_json) if row.baselines_json else None
+        if base is not None and (base.unavailable_reason or "").startswith("no GPU") and self.timing_available():
+            return None
+        return base
 
     def _candidate_row(self, task_id: str, candidate_id: str) -> CandidateRow:
         _check(limits.check_id, "candidate_id", candidate_id)
@@ -153,7 +158,9 @@ class ServiceCore:
         if existing is not None:
             return existing
         if not self.timing_available():
-            return BaselineResult(unavailable_reason="no GPU: baselines need CUDA (the interpreter has no timing)")
+            result = BaselineResult(unavailable_reason="no GPU: baselines need CUDA (the interpreter has no timing)")
+            self.repo.set_baselines(row.id, result.model_dump_json())  # marks generate_seeds as run (next_step)
+            return result
         async with self._baseline_locks.setdefault(row.id, asyncio.Lock()):
             row = self._task_row(row.id)
             existing = self._baselines(row)
@@ -197,6 +204,9 @@ class ServiceCore:
             return NEXT_STEP[stage]
         k = self._options(row).k_seeds
         n = self.repo.count_correct(row.id, stage.value)
+        if n == 0 and row.baselines_json:  # generate_seeds has run (it measures the baselines first)
+            return (f"write {k} structurally different ModelNew seeds from generate_seeds' paradigms, verify each, "
+                    "then commit_stage with the fastest correct candidate")
         if n == 0:
             return NEXT_STEP[stage]
         if n < k:
