@@ -61,6 +61,8 @@ class BriefFacts(BaseModel):
     commits: int = Field(0, description="stages committed so far (a commit without timing still counts)")
     compute_path: str | None = Field(None, description="the fastest compute path the precision ladder admits "
                                                        "(the floor's compute type)")
+    has_dots: bool | None = Field(None, description="False: the problem has no matmul/conv, so no dot precision "
+                                                    "rule applies")
 
     @classmethod
     def from_analysis(cls, analysis: ReferenceAnalysis, **facts) -> "BriefFacts":
@@ -78,6 +80,15 @@ class BriefFacts(BaseModel):
             fusion_opportunities=fusion_opportunities(analysis),
         )
         base.update(facts)
+        base.setdefault("has_dots", bool(analysis.tensor_core_flops))
+        if base.get("compute_path") is None and base.get("dtype"):  # no floor (no GPU): the same rule as the seeds
+            from egg_mcp.analysis.roofline import admissible_compute_type
+
+            tol = base.get("tolerance") if isinstance(base.get("tolerance"), TolerancePolicy) else None
+            try:
+                base["compute_path"] = admissible_compute_type(base["dtype"], tol, analysis.precision_errors, None)
+            except ValueError:
+                pass
         return cls(**base)
 
 
@@ -133,11 +144,17 @@ def _tolerance_text(tol: TolerancePolicy | str | None) -> str:
     return f"{tol.name} (atol={fmt_tol(tol.atol)}, rtol={fmt_tol(tol.rtol)})"
 
 
-def precision_line(dtype: str | None, tol: TolerancePolicy | str | None, path: str | None = None) -> str:
+def precision_line(dtype: str | None, tol: TolerancePolicy | str | None, path: str | None = None,
+                   has_dots: bool | None = None) -> str:
     """What the dtype, the tolerance and the measured precision ladder (`path`, its fastest admissible
-    compute path) imply for how dots and reductions are computed."""
+    compute path) imply for how dots and reductions are computed; a problem without dots gets no dot rule."""
     if dtype is None:
         return "dtype unknown: accumulate in fp32"
+    if has_dots is False:
+        if dtype in ("float32", "fp32"):
+            return ("fp32, no dots in this problem (no tensor-core precision choice): accumulate reductions in fp32; "
+                    "reassociated sums are fine at this tolerance, run-to-run atomics order may not be")
+        return f"{dtype}, no dots in this problem: load/store {dtype}, accumulate in fp32, cast once at the store"
     policy = tol if isinstance(tol, TolerancePolicy) else None
     try:
         compute = path or compute_type_for(dtype, policy)
@@ -191,7 +208,7 @@ def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
         "best": _timing(facts.best_ms, facts.has_gpu) if facts.best_ms is not None or facts.has_gpu is False
         else "none yet",
         "best_vs_floor": best_vs_floor,
-        "precision": precision_line(facts.dtype, facts.tolerance, facts.compute_path),
+        "precision": precision_line(facts.dtype, facts.tolerance, facts.compute_path, facts.has_dots),
         "decisions": _decisions(facts.committed_decisions),
         "k": str(facts.k) if facts.k else "k",
         "min_bytes": fmt_bytes(facts.min_bytes) if facts.min_bytes is not None else UNKNOWN,

@@ -301,8 +301,9 @@ def precision_notes(analysis: ReferenceAnalysis, tolerance: TolerancePolicy, dty
     shapes (measured error), what each runs at on this GPU (with provenance), and what the fastest buys."""
     compute = admissible_compute_type(dtype, tolerance, analysis.precision_errors, gpu)
     has_dots = bool(analysis.tensor_core_flops)
-    notes = [f"Task dtype {dtype}, tolerance policy {tolerance.name} (atol={fmt_tol(tolerance.atol)}, "
-             f"rtol={fmt_tol(tolerance.rtol)}): the fastest admissible compute path for dots is {compute}."]
+    head = f"Task dtype {dtype}, tolerance policy {tolerance.name} (atol={fmt_tol(tolerance.atol)}, rtol={fmt_tol(tolerance.rtol)})"
+    notes = [f"{head}: the fastest admissible compute path for dots is {compute}." if has_dots
+             else f"{head}: no dots in this problem, so no tensor-core precision path applies."]
     if has_dots and analysis.precision_errors:
         ladder = precision_ladder(analysis.precision_errors, dtype, tolerance.atol, tolerance.rtol, gpu,
                                   missing=analysis.floor_unavailable or NO_GPU)
