@@ -113,8 +113,9 @@ def analyze_model(
     )
     if chains:
         notes.append(
-            f"eager moves {fmt_bytes(sum(r.info.bytes for r in raw))} through DRAM; "
-            f"fusing the chains saves {fmt_bytes(sum(c.saved_bytes for c in chains))}"
+            f"eager's ops move at least {fmt_bytes(sum(r.info.bytes for r in raw))} through DRAM (each reading its "
+            f"inputs and writing its output once; their own passes can move more); fusing the chains saves at least "
+            f"{fmt_bytes(sum(c.saved_bytes for c in chains))}"
         )
     if traced_on == "meta":
         notes.append("traced on meta tensors: shapes and FLOPs exact, no data touched")
