@@ -46,6 +46,11 @@ def apply_config(source: str, config: dict[str, int]) -> str:
         known = sorted(set(index.constants) | set(index.launch_literals) | autotune_keys)
         raise ValueError(f"cannot set {', '.join(unknown)}: no module-level int constant, launch literal or autotune "
                          f"config holds it; settable names here: {', '.join(known) or 'none'}")
+    varying = sorted(n for n in config if n not in index.constants and len(
+        {ast.unparse(node) for node in index.launch_literals.get(n, [])}) > 1)
+    if varying:
+        raise ValueError(f"cannot set {', '.join(varying)}: passed as different literals at several launch sites, so "
+                         "one value for all would change what the launches compute")
     for name, value in config.items():
         for node in index.constants.get(name, []) + (index.launch_literals.get(name, []) if name not in index.constants else []):
             edits.append((*offsets.span(node), str(value)))

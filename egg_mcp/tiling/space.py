@@ -105,9 +105,11 @@ def extract_space(source: str, *, kind: str | None = None, dims: dict[str, int] 
             add(name, "module_constant", int_literal(nodes[-1]), nodes[-1].lineno)
     for kw, nodes in index.launch_literals.items():
         values = {int_literal(n) for n in nodes}
-        if len(values) > 1:
-            warnings.append(f"{kw} is passed as different literals at {len(nodes)} launch sites ({sorted(values)}); "
-                            "apply_config sets all of them to one value — use one module constant per kernel instead")
+        if len(values) > 1:  # a value that differs per launch is part of what each launch computes (a PHASE)
+            warnings.append(f"{kw} is passed as different literals at {len(nodes)} launch sites ({sorted(values)}): "
+                            "not tuned (one value for all of them would change what the launches compute); to tune "
+                            "a block size used at several launches, give each launch its own module constant")
+            continue
         add(kw, "launch_keyword", int_literal(nodes[0]), nodes[0].lineno)
     for site in index.autotune:
         for config in site.configs:
