@@ -406,10 +406,13 @@ def test_propose_tiling_needs_tunables():
 
 
 class FakeGpuEvaluator:
-    """Answers run_job with canned results (the worker itself is tested in test_tiling_measure.py)."""
+    """Answers run_job with canned results (the worker itself is tested in test_tiling_measure.py): the model's
+    top five configs at `times` (None: wrong output), the first of them measured first when it is the baseline
+    the search sends as a candidate."""
 
-    def __init__(self):
+    def __init__(self, times=(1.0, 2.0, 3.0, None, 0.9)):
         self.payloads = []
+        self.times = times
 
     def has_gpu(self) -> bool:
         return True
@@ -417,31 +420,41 @@ class FakeGpuEvaluator:
     async def run_job(self, target, payload, *, timeout_s, uses_gpu, wrapper_argv=None):
         assert target == "egg_mcp.tiling.measure:measure_configs" and uses_gpu
         self.payloads.append(payload)
-        ranked = payload["adaptive"]["ranked"]
-        results = [{"config": {"values": ranked[i][0]}, "median_ms": 1.0 + i, "correct": True} for i in range(3)]
-        results.append({"config": {"values": ranked[3][0]}, "median_ms": 0.5, "correct": False,
-                        "error_kind": "incorrect", "error": "max abs error 1"})
-        results.append({"config": {"values": ranked[4][0]}, "median_ms": 0.9, "correct": True})
+        ranked = [c for c, _ in payload["adaptive"]["ranked"][:len(self.times)]]
+        order = [c["config"] for c in payload.get("candidates", [])] + [c for c in ranked if all(
+            c != b["config"] for b in payload.get("candidates", []))]
+        results = []
+        for config in order:
+            ms = self.times[ranked.index(config)] if config in ranked else 5.0
+            results.append({"config": {"values": config}, "median_ms": ms if ms is not None else 0.5,
+                            "correct": ms is not None, "timing_cv": 0.01, "timing_runs": 100,
+                            **({} if ms is not None else {"error_kind": "incorrect", "error": "max abs error 1"})})
         return JobOutcome(ok=True, result={"results": results, "device": "fake", "compile_mode": "fork",
                                            "compile_wall_s": 0.1})
 
 
-def test_propose_tiling_measured_picks_the_fastest_correct():
-    evaluator = FakeGpuEvaluator()
+def _propose(evaluator, progress=None):
+    return asyncio.run(propose_tiling(
+        evaluator, reference_source="ref", candidate_source=GEMM_FILE, options=EvalOptions(dtype="bfloat16"),
+        gpu=H200, dims={"M": 4096, "N": 4096, "K": 4096}, max_trials=5, progress=progress))
+
+
+def test_propose_tiling_measures_the_current_config_first_and_keeps_it_when_nothing_beats_it():
+    evaluator = FakeGpuEvaluator()  # the current config is the model's fifth and the fastest correct (0.9 ms)
     progress_calls = []
 
     async def progress(done, total, message):
         progress_calls.append((done, total, message))
 
-    proposal = asyncio.run(propose_tiling(
-        evaluator, reference_source="ref", candidate_source=GEMM_FILE, options=EvalOptions(dtype="bfloat16"),
-        gpu=H200, dims={"M": 4096, "N": 4096, "K": 4096}, max_trials=5, progress=progress))
-    ranked_sent = evaluator.payloads[0]["adaptive"]["ranked"]
+    proposal = _propose(evaluator, progress)
+    baseline = evaluator.payloads[0]["candidates"][0]
+    assert baseline["source"] == GEMM_FILE and baseline["config"] == evaluator.payloads[0]["adaptive"]["ranked"][4][0]
     assert proposal.measured and proposal.trials_used == 5
-    assert proposal.recommended.values == ranked_sent[4][0]  # 0.9 ms and correct; 0.5 ms was wrong
+    assert proposal.recommended is None and proposal.recommended_source is None
+    assert proposal.recommended_reason.startswith("keep the current config")
     assert proposal.ranked[0].measured_ms == 0.9 and proposal.ranked[0].correct
     assert any(r.correct is False and r.error for r in proposal.ranked)
-    assert "predicted rank 5" in proposal.recommended_reason
+    assert "deadline_unix" in evaluator.payloads[0]  # the job measures to the caller's deadline, whatever start-up took
     assert progress_calls[0][0] == 0 and progress_calls[-1][0] == 5
 
 

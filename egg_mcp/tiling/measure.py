@@ -59,6 +59,8 @@ class MeasurePayload(BaseModel):
     seed: int = 0
     cache_dir: str | None = Field(None, description="TRITON_CACHE_DIR for this job (shared with the compile pool)")
     time_budget_s: float = 300.0
+    deadline_unix: float | None = Field(None, description="when the caller's budget ends (time.time()): the job "
+                                        "measures until then, whatever its own start-up took; else time_budget_s")
     per_config_timeout_s: float = 120.0
 
 
@@ -245,11 +247,11 @@ class _Clock:
             self._inputs[k] = self.problem.problem.inputs(self.problem.seed + 1 + k)
         return self._inputs[k]
 
-    def time(self, model) -> tuple[float, float | None, str, int | None, list[str]]:
+    def time(self, model) -> tuple[float, float | None, str, int | None, list[str], int]:
         torch = self.problem.torch
         if self.problem.device != "cuda":
             return _cpu_wall_ms(lambda: model(*self.problem.inputs)) + (None, "cpu interpreter wall clock (not a GPU time)",
-                                                                         None, [])
+                                                                         None, [], 3)
         if self.timer is None:
             from egg_mcp.evaluation.timing import GpuTimer
 
@@ -272,7 +274,7 @@ class _Clock:
             raise TimedMismatch(problem)
         flush = "read-flushed" if stats.l2_flushed else "warm (inputs fit L2)"
         return (stats.median_ms, stats.cv, TIMING_METHOD.format(method=stats.method, flush=flush), stats.sm_clock_mhz,
-                list(stats.throttle_reasons or []))
+                list(stats.throttle_reasons or []), stats.n_runs)
 
 
 def _cpu_wall_ms(fn) -> tuple[float]:
@@ -329,7 +331,7 @@ def _measure_one(problem: _Problem, clock: _Clock, config: dict[str, int], path:
         result.max_abs_error = _max_abs_error(got, expected)
 
         (result.median_ms, result.timing_cv, result.timing_method, result.sm_clock_mhz,
-         result.throttle_reasons) = clock.time(model)
+         result.throttle_reasons, result.timing_runs) = clock.time(model)
     except BaseException as exc:  # noqa: BLE001 - recorded per config
         result.error_kind, result.error, result.correct = _error_kind(exc), _short(exc), False
         if not result.kernels:
@@ -350,8 +352,10 @@ def measure_configs(payload: dict) -> dict:
     walking around the best measured one). Returns {"results": [MeasuredConfig...], "device",
     "compile_mode", "compile_wall_s", "wall_s", "notes"}.
     """
-    started = time.perf_counter()
+    started, started_unix = time.perf_counter(), time.time()
     job = MeasurePayload.model_validate(payload)
+    if job.deadline_unix is not None and 0 < job.deadline_unix - started_unix < 86400:
+        job.time_budget_s = max(1.0, job.deadline_unix - started_unix)
     if job.dtype not in TORCH_DTYPES:
         raise ValueError(f"dtype {job.dtype!r} is not one of {TORCH_DTYPES}")
     device = job.device
@@ -442,6 +446,7 @@ def measure_configs(payload: dict) -> dict:
         "compile_mode": ", ".join(sorted(set(modes))) or "none",
         "compile_wall_s": compile_wall,
         "wall_s": time.perf_counter() - started,
+        "started_unix": started_unix,
         "notes": notes,
     }
 

@@ -118,6 +118,7 @@ class MeasuredConfig(BaseModel):
     kernels: list[KernelInfo] = Field(default_factory=list)
     timing_method: str | None = None
     timing_cv: float | None = Field(None, description="coefficient of variation of the timed runs (GPU only)")
+    timing_runs: int | None = Field(None, description="timed runs behind median_ms")
     sm_clock_mhz: int | None = Field(None, description="lowest SM clock NVML read around the timed runs")
     throttle_reasons: list[str] = Field(default_factory=list, description="NVML throttle reasons around the runs")
 

@@ -4,6 +4,7 @@ then measure just enough of them on the GPU to be sure of the recommendation."""
 from __future__ import annotations
 
 import inspect
+import math
 import time
 from collections import Counter
 from typing import Any
@@ -25,7 +26,7 @@ from egg_mcp.tiling.models import (
     TilingProposal,
 )
 from egg_mcp.tiling.plan import config_key
-from egg_mcp.tiling.space import DEFAULT_MAX_CONFIGS, apply_config, enumerate_configs, extract_space
+from egg_mcp.tiling.space import DEFAULT_MAX_CONFIGS, apply_config, current_config, enumerate_configs, extract_space
 
 MEASURE_TARGET = "egg_mcp.tiling.measure:measure_configs"
 PROBE_TARGET = "egg_mcp.tiling.launches:probe_launches"
@@ -50,7 +51,11 @@ async def probe_launches(evaluator: Any, *, reference_source: str, candidate_sou
     return records, None
 TABLE_ROWS = 24  # unmeasured rows shown after the measured ones
 RANKED_SENT = 4096  # ranked configs handed to the worker (it walks only near the top)
-JOB_STARTUP_S = 30.0  # worker start + torch import, beyond the measuring budget
+JOB_STARTUP_S = 30.0  # worker start + torch import: the job's fallback budget when it has no usable deadline
+RETURN_MARGIN_S = 3.0  # the job stops measuring this long before the caller's budget ends (its result returns)
+BASELINE_NOISE = 0.02
+"""A config must beat the current one by more than this share (or 3 standard errors of the two medians, if more)
+to be recommended: anything closer is noise, and the current config stays."""
 
 
 async def _report(progress, done: float, total: float | None, message: str) -> None:
@@ -160,8 +165,11 @@ async def propose_tiling(
     elif not evaluator.has_gpu():
         proposal.note = "unmeasured: no GPU (analytic ranking only)"
     else:
+        baseline = current_config(space)
+        baseline = baseline if all(p.name in baseline for p in tunable) else None
         measured = await _measure(evaluator, proposal, feasible, space, reference_source, candidate_source,
-                                  options, max_trials, time_budget_s - (time.perf_counter() - started), progress)
+                                  options, max_trials, time_budget_s - (time.perf_counter() - started), progress,
+                                  baseline)
 
     ranked: list[RankedConfig] = []
     seen: set[tuple] = set()
@@ -186,28 +194,56 @@ async def propose_tiling(
     if proposal.rank_correlation is not None:
         proposal.note += (f"; model vs measured rank correlation (Spearman) {proposal.rank_correlation:.2f} over "
                           f"{len(pairs)} configs")
-    if correct:
+    now = current_config(space)
+    base = next((m for m in measured if config_key(m.config.values) == config_key(now)), None) \
+        if all(p.name in now for p in tunable) else None
+    if correct and base is not None and not (base.correct and base.median_ms is not None):
+        proposal.recommended_reason = (f"the current config did not measure ({base.error_kind or 'no time'}: "
+                                       f"{(base.error or '')[:160]}): fix the candidate before tuning it")
+    elif correct:
         best = correct[0]
-        proposal.recommended = best.config
         predicted_rank = next((i + 1 for i, e in enumerate(feasible)
                                if config_key(e.config.values) == config_key(best.config.values)), None)
-        proposal.recommended_reason = (f"fastest of {len(measured)} measured configs ({best.median_ms:.4f} ms, "
-                                       f"predicted rank {predicted_rank})")
+        if base is None:
+            proposal.recommended = best.config
+            proposal.recommended_reason = (f"fastest of {len(correct)} correct configs measured ({best.median_ms:.4f} "
+                                           f"ms, predicted rank {predicted_rank}); the current config was not measured")
+        else:
+            band = _noise_band(best, base)
+            if best is not base and best.median_ms < base.median_ms * (1 - band):
+                proposal.recommended = best.config
+                proposal.recommended_reason = (
+                    f"{base.median_ms / best.median_ms:.2f}x faster than the current config ({best.median_ms:.4f} vs "
+                    f"{base.median_ms:.4f} ms, beyond the {band:.1%} noise band; fastest of {len(correct)} correct "
+                    f"configs measured, predicted rank {predicted_rank})")
+            else:
+                proposal.recommended_reason = (
+                    f"keep the current config: no measured config beat it beyond the {band:.1%} noise band (current "
+                    f"{base.median_ms:.4f} ms, best other {min((m.median_ms for m in correct if m is not base), default=float('nan')):.4f} "
+                    f"ms over {len(correct)} correct configs)")
     elif measured:
         proposal.recommended_reason = ("no measured config was correct: fix the candidate first (see the errors in "
                                        "`ranked`) before tuning it")
+    elif measure and evaluator.has_gpu() and feasible:
+        proposal.recommended_reason = "nothing was measured (see note): no config is recommended over the current one"
     elif feasible:
         proposal.recommended = feasible[0].config
-        proposal.recommended_reason = "best predicted by the analytic model (not measured)"
+        proposal.recommended_reason = "best predicted by the analytic model (not measured): verify it against the current config"
     if proposal.recommended is not None:
         proposal.recommended_source = apply_config(candidate_source, proposal.recommended.values)
     proposal.wall_s = time.perf_counter() - started
     return proposal
 
 
+def _noise_band(a: MeasuredConfig, b: MeasuredConfig) -> float:
+    """BASELINE_NOISE, or 3 standard errors of the two medians (1.2533 cv / sqrt(runs) each) if that is more."""
+    se2 = sum((1.2533 * (m.timing_cv or 0.0)) ** 2 / max(1, m.timing_runs or 1) for m in (a, b))
+    return max(BASELINE_NOISE, 3 * math.sqrt(se2))
+
+
 async def _measure(evaluator, proposal: TilingProposal, feasible: list[ConfigEstimate], space, reference_source: str,
                    candidate_source: str, options: EvalOptions, max_trials: int, budget_s: float,
-                   progress) -> list[MeasuredConfig]:
+                   progress, baseline: dict[str, int] | None = None) -> list[MeasuredConfig]:
     choices = {p.name: list(p.choices) for p in space.params if p.applicable}
     payload = {
         "reference_source": reference_source,
@@ -215,17 +251,21 @@ async def _measure(evaluator, proposal: TilingProposal, feasible: list[ConfigEst
             "candidate_source": candidate_source,
             "ranked": [[e.config.values, e.predicted_ms] for e in feasible[:RANKED_SENT]],
             "choices": choices,
-            "max_trials": min(max_trials, len(feasible)),
+            "max_trials": min(max_trials - (1 if baseline and max_trials > 1 else 0), len(feasible)),  # baseline counts
         },
         "dtype": options.dtype,
         "size_overrides": dict(options.size_overrides),
         "atol": options.tolerance.atol,
         "rtol": options.tolerance.rtol,
         "device": "cuda",
-        "time_budget_s": max(5.0, budget_s - JOB_STARTUP_S),
+        "time_budget_s": max(5.0, budget_s - JOB_STARTUP_S),  # the job's own clock, if its deadline is unusable
+        "deadline_unix": time.time() + max(5.0, budget_s - RETURN_MARGIN_S),  # the budget, whatever start-up took
     }
+    if baseline:  # the current config first, from the unchanged source: what a winner has to beat
+        payload["candidates"] = [{"config": baseline, "source": candidate_source}]
     total = min(max_trials, len(feasible))
     await _report(progress, 0, total, f"compiling and timing up to {total} of {len(feasible)} feasible configs on the GPU")
+    asked = time.time()
     outcome = await evaluator.run_job(MEASURE_TARGET, payload, timeout_s=max(10.0, budget_s), uses_gpu=True)
     if not outcome.ok or not outcome.result:
         reason = outcome.error.message if outcome.error else ("timed out" if outcome.timed_out else "no result")
@@ -237,7 +277,11 @@ async def _measure(evaluator, proposal: TilingProposal, feasible: list[ConfigEst
     measured = [MeasuredConfig.model_validate(r) for r in result.get("results", [])]
     proposal.warnings += list(result.get("notes", []))
     ok = sum(1 for m in measured if m.correct)
-    proposal.note = (f"measured {len(measured)} configs on {result.get('device', 'the GPU')} "
-                     f"({ok} correct; compile: {result.get('compile_mode')}, {result.get('compile_wall_s', 0):.1f} s)")
+    timed = [m for m in measured if m.median_ms is not None]
+    start_s = max(0.0, float(result.get("started_unix", asked)) - asked)
+    proposal.note = (f"measured {len(timed)} of {len(measured)} configs tried on {result.get('device', 'the GPU')} "
+                     f"({ok} correct); budget {budget_s:.0f} s: worker start {start_s:.1f} s, compile "
+                     f"{result.get('compile_wall_s', 0):.1f} s ({result.get('compile_mode')}), in the job "
+                     f"{result.get('wall_s', 0):.1f} s")
     await _report(progress, len(measured), total, f"measured {len(measured)} configs, {ok} correct")
     return measured

@@ -50,7 +50,8 @@ def test_workflow_on_gpu(tmp_path):
                                     max_trials=4)
                 prop = tiling["proposal"]
                 print("tiling:", prop["measured"], prop["recommended"], prop["note"])
-                assert prop["measured"] is True and prop["recommended_source"]
+                assert prop["measured"] is True
+                assert prop["recommended_source"] or prop["recommended_reason"].startswith("keep the current config")
             status = await call(client, "task_status", task_id=tid)
             assert status["history"][0]["time_ms"] == fast["time_ms"]
 
