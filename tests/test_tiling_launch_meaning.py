@@ -52,3 +52,17 @@ def test_apply_config_refuses_to_set_it_and_still_sets_the_shared_block():
         apply_config(PHASED, {"PHASE": 1})
     out = apply_config(PHASED, {"BLOCK": 512})
     assert out.count("BLOCK=512") == 3 and "PHASE=0" in out and "PHASE=1" in out and "PHASE=2" in out
+
+
+def test_predictions_below_the_tasks_floor_are_flagged():
+    from types import SimpleNamespace
+
+    from egg_mcp.workflow.profile_tiling import below_floor_warning
+
+    row = lambda ms, cfg: SimpleNamespace(predicted_ms=ms, config=SimpleNamespace(values=cfg))  # noqa: E731
+    proposal = SimpleNamespace(dims={"n_rows": 1, "n_cols": 393216},
+                               ranked=[row(0.327, {"BLOCK": 1024}), row(3.4, {"BLOCK": 2048}), row(None, {"BLOCK": 64})])
+    text = below_floor_warning(proposal, {"floor_ms": 3.0, "compute_type": "fp32"})
+    assert "1 config(s) below the task's floor 3 ms" in text and "0.327" in text and "'n_rows': 1" in text
+    assert below_floor_warning(proposal, {"floor_ms": 0.1}) is None
+    assert below_floor_warning(proposal, None) is None

@@ -68,11 +68,30 @@ async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_tr
                          f"{target.name if target else 'a stand-in GPU (see warnings)'}")
     if probe_note:
         proposal.warnings.append(f"{probe_note}: every kernel priced at the task's dims")
+    below = below_floor_warning(proposal, analysis.get("floor"))
+    if below:
+        proposal.warnings.append(below)
     tie = tie_note([r.predicted_ms for r in proposal.ranked if r.measured_ms is None])
     if tie and not proposal.measured:
         proposal.warnings.append(tie)
     report_id = service.save_report(task_id, candidate_id, "tiling", proposal.model_dump(mode="json"))
     return report_id, proposal
+
+
+def below_floor_warning(proposal, floor: dict[str, Any] | None) -> str | None:
+    """A prediction below the task's roofline floor cannot be right: the model's dims or traffic do not describe
+    this kernel (e.g. a grid read wrong), so its ranking is not to be trusted; measured times are."""
+    floor_ms = (floor or {}).get("floor_ms")
+    if not floor_ms:
+        return None
+    low = [r for r in proposal.ranked if r.predicted_ms is not None and r.predicted_ms < floor_ms]
+    if not low:
+        return None
+    worst = min(low, key=lambda r: r.predicted_ms)
+    return (f"the model predicts {len(low)} config(s) below the task's floor {floor_ms:.4g} ms "
+            f"({(floor or {}).get('compute_type', '?')}; lowest {worst.predicted_ms:.4g} ms for "
+            f"{worst.config.values}): its dims {proposal.dims} or traffic do not describe this kernel; rank by measured "
+            "times, or pass dims")
 
 
 def problem_dims(analysis: dict[str, Any]) -> tuple[dict[str, int], str | None]:
