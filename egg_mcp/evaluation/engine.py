@@ -65,7 +65,11 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
         judge_idle_s: float = 600.0,
         judge_ahead: bool = True,
         device: str | None = None,
+        protect=(),
     ):
+        # paths no tool or toolchain grant to a confined job or runner may expose (the workspace, the allowed
+        # folders): said to the workers in landlock.PROTECT_VAR (every home directory is protected anyway)
+        self.protect = [str(p) for p in protect]
         self.device = device  # CUDA_VISIBLE_DEVICES of this engine's workers: a lane pinned to one GPU (None: inherit)
         from pathlib import Path
 
