@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.shared.exceptions import MCPError
+from mcp.types import TextContent
 from mcp_types import INVALID_PARAMS, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -237,6 +238,14 @@ def create_server(
                     await close()
 
     mcp = MCPServer("egg-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
+
+    def _said(tool: str, result: BaseModel):
+        """_out, with the weak sandbox level the operator allowed (--unsafe-sandbox-floor) leading every text."""
+        out = _out(tool, result)
+        floor = service.sandbox_floor
+        if floor.weak and out.content and isinstance(out.content[0], TextContent):
+            out.content[0] = TextContent(type="text", text=f"{floor.line()}\n{out.content[0].text}")
+        return out
     mcp.egg_service = service  # type: ignore[attr-defined]  # for tests and the demo
 
     @mcp.tool()
@@ -258,7 +267,7 @@ def create_server(
     ) -> StartTaskResult:
         """Start a task: checks the KernelBench contract, analyses the reference (ops, FLOPs, bytes, roofline
         floor); returns the task id and the SEEDS brief."""
-        return _out("start_task", await service.start_task(
+        return _said("start_task", await service.start_task(
             reference, name=name, k_seeds=k_seeds, dtype=dtype, tolerance_preset=tolerance_preset, atol=atol,
             rtol=rtol, size_overrides=size_overrides))
 
@@ -267,7 +276,7 @@ def create_server(
     async def generate_seeds(task_id: str, ctx: Context = None) -> SeedsResult:  # type: ignore[assignment]
         """SEEDS: k structurally distinct paradigms for this problem, fusion, precision rules, the ModelNew
         contract and the eager / torch.compile baselines (measured once on a GPU)."""
-        return _out("generate_seeds", await service.generate_seeds(task_id, _progress(ctx)))
+        return _said("generate_seeds", await service.generate_seeds(task_id, _progress(ctx)))
 
     @mcp.tool()
     @_tool_errors
@@ -282,7 +291,7 @@ def create_server(
     ) -> VerifyResult:
         """Check a candidate in an isolated worker: correctness on fresh random inputs, cheating checks, then
         timing (GPU). An identical source at the same sizes returns the stored result."""
-        return _out("verify", await service.verify(task_id, source, note, _progress(ctx),
+        return _said("verify", await service.verify(task_id, source, note, _progress(ctx),
                                                    size_overrides=size_overrides))
 
     @mcp.tool()
@@ -307,7 +316,7 @@ def create_server(
                      "or profile_ncu(detail=true)")
             report = fit_reply(report, pointer, lambda c: ProfileResult(  # the whole reply within ~3 KB
                 task_id=task_id, candidate_id=candidate_id, report_id=report_id, report=c, brief=brief))
-        return _out("profile_ncu", ProfileResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id,
+        return _said("profile_ncu", ProfileResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id,
                                                  report=report, brief=brief))
 
     @mcp.tool()
@@ -333,7 +342,7 @@ def create_server(
                                                progress=_progress(ctx))
         nxt = ("verify proposal.recommended_source, then commit_stage if it is faster" if proposal.recommended_source
                else "no rewritten source: change the tunables by hand, verify, then commit_stage")
-        return _out("propose_tiling", TilingResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id,
+        return _said("propose_tiling", TilingResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id,
                                                    proposal=proposal, next_step=nxt))
 
     @mcp.tool()
@@ -350,7 +359,7 @@ def create_server(
         faster/slower/inconclusive with its confidence, plus a unified source diff."""
         from egg_mcp.workflow.compare import compare_candidates
 
-        return _out("compare", await compare_candidates(service, task_id, candidate_a, candidate_b, rounds=rounds,
+        return _said("compare", await compare_candidates(service, task_id, candidate_a, candidate_b, rounds=rounds,
                                                         progress=_progress(ctx)))
 
     @mcp.tool()
@@ -372,32 +381,32 @@ def create_server(
         committed kernel beyond noise (SEEDS: not the fastest seed), or (GPU with compute-sanitizer) if one
         memcheck forward finds an out-of-bounds access. A repeat returns the stored outcome.
         Returns the next stage's brief."""
-        return _out("commit_stage", await service.commit_stage(task_id, candidate_id, decision, force, force_reason,
+        return _said("commit_stage", await service.commit_stage(task_id, candidate_id, decision, force, force_reason,
                                                                stage, skip_memcheck))
 
     @mcp.tool()
     @_tool_errors
     async def task_status(task_id: str) -> TaskStatus:
         """Stage, next step, allowed tools, per-stage history, this stage's candidates, jobs, reports."""
-        return _out("task_status", service.status(task_id))
+        return _said("task_status", service.status(task_id))
 
     @mcp.tool()
     @_tool_errors
     async def list_tasks() -> TaskList:
         """Tasks in this workspace, newest first."""
-        return _out("list_tasks", service.list_tasks())
+        return _said("list_tasks", service.list_tasks())
 
     @mcp.tool()
     @_tool_errors
     async def get_context(task_id: str) -> HandoffContext:
         """The handoff the stage starts from: reference summary, committed kernel and decisions only."""
-        return _out("get_context", service.context(task_id))
+        return _said("get_context", service.context(task_id))
 
     @mcp.tool()
     @_tool_errors
     async def get_candidate(task_id: str, candidate_id: str) -> CandidateDetail:
         """One candidate's source and full verification result."""
-        return _out("get_candidate", service.candidate(task_id, candidate_id))
+        return _said("get_candidate", service.candidate(task_id, candidate_id))
 
     @mcp.tool()
     @_tool_errors
@@ -407,7 +416,7 @@ def create_server(
                                  description="file in an allowed folder; default: workspace/exports"),
     ) -> ExportResult:
         """Write the last committed ModelNew to a file; returns its source."""
-        return _out("export_kernel", service.export_kernel(task_id, path))
+        return _said("export_kernel", service.export_kernel(task_id, path))
 
     _finish_tool_metadata(mcp)
     full_schemas = harden_tools(mcp)

@@ -79,6 +79,8 @@ def verify(r) -> str:
     parts = [f"candidate {r.candidate_id} (task {r.task_id}, stage {r.stage}): {r.verdict}"
              + (" [cached: this exact source was verified before]" if r.cached else "")]
     parts.append(f"summary: {_clip(r.summary, 420)}")
+    if r.sandbox:
+        parts.append(_clip(r.sandbox, 300))
     if r.time_ms is not None:
         iso = res.timing.isolated.median_ms if res.timing and res.timing.isolated else None
         cv = res.timing.cv if res.timing else None
