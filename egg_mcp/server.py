@@ -201,18 +201,26 @@ def create_server(
     protect = [workspace.root, *config.readable_roots()]
     if evaluator is None:
         from egg_mcp.cluster.build import build_evaluator
+        from egg_mcp.sandbox import probe
+        from egg_mcp.sandbox.floor import floor_for
+
+        # every runner and confined job checks its own report against the floor too (not only this host's probe);
+        # below the floor the service refuses candidate tools before any job starts (require_sandbox)
+        floor = floor_for(probe(), config.unsafe_sandbox_floor)
+        required = floor.required if floor.runs_candidates else []
         from egg_mcp.evaluation.engine import WorkerEvaluator
 
         # a plain engine (no GPU), one lane per visible GPU, or lanes on a Ray cluster (config.ray_address)
         evaluator = build_evaluator(workspace.root / "scratch", force_interpreter=config.force_interpreter,
-                                    ray_address=config.ray_address, protect=protect)
+                                    ray_address=config.ray_address, protect=protect, sandbox_required=required)
         # start_task's analysis gets its own engine (own CPU slots, no spare pool) so it never waits
         # behind queued interpreter verifies holding every CPU slot of the main engine; in cluster mode it
         # goes to the cluster's lanes with the other jobs (CPU-only jobs never wait for a busy lane).
         if not config.ray_address:
             analysis_evaluator = WorkerEvaluator(scratch_dir=workspace.root / "scratch",
                                                  force_interpreter=config.force_interpreter, spare_workers=0,
-                                                 burst_spares=0, max_cpu_jobs=2, protect=protect)
+                                                 burst_spares=0, max_cpu_jobs=2, protect=protect,
+                                                 sandbox_required=required)
     if gpu is None and not config.force_interpreter:
         gpu = detect_gpu(workspace_root=workspace.root)
         lanes = getattr(evaluator, "lanes", None)

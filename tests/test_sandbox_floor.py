@@ -135,3 +135,37 @@ def test_floor_holds_for_any_missing_layer():
     no_fs = full.model_copy(update={"fs_confined": False, "pid_namespace": False, "level": "env"})
     assert not floor_for(no_fs, "landlock").runs_candidates  # the opted-in level still has to be there
     assert floor_for(no_fs, "env").runs_candidates and "fs_confined" in floor_for(no_fs, "env").weak
+
+
+@pytest.mark.slow
+def test_judge_refuses_a_runner_below_the_floor(tmp_path):
+    """The floor is checked again on each runner's own report, by the judge, before the candidate is sent: an
+    engine told to require a layer no runner reports gets a harness fault naming it, and the candidate never
+    ran (its module would have written a file on import)."""
+    import anyio
+    from mcp import Client
+
+    from egg_mcp.config import ServerConfig
+    from egg_mcp.evaluation.engine import WorkerEvaluator
+    from egg_mcp.sandbox.floor import below_floor
+    from egg_mcp.server import create_server
+    from tests.mcp_driver import call
+
+    assert below_floor({"level": "landlock", "fs_confined": True}, ["fs_confined", "pid_namespace"]) is not None
+    assert below_floor({"level": "env"}, []) is None
+    marker = tmp_path / "imported"
+    source = (FIXTURES / "softmax" / "row_per_program.py").read_text() + (
+        f"\nopen({str(marker)!r}, 'w').write('ran')\n")
+
+    async def main():
+        engine = WorkerEvaluator(scratch_dir=tmp_path / "scratch", force_interpreter=True, spare_workers=0,
+                                 sandbox_required=["fs_confined", "made_up_layer"])
+        config = ServerConfig(workspace=tmp_path / "ws", force_interpreter=True)
+        async with Client(create_server(config, evaluator=engine)) as client:
+            started = await call(client, "start_task", reference="softmax")
+            return await call(client, "verify", task_id=started["task_id"], source=source)
+
+    out = anyio.run(main)
+    assert out["result"]["fault"] == "harness", out["summary"]
+    assert "made_up_layer" in out["result"]["error"]["message"] and "floor" in out["result"]["error"]["message"]
+    assert not marker.exists()

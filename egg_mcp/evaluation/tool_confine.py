@@ -191,7 +191,9 @@ def wrapped_worker_env(base_env: Mapping[str, str], workdir: Path, *, interprete
 
     from egg_mcp.sandbox.landlock import PROTECT_VAR
 
-    protect = {PROTECT_VAR: base_env[PROTECT_VAR]} if base_env.get(PROTECT_VAR) else {}
+    from egg_mcp.sandbox.floor import REQUIRED_VAR
+
+    protect = {k: base_env[k] for k in (PROTECT_VAR, REQUIRED_VAR) if base_env.get(k)}
     env = confinement.runner_env(base_env, Path(workdir) / "private", interpreter=interpreter,
                                  extra={"EGG_MCP_SERVER_PID": str(server_pid), **ipc_env(base_env), **protect})
     return env

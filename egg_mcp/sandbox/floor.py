@@ -9,6 +9,7 @@ in every result's text. The same floor is checked against each runner's own repo
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -32,6 +33,9 @@ LAYERS: dict[str, str] = {
     "pid_namespace": "user + PID namespaces",
 }
 """Every layer a SandboxReport tracks as a boolean, and its name in messages."""
+CONFINE_LAYERS = ("no_new_privs", "capabilities_dropped", "fs_confined", "network_confined", "signals_scoped")
+"""What `confine` itself applies: all a worker job that confines its own process (not started by the namespace
+launcher nor with the runners' environment) can be held to."""
 ESSENTIAL = ("env_allowlist", "no_new_privs", "capabilities_dropped", "fs_confined", "pid_namespace")
 BY_LEVEL: dict[str, tuple[str, ...]] = {
     "none": (),
@@ -116,3 +120,22 @@ def floor_for(host: SandboxReport, unsafe_level: UnsafeLevel | None = None) -> S
 def required_from_env(raw: str | None) -> list[str]:
     """REQUIRED_VAR's value as layer names (unknown names are kept: a runner lacking them is refused)."""
     return [n for n in (raw or "").split(",") if n.strip()]
+
+
+class BelowFloor(RuntimeError):
+    """A confined process lacks a layer the server requires: nothing it was given may run."""
+
+
+def below_floor(report: Mapping[str, Any] | None, required: list[str] | None = None) -> str | None:
+    """Why a runner or job whose confinement `report` says this must not go on, or None. `required`: the
+    server's floor (default: REQUIRED_VAR in this process's environment, set by the server for its workers;
+    absent: nothing is checked here, the server checked its host before it sent the job)."""
+    if required is None:
+        required = required_from_env(os.environ.get(REQUIRED_VAR))
+    lacks = missing_layers(report, required) if required else []
+    if not lacks:
+        return None
+    level = (report or {}).get("level", "none")
+    return (f"the sandboxed process got level {level} without {describe(lacks)}, which this server's sandbox "
+            f"floor requires: the candidate was not loaded. Run `egg-mcp doctor` on the machine that runs the "
+            f"jobs, or lower the floor knowingly with {UNSAFE_FLAG}")
