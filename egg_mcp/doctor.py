@@ -78,9 +78,20 @@ def _sandbox_lines(config: ServerConfig | None = None) -> None:
         _line(OK if note.startswith("namespaces:") else WARN, "", note)
     if report.level != "landlock+ns":
         _line(WARN, "", "see docs/sandbox.md for the levels and what each one keeps out")
+    from egg_mcp.sandbox.floor import floor_for
+
+    config = config or ServerConfig()
+    floor = floor_for(report, config.unsafe_sandbox_floor)
+    if floor.runs_candidates and not floor.weak:
+        _line(OK, "sandbox floor", "met: serve runs candidates; each runner must have " +
+              ", ".join(floor.required))
+    else:
+        _line(WARN, "sandbox floor", floor.line().removeprefix("sandbox: "))
     if report.fs_confined:
-        for status, what, detail in read_grant_lines(config or ServerConfig()):
+        for status, what, detail in read_grant_lines(config):
             _line(status, what, detail)
+    else:
+        _line(WARN, "runner reads", "every file this server's user can (no Landlock here)")
 
 
 def hardware_lines(names: list[str], uuids: list[str], workspace) -> list[tuple[str, str, str]]:
