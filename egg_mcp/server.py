@@ -23,7 +23,6 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.shared.exceptions import MCPError
-from mcp.types import TextContent
 from mcp_types import INVALID_PARAMS, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -125,9 +124,9 @@ class ProfileResult(BaseModel):
     brief: str = Field(description="Profile-role brief (with detail=true), else where to read it")
 
 
-def _out(tool: str, result: BaseModel):
+def _out(tool: str, result: BaseModel, lead: str | None = None):
     """structuredContent: the whole result; text: a short summary (see egg_mcp.surface.summaries)."""
-    return tool_result(tool, result)
+    return tool_result(tool, result, lead)
 
 
 class TilingResult(BaseModel):
@@ -249,11 +248,8 @@ def create_server(
 
     def _said(tool: str, result: BaseModel):
         """_out, with the weak sandbox level the operator allowed (--unsafe-sandbox-floor) leading every text."""
-        out = _out(tool, result)
         floor = service.sandbox_floor
-        if floor.weak and out.content and isinstance(out.content[0], TextContent):
-            out.content[0] = TextContent(type="text", text=f"{floor.line()}\n{out.content[0].text}")
-        return out
+        return _out(tool, result, floor.line() if floor.weak else None)
     mcp.egg_service = service  # type: ignore[attr-defined]  # for tests and the demo
 
     @mcp.tool()

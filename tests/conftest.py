@@ -30,6 +30,10 @@ def _sandbox_opt_in() -> str | None:
 
 
 SANDBOX_OPT_IN = _sandbox_opt_in()
+SANDBOX_OPT_IN_ARGS: list[str] = (["--unsafe-sandbox-floor", os.environ["EGG_MCP_UNSAFE_SANDBOX_FLOOR"]]
+                                  if os.environ.get("EGG_MCP_UNSAFE_SANDBOX_FLOOR") else [])
+"""For a `serve` started without this process's environment (the MCP SDK's stdio client passes a short default
+one): the same explicit opt-in, as the flag."""
 
 
 def pytest_report_header(config):
@@ -74,4 +78,4 @@ def softmax_candidate() -> str:
     return (FIXTURES / "softmax" / "row_per_program.py").read_text()
 
 
-__all__ = ["REPO", "FIXTURES", "softmax_candidate", "os"]
+__all__ = ["REPO", "FIXTURES", "SANDBOX_OPT_IN_ARGS", "softmax_candidate", "os"]

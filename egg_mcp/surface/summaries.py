@@ -246,17 +246,21 @@ _BY_TOOL = {
 }
 
 
-def summary_text(tool: str, result: BaseModel) -> str:
-    """The result's text block, clipped to MAX_TEXT bytes."""
+def summary_text(tool: str, result: BaseModel, lead: str | None = None) -> str:
+    """The result's text block, clipped to MAX_TEXT bytes; `lead` (the weak sandbox level an operator allowed)
+    comes first and is never clipped away."""
     fn = _BY_TOOL.get(tool)
     text = fn(result) if fn else _clip(result.model_dump_json(), MAX_TEXT)
+    if lead:
+        text = f"{_clip(lead, 400)}\n{text}"
     raw = text.encode()
     if len(raw) > MAX_TEXT:
         text = raw[: MAX_TEXT - 40].decode(errors="ignore") + "\n… (full result in structuredContent)"
     return text
 
 
-def tool_result(tool: str, result: BaseModel) -> CallToolResult:
-    """structuredContent: the whole model; content: its summary."""
+def tool_result(tool: str, result: BaseModel, lead: str | None = None) -> CallToolResult:
+    """structuredContent: the whole model; content: its summary (after `lead`, if any)."""
     data: dict[str, Any] = result.model_dump(mode="json", by_alias=True)
-    return CallToolResult(content=[TextContent(type="text", text=summary_text(tool, result))], structured_content=data)
+    return CallToolResult(content=[TextContent(type="text", text=summary_text(tool, result, lead))],
+                          structured_content=data)
