@@ -159,7 +159,6 @@ def confine_wrapped(private_dir: Path, tool: str | None, tool_argv: Sequence[str
     """Confine the calling process, wrapped by `tool` (see module docstring); what was applied (a dict).
     `told`: env_allowlist / namespaces from a runner's argv (confinement.confine)."""
     from egg_mcp.evaluation import confinement
-
     from egg_mcp.sandbox.landlock import PROTECT_VAR, split_protect
 
     ipc_open = os.environ.pop(IPC_VAR, "") == "open"
@@ -188,12 +187,11 @@ def wrapped_worker_env(base_env: Mapping[str, str], workdir: Path, *, interprete
     """The whole environment of a tool-wrapped worker and its tool: the runners' allow-list (no token, no
     EGG_MCP_* but the server's pid for the watchdog) and private HOME/TMPDIR/caches under `workdir`."""
     from egg_mcp.evaluation import confinement
-
+    from egg_mcp.sandbox.floor import REQUIRED_VAR
     from egg_mcp.sandbox.landlock import PROTECT_VAR
 
-    from egg_mcp.sandbox.floor import REQUIRED_VAR
-
-    protect = {k: base_env[k] for k in (PROTECT_VAR, REQUIRED_VAR) if base_env.get(k)}
+    # what no grant may expose and the sandbox floor: the worker pops both before the job's code runs
+    said = {k: base_env[k] for k in (PROTECT_VAR, REQUIRED_VAR) if base_env.get(k)}
     env = confinement.runner_env(base_env, Path(workdir) / "private", interpreter=interpreter,
-                                 extra={"EGG_MCP_SERVER_PID": str(server_pid), **ipc_env(base_env), **protect})
+                                 extra={"EGG_MCP_SERVER_PID": str(server_pid), **ipc_env(base_env), **said})
     return env
