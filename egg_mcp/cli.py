@@ -39,6 +39,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="floor of the derived run limit (default 30; $EGG_MCP_RUN_TIMEOUT_FLOOR_S)")
     p.add_argument("--analysis-timeout", type=_seconds, metavar="S",
                    help="limit on start_task's reference analysis (default 120; $EGG_MCP_ANALYSIS_TIMEOUT_S)")
+    p.add_argument("--unsafe-sandbox-floor", choices=["landlock", "env", "none"], default=None, metavar="LEVEL",
+                   help="UNSAFE: run candidates even where the runner's sandbox is below the default floor (every "
+                        "layer the kernel offers, at least Landlock + user/PID namespaces): landlock (no "
+                        "namespaces), env (no filesystem confinement: candidates can read and write what this "
+                        "user can) or none; the weak level is said at start and in every result "
+                        "($EGG_MCP_UNSAFE_SANDBOX_FLOOR)")
     p.add_argument("--max-eval-gib", type=_seconds, metavar="GIB",
                    help="largest estimated problem size size_overrides may ask for (default 16; $EGG_MCP_MAX_EVAL_GIB)")
 
@@ -87,6 +93,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             updates[field] = getattr(args, flag)
     if getattr(args, "ray", None):
         updates["ray_address"] = args.ray
+    if getattr(args, "unsafe_sandbox_floor", None):
+        updates["unsafe_sandbox_floor"] = args.unsafe_sandbox_floor
     if getattr(args, "max_eval_gib", None) is not None:
         updates["max_eval_bytes"] = int(args.max_eval_gib * 2**30)
     return cfg.model_copy(update=updates)
@@ -193,8 +201,23 @@ def _create_server(config: ServerConfig):
         return None
 
 
+def sandbox_banner(config: ServerConfig) -> str:
+    """What serve states on stderr at start: the runners' sandbox level against the floor, and, below it, why
+    candidates will not run and how to fix the host or opt in knowingly."""
+    from egg_mcp.sandbox import probe
+    from egg_mcp.sandbox.floor import floor_for
+
+    floor = floor_for(probe(), config.unsafe_sandbox_floor)
+    text = f"egg-mcp serve: {floor.line()}\n"
+    if not floor.runs_candidates:
+        text += f"egg-mcp serve: {floor.refusal()}\n"
+    return text
+
+
 def serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    sys.stderr.write(sandbox_banner(config))
+    sys.stderr.flush()
     if not args.http:
         import anyio
 

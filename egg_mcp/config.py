@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -97,6 +98,12 @@ class ServerConfig(BaseModel):
     max_eval_bytes: int = Field(
         default_factory=lambda: int(_env_float("EGG_MCP_MAX_EVAL_GIB", 16.0) * 2**30), gt=0)
     """Largest estimated problem footprint size_overrides may ask for (EGG_MCP_MAX_EVAL_GIB, default 16)."""
+
+    unsafe_sandbox_floor: Literal["none", "env", "landlock"] | None = Field(
+        default_factory=lambda: os.environ.get("EGG_MCP_UNSAFE_SANDBOX_FLOOR", "").strip() or None)
+    """Lower the sandbox floor to this level (`--unsafe-sandbox-floor`, EGG_MCP_UNSAFE_SANDBOX_FLOOR): candidates
+    then run on a host without Landlock or user namespaces, and every result's text says the weak level. Default
+    (None): every layer the kernel offers, at least Landlock + user/PID namespaces (egg_mcp.sandbox.floor)."""
 
     def readable_roots(self) -> list[Path]:
         roots = [r.resolve() for r in self.allowed_roots]

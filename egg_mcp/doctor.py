@@ -51,8 +51,25 @@ _INTERPRETER_PROBE = textwrap.dedent("""
 _NCU_PROBE = "import torch; x = torch.ones(1024, device='cuda'); (x * 2).sum().item()"
 
 
-def _sandbox_lines() -> None:
-    """What confines a runner (the process that imports candidate code) here, and how to get more."""
+def read_grant_lines(config: ServerConfig) -> list[tuple[str, str, str]]:
+    """(status, what, detail): every path a confined runner may read here (landlock.read_grants), the
+    toolchain and tool trees after the filter that keeps out home directories, the workspace and the allowed
+    folders; the /etc entries on one line."""
+    from egg_mcp.sandbox.landlock import read_grants
+
+    protect = [config.workspace, *config.readable_roots()]
+    rows = read_grants(protect=[str(p) for p in protect])
+    etc = [os.path.basename(p) for p, why in rows if why == "/etc entry"]
+    out = [(OK, "runner reads", f"{path} ({why})") for path, why in rows if why != "/etc entry"]
+    out.append((OK, "runner reads", f"/etc: {', '.join(etc)}"))
+    out.append((OK, "runner writes", "its private dir (HOME, TMPDIR, caches), /dev/null and friends, /dev/nvidia*; "
+                "never a home directory, the workspace or an allowed folder"))
+    return out
+
+
+def _sandbox_lines(config: ServerConfig | None = None) -> None:
+    """What confines a runner (the process that imports candidate code) here, how to get more, and what a
+    runner can read."""
     from egg_mcp.sandbox import probe
 
     report = probe()
@@ -61,6 +78,20 @@ def _sandbox_lines() -> None:
         _line(OK if note.startswith("namespaces:") else WARN, "", note)
     if report.level != "landlock+ns":
         _line(WARN, "", "see docs/sandbox.md for the levels and what each one keeps out")
+    from egg_mcp.sandbox.floor import floor_for
+
+    config = config or ServerConfig()
+    floor = floor_for(report, config.unsafe_sandbox_floor)
+    if floor.runs_candidates and not floor.weak:
+        _line(OK, "sandbox floor", "met: serve runs candidates; each runner must have " +
+              ", ".join(floor.required))
+    else:
+        _line(WARN, "sandbox floor", floor.line().removeprefix("sandbox: "))
+    if report.fs_confined:
+        for status, what, detail in read_grant_lines(config):
+            _line(status, what, detail)
+    else:
+        _line(WARN, "runner reads", "every file this server's user can (no Landlock here)")
 
 
 def hardware_lines(names: list[str], uuids: list[str], workspace) -> list[tuple[str, str, str]]:
@@ -172,7 +203,7 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
         else:
             _line(FAIL, "interpreter", (probe.stderr.strip().splitlines() or ["failed"])[-1])
             failures += 1
-    _sandbox_lines()
+    _sandbox_lines(config)
     _memcheck_line(torch.cuda.is_available())
     ncu = find_ncu()
     if ncu is None:

@@ -127,9 +127,9 @@ class ProfileResult(BaseModel):
     brief: str = Field(description="Profile-role brief (with detail=true), else where to read it")
 
 
-def _out(tool: str, result: BaseModel):
+def _out(tool: str, result: BaseModel, lead: str | None = None):
     """structuredContent: the whole result; text: a short summary (see egg_mcp.surface.summaries)."""
-    return tool_result(tool, result)
+    return tool_result(tool, result, lead)
 
 
 class TilingResult(BaseModel):
@@ -186,20 +186,30 @@ def create_server(
     workspace = Workspace(config.workspace)
     analysis_evaluator = None
     auto_calibrate = evaluator is None and not config.force_interpreter
+    # no tool or toolchain grant to a runner may expose these (nor any home directory): landlock.grantable
+    protect = [workspace.root, *config.readable_roots()]
     if evaluator is None:
         from egg_mcp.cluster.build import build_evaluator
+        from egg_mcp.sandbox import probe
+        from egg_mcp.sandbox.floor import floor_for
+
+        # every runner and confined job checks its own report against the floor too (not only this host's probe);
+        # below the floor the service refuses candidate tools before any job starts (require_sandbox)
+        floor = floor_for(probe(), config.unsafe_sandbox_floor)
+        required = floor.required if floor.runs_candidates else []
         from egg_mcp.evaluation.engine import WorkerEvaluator
 
         # a plain engine (no GPU), one lane per visible GPU, or lanes on a Ray cluster (config.ray_address)
         evaluator = build_evaluator(workspace.root / "scratch", force_interpreter=config.force_interpreter,
-                                    ray_address=config.ray_address)
+                                    ray_address=config.ray_address, protect=protect, sandbox_required=required)
         # start_task's analysis gets its own engine (own CPU slots, no spare pool) so it never waits
         # behind queued interpreter verifies holding every CPU slot of the main engine; in cluster mode it
         # goes to the cluster's lanes with the other jobs (CPU-only jobs never wait for a busy lane).
         if not config.ray_address:
             analysis_evaluator = WorkerEvaluator(scratch_dir=workspace.root / "scratch",
                                                  force_interpreter=config.force_interpreter, spare_workers=0,
-                                                 burst_spares=0, max_cpu_jobs=2)
+                                                 burst_spares=0, max_cpu_jobs=2, protect=protect,
+                                                 sandbox_required=required)
     if gpu is None and not config.force_interpreter:
         gpu = detect_gpu(workspace_root=workspace.root)
         lanes = getattr(evaluator, "lanes", None)
@@ -225,6 +235,11 @@ def create_server(
                     await close()
 
     mcp = MCPServer("egg-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
+
+    def _said(tool: str, result: BaseModel):
+        """_out, with the weak sandbox level the operator allowed (--unsafe-sandbox-floor) leading every text."""
+        floor = service.sandbox_floor
+        return _out(tool, result, floor.line() if floor.weak else None)
     mcp.egg_service = service  # type: ignore[attr-defined]  # for tests and the demo
 
     @mcp.tool()
@@ -247,7 +262,7 @@ def create_server(
         """Start a task: checks the KernelBench contract, analyses the reference (ops, FLOPs, bytes, roofline
         floor); returns the task id and the SEEDS brief."""
         async with long_call(ctx, "start_task"):  # the reference's analysis runs in a worker
-            return _out("start_task", await service.start_task(
+            return _said("start_task", await service.start_task(
                 reference, name=name, k_seeds=k_seeds, dtype=dtype, tolerance_preset=tolerance_preset, atol=atol,
                 rtol=rtol, size_overrides=size_overrides))
 
@@ -257,7 +272,7 @@ def create_server(
         """SEEDS: k structurally distinct paradigms for this problem, fusion, precision rules, the ModelNew
         contract and the eager / torch.compile baselines (measured once on a GPU)."""
         async with long_call(ctx, "generate_seeds") as progress:
-            return _out("generate_seeds", await service.generate_seeds(task_id, progress))
+            return _said("generate_seeds", await service.generate_seeds(task_id, progress))
 
     @mcp.tool()
     @_tool_errors
@@ -273,7 +288,7 @@ def create_server(
         """Check a candidate in an isolated worker: correctness on fresh random inputs, cheating checks, then
         timing (GPU). An identical source at the same sizes returns the stored result."""
         async with long_call(ctx, "verify") as progress:
-            return _out("verify", await service.verify(task_id, source, note, progress, size_overrides=size_overrides))
+            return _said("verify", await service.verify(task_id, source, note, progress, size_overrides=size_overrides))
 
     @mcp.tool()
     @_tool_errors
@@ -298,7 +313,7 @@ def create_server(
                      "or profile_ncu(detail=true)")
             report = fit_reply(report, pointer, lambda c: ProfileResult(  # the whole reply within ~3 KB
                 task_id=task_id, candidate_id=candidate_id, report_id=report_id, report=c, brief=brief))
-        return _out("profile_ncu", ProfileResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id,
+        return _said("profile_ncu", ProfileResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id,
                                                  report=report, brief=brief))
 
     @mcp.tool()
@@ -325,7 +340,7 @@ def create_server(
                                                    progress=progress)
         nxt = ("verify proposal.recommended_source, then commit_stage if it is faster" if proposal.recommended_source
                else "no rewritten source: change the tunables by hand, verify, then commit_stage")
-        return _out("propose_tiling", TilingResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id,
+        return _said("propose_tiling", TilingResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id,
                                                    proposal=proposal, next_step=nxt))
 
     @mcp.tool()
@@ -343,7 +358,7 @@ def create_server(
         from egg_mcp.workflow.compare import compare_candidates
 
         async with long_call(ctx, "compare") as progress:
-            return _out("compare", await compare_candidates(service, task_id, candidate_a, candidate_b,
+            return _said("compare", await compare_candidates(service, task_id, candidate_a, candidate_b,
                                                             rounds=rounds, progress=progress))
 
     @mcp.tool()
@@ -367,32 +382,32 @@ def create_server(
         memcheck forward finds an out-of-bounds access. A repeat returns the stored outcome.
         Returns the next stage's brief."""
         async with long_call(ctx, "commit_stage"):  # a GPU commit runs a memcheck forward first
-            return _out("commit_stage", await service.commit_stage(task_id, candidate_id, decision, force,
+            return _said("commit_stage", await service.commit_stage(task_id, candidate_id, decision, force,
                                                                    force_reason, stage, skip_memcheck))
 
     @mcp.tool()
     @_tool_errors
     async def task_status(task_id: str) -> TaskStatus:
         """Stage, next step, allowed tools, per-stage history, this stage's candidates, jobs, reports."""
-        return _out("task_status", service.status(task_id))
+        return _said("task_status", service.status(task_id))
 
     @mcp.tool()
     @_tool_errors
     async def list_tasks() -> TaskList:
         """Tasks in this workspace, newest first."""
-        return _out("list_tasks", service.list_tasks())
+        return _said("list_tasks", service.list_tasks())
 
     @mcp.tool()
     @_tool_errors
     async def get_context(task_id: str) -> HandoffContext:
         """The handoff the stage starts from: reference summary, committed kernel and decisions only."""
-        return _out("get_context", service.context(task_id))
+        return _said("get_context", service.context(task_id))
 
     @mcp.tool()
     @_tool_errors
     async def get_candidate(task_id: str, candidate_id: str) -> CandidateDetail:
         """One candidate's source and full verification result."""
-        return _out("get_candidate", service.candidate(task_id, candidate_id))
+        return _said("get_candidate", service.candidate(task_id, candidate_id))
 
     @mcp.tool()
     @_tool_errors
@@ -402,7 +417,7 @@ def create_server(
                                  description="file in an allowed folder; default: workspace/exports"),
     ) -> ExportResult:
         """Write the last committed ModelNew to a file; returns its source."""
-        return _out("export_kernel", service.export_kernel(task_id, path))
+        return _said("export_kernel", service.export_kernel(task_id, path))
 
     _finish_tool_metadata(mcp)
     full_schemas = harden_tools(mcp)

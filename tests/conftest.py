@@ -11,6 +11,37 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 
 
+def _sandbox_opt_in() -> str | None:
+    """This host's sandbox against the product's default floor (egg_mcp.sandbox.floor). Where the host lacks a
+    layer the floor requires (a container without Landlock or user namespaces), the suite opts in explicitly
+    with EGG_MCP_UNSAFE_SANDBOX_FLOOR=<the host's level> so that its tests can run candidates; the report header
+    says so. The product default is untouched; tests of the refusal itself clear the variable."""
+    try:
+        from egg_mcp.sandbox import probe
+        from egg_mcp.sandbox.floor import UNSAFE_VAR, floor_for
+
+        floor = floor_for(probe())
+    except Exception:  # noqa: BLE001 - a broken probe fails the sandbox tests, not collection
+        return None
+    if floor.runs_candidates or os.environ.get(UNSAFE_VAR):
+        return None
+    os.environ[UNSAFE_VAR] = floor.host_level
+    return f"{UNSAFE_VAR}={floor.host_level} (this host lacks: {', '.join(floor.missing)})"
+
+
+SANDBOX_OPT_IN = _sandbox_opt_in()
+SANDBOX_OPT_IN_ARGS: list[str] = (["--unsafe-sandbox-floor", os.environ["EGG_MCP_UNSAFE_SANDBOX_FLOOR"]]
+                                  if os.environ.get("EGG_MCP_UNSAFE_SANDBOX_FLOOR") else [])
+"""For a `serve` started without this process's environment (the MCP SDK's stdio client passes a short default
+one): the same explicit opt-in, as the flag."""
+
+
+def pytest_report_header(config):
+    if SANDBOX_OPT_IN:
+        return f"egg-mcp sandbox: the suite opts in to a weak sandbox here: {SANDBOX_OPT_IN}"
+    return "egg-mcp sandbox: this host meets the default floor"
+
+
 def _cuda_available() -> bool:
     try:
         import torch
@@ -47,4 +78,4 @@ def softmax_candidate() -> str:
     return (FIXTURES / "softmax" / "row_per_program.py").read_text()
 
 
-__all__ = ["REPO", "FIXTURES", "softmax_candidate", "os"]
+__all__ = ["REPO", "FIXTURES", "SANDBOX_OPT_IN_ARGS", "softmax_candidate", "os"]

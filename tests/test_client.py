@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import FIXTURES, REPO
+from tests.conftest import FIXTURES, REPO, SANDBOX_OPT_IN_ARGS
 from tests.http_server import free_port, wait_listening
 
 CLIENT = REPO / "tools" / "egg_client.py"
@@ -58,7 +58,7 @@ def test_usage_errors_exit_2_before_starting_anything():
 @pytest.mark.slow
 def test_stdio_transport_end_to_end(tmp_path):
     server = shlex.join([sys.executable, "-m", "egg_mcp", "serve", "--workspace", str(tmp_path / "ws"),
-                         "--interpreter", "--log-level", "WARNING"])
+                         "--interpreter", "--log-level", "WARNING", *SANDBOX_OPT_IN_ARGS])
     tools = _run("--stdio", server, "tools")
     assert tools.returncode == 0, tools.stderr
     names = {t["name"] for t in json.loads(tools.stdout)["tools"]}

@@ -10,7 +10,7 @@ from mcp import Client, StdioServerParameters
 
 from egg_mcp.config import ServerConfig
 from egg_mcp.server import create_server
-from tests.conftest import REPO
+from tests.conftest import REPO, SANDBOX_OPT_IN_ARGS
 from tests.mcp_driver import SEEDS, call, call_error, decision, drive_to_done
 
 pytestmark = pytest.mark.slow
@@ -64,7 +64,7 @@ def _stdio_server(tmp_path) -> StdioServerParameters:
     """`egg-mcp serve` over stdio as a real subprocess, on the CPU interpreter."""
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "egg_mcp", "serve", "--workspace", str(tmp_path / "ws"), "--interpreter"],
+        args=["-m", "egg_mcp", "serve", "--workspace", str(tmp_path / "ws"), "--interpreter", *SANDBOX_OPT_IN_ARGS],
         cwd=str(REPO),
     )
 

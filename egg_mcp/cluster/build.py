@@ -11,11 +11,12 @@ log = logging.getLogger(__name__)
 
 
 def build_evaluator(scratch_dir: Path, *, force_interpreter: bool = False, ray_address: str | None = None,
-                    pythonpath: str | None = None, max_lanes: int | None = None):
+                    pythonpath: str | None = None, max_lanes: int | None = None, protect=(), sandbox_required=()):
     """- `ray_address`: one lane per GPU of that Ray cluster; if the cluster goes away, this host's lanes.
     - GPUs here: a `LanePool` with one lane per visible GPU (one GPU: one lane, same engine as before).
     - no GPU: the plain `WorkerEvaluator` (interpreter; its CPU slots run jobs side by side)."""
-    fallback = lambda: local_lanes(Path(scratch_dir) / "lanes", force_interpreter=force_interpreter)  # noqa: E731
+    fallback = lambda: local_lanes(Path(scratch_dir) / "lanes", force_interpreter=force_interpreter,  # noqa: E731
+                                   protect=protect, sandbox_required=sandbox_required)
     if ray_address:  # the Ray driver lives in the gateway process: a vanishing cluster cannot end the server
         from egg_mcp.cluster.gateway import Gateway, GatewayLane
         from egg_mcp.cluster.ray_lanes import require_ray
@@ -30,8 +31,10 @@ def build_evaluator(scratch_dir: Path, *, force_interpreter: bool = False, ray_a
     if not gpus:
         from egg_mcp.evaluation.engine import WorkerEvaluator
 
-        return WorkerEvaluator(scratch_dir=scratch_dir, force_interpreter=force_interpreter)
-    return LanePool(local_lanes(Path(scratch_dir) / "lanes", gpus=gpus[:max_lanes] if max_lanes else gpus))
+        return WorkerEvaluator(scratch_dir=scratch_dir, force_interpreter=force_interpreter, protect=protect,
+                               sandbox_required=sandbox_required)
+    return LanePool(local_lanes(Path(scratch_dir) / "lanes", gpus=gpus[:max_lanes] if max_lanes else gpus,
+                                protect=protect, sandbox_required=sandbox_required))
 
 
 def describe(evaluator) -> dict | None:

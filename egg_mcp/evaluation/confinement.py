@@ -107,6 +107,7 @@ def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: 
         return dict(_sandbox.confine_dict(private_dir, extra_read=extra_read, extra_write=extra_write, **tool_rules))
     tool_rules.pop("env_allowlist", None)  # what the judge told the runner: the fallback reports env anyway
     tool_rules.pop("namespaces", None)
+    tool_rules.pop("protect", None)
     nnp = _prctl(PR_SET_NO_NEW_PRIVS, 1)
     return {
         "level": "env", "env_allowlist": True, "landlock_abi": None, "fs_confined": False,

@@ -65,7 +65,15 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
         judge_idle_s: float = 600.0,
         judge_ahead: bool = True,
         device: str | None = None,
+        protect=(),
+        sandbox_required=(),
     ):
+        # paths no tool or toolchain grant to a confined job or runner may expose (the workspace, the allowed
+        # folders): said to the workers in landlock.PROTECT_VAR (every home directory is protected anyway)
+        self.protect = [str(p) for p in protect]
+        # the server's sandbox floor (egg_mcp.sandbox.floor): the judge and every confined job check their
+        # runner's or their own report against it before candidate code runs (floor.REQUIRED_VAR)
+        self.sandbox_required = list(sandbox_required)
         self.device = device  # CUDA_VISIBLE_DEVICES of this engine's workers: a lane pinned to one GPU (None: inherit)
         from pathlib import Path
 

@@ -29,6 +29,8 @@ import egg_mcp
 from egg_mcp.evaluation import confinement
 from egg_mcp.evaluation.tool_confine import wrapped_worker_env
 from egg_mcp.evaluation.engine_results import LogCapture
+from egg_mcp.sandbox.floor import REQUIRED_VAR
+from egg_mcp.sandbox.landlock import PROTECT_VAR
 
 PACKAGE_PARENT = str(Path(egg_mcp.__file__).resolve().parent.parent)
 """Put on the workers' PYTHONPATH: they import egg_mcp from where the server has it, installed or not."""
@@ -114,6 +116,12 @@ class WorkerPool:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
         env["EGG_MCP_SERVER_PID"] = str(os.getpid())  # the worker's watchdog ends it if we die
+        env.pop(PROTECT_VAR, None)
+        env.pop(REQUIRED_VAR, None)
+        if getattr(self, "sandbox_required", None):
+            env[REQUIRED_VAR] = ",".join(self.sandbox_required)
+        if getattr(self, "protect", None):  # what no tool/toolchain grant may expose (landlock.grantable)
+            env[PROTECT_VAR] = os.pathsep.join(self.protect)
         if mode == "interp":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
@@ -139,7 +147,9 @@ class WorkerPool:
         env = self._worker_env(base_mode, workdir)
         if wrapper_argv:  # the tool and the worker it wraps: allow-listed env, no token (tool_confine.py)
             argv = [*wrapper_argv, *argv, "--wrapped", "--tool", wrapper_argv[0]]
-            env = wrapped_worker_env(os.environ, workdir, interpreter=base_mode == "interp", server_pid=os.getpid())
+            said = {k: env[k] for k in (PROTECT_VAR, REQUIRED_VAR) if env.get(k)}
+            env = wrapped_worker_env({**os.environ, **said}, workdir, interpreter=base_mode == "interp",
+                                     server_pid=os.getpid())
             if base_mode != "interp" and getattr(self, "device", None) is not None:
                 env["CUDA_VISIBLE_DEVICES"] = self.device
         try:

@@ -36,6 +36,7 @@ from egg_mcp.evaluation.judge_verdicts import Verdicts, timing_cross_check  # no
 from egg_mcp.evaluation.modules import import_source
 from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
 from egg_mcp.evaluation.runner_process import RunnerGone, RunnerProcess, take, teach_launchers
+from egg_mcp.sandbox.floor import below_floor
 
 RECHECK_CALLS = 3  # extra candidate calls on one input set before the re-check when there is no GPU timing
 TIMING_SEEDS = 64
@@ -136,6 +137,9 @@ class Judge(Verdicts):
         self._ask_ready()
         self.clock("import_candidate", message="importing the candidate")
         self._ask({"type": "confine"}, "confined")
+        refused = below_floor(self.sandbox)
+        if refused is not None:  # a runner weaker than the server's floor never gets the candidate
+            raise Rejected(self._harness_fault(refused))
         if self.on_runner_confined is not None:  # a persistent judge may start the next runner now
             self.on_runner_confined(self.sandbox)
         self._ask({"type": "load", "candidate_source": self.payload["candidate_source"],

@@ -155,10 +155,16 @@ def memcheck_job(payload: dict[str, Any]) -> dict[str, Any]:
                            wrapper=sanitizer_argv(tool, log), output=output)
     # The tool writes its report after its target exited: never kill it before it ends by itself.
     runner.death_wait_s = EXIT_TIMEOUT_S
-    sandbox, code = None, None
+    from egg_mcp.sandbox.floor import BelowFloor, below_floor
+
+    sandbox, code, refused = None, None, None
     try:
         runner.wait_ready()
         sandbox = runner.request({"type": "confine"})[0].get("sandbox")
+        refused = below_floor(sandbox if isinstance(sandbox, dict) else None)
+        if refused is not None:  # weaker than the server's floor: the candidate is never loaded
+            runner.kill()
+            raise BelowFloor(refused)
         loaded, _ = runner.request({"type": "load", "candidate_source": payload["candidate_source"],
                                     "reference_source": payload["reference_source"],
                                     "options": payload["options"], "init_seed": payload["init_seed"]})
@@ -168,6 +174,8 @@ def memcheck_job(payload: dict[str, Any]) -> dict[str, Any]:
         code = runner.finish(EXIT_TIMEOUT_S)
     except (RunnerGone, Exception):  # noqa: BLE001 - a crash still leaves the report written so far
         code = runner.finish(EXIT_TIMEOUT_S)  # the tool exits by itself once its target is gone
+    if refused is not None:
+        raise BelowFloor(refused)
     text = log.read_text(errors="replace") if log.exists() else ""
     said = output.read_text(errors="replace")[-200_000:] if output.exists() else ""
     return result_from_report(text, tool, round(time.monotonic() - started, 3),

@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> None:
                         "sandbox's allow-list (said here, not in the environment the candidate reads)")
     parser.add_argument("--namespaces", default=None, help="appended by the namespace launcher: the namespaces "
                         "and private mounts in force")
+    parser.add_argument("--protect", default="", help="os.pathsep-joined paths no tool or toolchain grant may expose "
+                        "(the workspace, the allowed folders; every home directory is protected anyway)")
     args = parser.parse_args(argv)
     confinement.die_with_parent()
     if args.judge and os.getppid() != args.judge:  # the judge died before we could tie our life to it
@@ -72,7 +74,8 @@ def main(argv: list[str] | None = None) -> None:
         torch.cuda.init()
         torch.empty(1, device="cuda")
     try:
-        told = {"env_allowlist": True if args.allowlisted else None, "namespaces": args.namespaces}
+        told = {"env_allowlist": True if args.allowlisted else None, "namespaces": args.namespaces,
+                "protect": [p for p in args.protect.split(os.pathsep) if p]}
         if args.tool:
             from egg_mcp.evaluation.tool_confine import confine_wrapped
 

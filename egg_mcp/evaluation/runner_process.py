@@ -18,6 +18,7 @@ from typing import Any
 
 from egg_mcp.evaluation import confinement, launchers, wire
 from egg_mcp.evaluation.api import ErrorReport
+from egg_mcp.sandbox.landlock import PROTECT_VAR
 
 SIGNAL_NAMES = {
     signal.SIGSEGV: "segmentation fault (SIGSEGV)", signal.SIGBUS: "bus error (SIGBUS)",
@@ -60,7 +61,8 @@ class RunnerProcess:
                 "--fd", str(theirs.fileno()), "--private", str(self.private), "--mode", mode,
                 # under a launcher or a wrapper, that process is the runner's parent, not the judge
                 "--judge", "0" if (wrapper or prefix) else str(os.getpid())] + (["--tool", wrapper[0]] if wrapper else []
-                ) + (["--allowlisted"] if allowlisted else [])
+                ) + (["--allowlisted"] if allowlisted else []) + (
+                    ["--protect", os.environ[PROTECT_VAR]] if os.environ.get(PROTECT_VAR) else [])
         sink = open(output, "ab") if output is not None else None  # noqa: SIM115 - closed below, the child keeps it
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=self.private, env=env,

@@ -48,22 +48,30 @@ def tool_ports(argv: Sequence[str] = ()) -> list[int]:
 
 def tool_root(tool: str | None, avoid: Sequence[str] = ()) -> str | None:
     """The install tree of a tool executable (the dir above its bin/, or its own dir): read+execute. Never
-    a tree that holds one of `avoid` (the job's dir, the user's home): a tool installed in ~/bin gets its
-    bin dir only, not the home."""
+    a tree that is or holds a home directory or one of `avoid` (the job's dir, the workspace, the allowed
+    folders; landlock.grantable): a tool installed in ~/bin gets its bin dir only, not the home."""
     if not tool:
         return None
     real = Path(os.path.realpath(tool))
+    protect = _protect(avoid)
     for root in ((real.parent.parent, real.parent) if real.parent.name == "bin" else (real.parent,)):
         if str(root) in ("/", "/usr", "/bin"):
             return None
-        if not _holds_any(root, avoid):
+        if grantable(root, protect):
             return str(root)
     return None
 
 
-def _holds_any(root: Path, avoid: Sequence[str]) -> bool:
-    """Whether `root` is, or contains, one of `avoid` (granting it would expose that dir)."""
-    return any(g == root or root in g.parents for g in (Path(os.path.realpath(a)) for a in avoid if a))
+def _protect(avoid: Sequence[str]) -> list[str]:
+    from egg_mcp.sandbox.landlock import protected_paths
+
+    return protected_paths([a for a in avoid if a])
+
+
+def grantable(root: Path, protect: Sequence[str]) -> bool:
+    from egg_mcp.sandbox import landlock
+
+    return landlock.grantable(root, protect)
 
 
 INJECTION_VARS = ("LD_PRELOAD", "CUDA_INJECTION64_PATH")
@@ -100,6 +108,7 @@ def injection_roots(env: Mapping[str, str], avoid: Sequence[str] = (), maps_text
         never "/", a top-level dir such as /usr or /opt, or a tree holding one of `avoid`. `maps_text`: the
     process's memory map (None: this process's /proc/self/maps; see mapped_injections)."""
     roots: list[str] = []
+    protect = _protect(avoid)
     named = [item for var in INJECTION_VARS for item in env.get(var, "").replace(":", " ").split()]
     for item in named + mapped_injections(maps_text):
         if not os.path.isabs(item):
@@ -107,7 +116,7 @@ def injection_roots(env: Mapping[str, str], avoid: Sequence[str] = (), maps_text
         real = Path(os.path.realpath(item))
         parts = real.parts
         root = Path(*parts[:parts.index("target")]) if "target" in parts[:-1] else real.parent
-        if len(root.parts) < 3 or _holds_any(root, avoid):
+        if len(root.parts) < 3 or not grantable(root, protect):
             continue
         if str(root) not in roots and root.exists():
             roots.append(str(root))
@@ -150,14 +159,18 @@ def confine_wrapped(private_dir: Path, tool: str | None, tool_argv: Sequence[str
     """Confine the calling process, wrapped by `tool` (see module docstring); what was applied (a dict).
     `told`: env_allowlist / namespaces from a runner's argv (confinement.confine)."""
     from egg_mcp.evaluation import confinement
+    from egg_mcp.sandbox.landlock import PROTECT_VAR, split_protect
 
     ipc_open = os.environ.pop(IPC_VAR, "") == "open"
-    avoid = [str(private_dir), os.path.expanduser("~")]
+    # every home dir comes from the password database (landlock.home_dirs): here HOME is the private dir
+    protected = [*told.pop("protect", ()), *split_protect(os.environ.pop(PROTECT_VAR, ""))]
+    avoid = [str(private_dir), *protected]
     root = tool_root(tool, avoid)
     rules: dict[str, Any] = {"tcp_ports": tool_ports(tool_argv), "scope_abstract_sockets": False} if ipc_open else {}
     extra = [Path(r) for r in ([root] if root else []) + injection_roots(os.environ, avoid)]
     locks = ncu_lock_files() if tool and os.path.basename(tool) == "ncu" else []
-    report = confinement.confine(Path(private_dir), extra_read=extra, extra_write=locks, **rules, **told)
+    report = confinement.confine(Path(private_dir), extra_read=extra, extra_write=locks, protect=protected, **rules,
+                                 **told)
     if locks:
         report.setdefault("notes", []).append(f"write access to ncu's lock file {', '.join(map(str, locks))} only")
     report["wrapped_by"] = os.path.basename(tool) if tool else "unknown tool"
@@ -174,7 +187,11 @@ def wrapped_worker_env(base_env: Mapping[str, str], workdir: Path, *, interprete
     """The whole environment of a tool-wrapped worker and its tool: the runners' allow-list (no token, no
     EGG_MCP_* but the server's pid for the watchdog) and private HOME/TMPDIR/caches under `workdir`."""
     from egg_mcp.evaluation import confinement
+    from egg_mcp.sandbox.floor import REQUIRED_VAR
+    from egg_mcp.sandbox.landlock import PROTECT_VAR
 
+    # what no grant may expose and the sandbox floor: the worker pops both before the job's code runs
+    said = {k: base_env[k] for k in (PROTECT_VAR, REQUIRED_VAR) if base_env.get(k)}
     env = confinement.runner_env(base_env, Path(workdir) / "private", interpreter=interpreter,
-                                 extra={"EGG_MCP_SERVER_PID": str(server_pid), **ipc_env(base_env)})
+                                 extra={"EGG_MCP_SERVER_PID": str(server_pid), **ipc_env(base_env), **said})
     return env

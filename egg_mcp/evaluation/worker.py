@@ -207,6 +207,12 @@ def main(argv: list[str] | None = None) -> None:
         sandbox = _confine_job(job["target"], wrapped=args.wrapped, tool=args.tool)
         if sandbox is not None:  # said by trusted code before the job imports anything it was given
             _channel.send({"type": "confined", "sandbox": sandbox})
+            from egg_mcp.sandbox.floor import CONFINE_LAYERS, REQUIRED_VAR, BelowFloor, below_floor, required_from_env
+
+            required = required_from_env(os.environ.pop(REQUIRED_VAR, None))
+            refused = below_floor(sandbox, [n for n in required if n in CONFINE_LAYERS])
+            if refused is not None:  # weaker than the server's floor: the job's code never runs
+                raise BelowFloor(refused)
         result = func(job["payload"])
         _channel.send({"type": "result", "ok": True, "result": result})
     except BaseException as exc:  # noqa: BLE001 - report everything, SystemExit included

@@ -88,22 +88,116 @@ NO_LANDLOCK_NOTE = ("kernel without Landlock (or blocked by seccomp): runners ca
 """Said by `confine` (what applied) and `host.probe` (what this host offers) alike."""
 
 
-def _tool_paths() -> list[str]:
-    return [os.environ[v] for v in TOOL_PATH_VARS if os.environ.get(v) and os.path.exists(os.environ[v])]
+PROTECT_VAR = "EGG_MCP_SANDBOX_PROTECT"
+"""os.pathsep-joined paths no tool or toolchain grant may cover (the server's workspace and allowed folders): set by
+the server in its workers' environment, popped by whoever confines (runner_env never passes EGG_MCP_* on)."""
+_NEVER_GRANTED = ("/", "/usr", "/bin", "/home", "/root", "/opt", "/var", "/tmp", "/etc", "/srv", "/mnt", "/media",
+                  "/run", "/dev")
 
 
-def _toolchain_paths() -> list[str]:
+def home_dirs() -> list[str]:
+    """The home directories of root, this user and every login user (uid >= 1000) in the password database,
+    resolved; never $HOME (in a runner that is its private dir). System accounts' homes (/usr/sbin,
+    /var/mail, /nonexistent) are not users' files and are left out."""
+    import pwd
+
+    found: list[str] = []
+    try:
+        entries = [pwd.getpwuid(os.getuid()), *pwd.getpwall()]
+    except (KeyError, OSError):
+        entries = []
+    for entry in entries:
+        if not (entry.pw_uid == 0 or entry.pw_uid >= 1000 or entry.pw_uid == os.getuid()) or entry.pw_uid == 65534:
+            continue
+        home = os.path.realpath(entry.pw_dir or "/")
+        if home != "/" and home not in found and os.path.isdir(home):
+            found.append(home)
+    return found
+
+
+def protected_paths(extra: Sequence[str | Path] = ()) -> list[str]:
+    """What a tool or toolchain grant may never expose: every home directory, plus `extra` (the workspace, the
+    user's allowed folders, the job's dir), resolved."""
+    out = home_dirs()
+    for item in extra:
+        if item and str(item).strip():
+            real = os.path.realpath(str(item))
+            if real not in out:
+                out.append(real)
+    return out
+
+
+def split_protect(raw: str | None) -> list[str]:
+    """PROTECT_VAR's value (or an argv word carrying it) as a list of paths."""
+    return [p for p in (raw or "").split(os.pathsep) if p.strip()]
+
+
+def grantable(path: str | Path, protect: Sequence[str]) -> bool:
+    """Whether read access to `path` may be granted to a runner as a tool or toolchain tree: never a top-level
+    system dir such as / or /home, never a dir that is or contains one of `protect` (a home directory, the
+    workspace, an allowed folder), never a path inside the workspace or an allowed folder. A path inside a home
+    directory (~/bin, ~/cuda) is grantable as long as it holds nothing protected."""
+    real = Path(os.path.realpath(str(path)))
+    if str(real) in _NEVER_GRANTED or len(real.parts) < 2:
+        return False
+    for item in protect:
+        guarded = Path(item)
+        if guarded == real or real in guarded.parents:
+            return False
+    homes = set(home_dirs())
+    return not any(Path(item) in real.parents for item in protect if item not in homes)
+
+
+def tool_grant(tool: str | Path, protect: Sequence[str]) -> str | None:
+    """The tree to grant for one tool executable or file: the dir above its bin/ (an install prefix such as
+    /opt/gcc), else its own dir; the first of those that is `grantable`, else None (~/bin/cc: ~/bin, never ~)."""
+    real = Path(os.path.realpath(str(tool)))
+    candidates = (real.parent.parent, real.parent) if real.parent.name == "bin" else (real.parent,)
+    for root in candidates:
+        if grantable(root, protect):
+            return str(root)
+    return None
+
+
+def _tool_paths(protect: Sequence[str] = ()) -> list[str]:
+    """Site-set tool paths (TRITON_PTXAS_PATH, CUDA_HOME, ...) that are grantable."""
+    protect = list(protect) or protected_paths()
+    out = []
+    for var in TOOL_PATH_VARS:
+        value = os.environ.get(var)
+        if value and os.path.exists(value) and grantable(value, protect):
+            out.append(value)
+    return out
+
+
+def _toolchain_paths(protect: Sequence[str] = ()) -> list[str]:
     """Install prefixes of the C toolchain Triton runs to build its launcher (e.g. /opt/gcc on the H200
-    image, where exec of /opt/gcc/bin/gcc was denied): the dir above each tool's bin/."""
+    image, where exec of /opt/gcc/bin/gcc was denied): the dir above each tool's bin/, or its bin dir where the
+    prefix would expose a home directory, the workspace or an allowed folder (`grantable`); /usr is granted anyway."""
     import shutil
 
+    protect = list(protect) or protected_paths()
     out = set()
     for tool in (os.environ.get("CC"), "cc", "gcc", "clang", "as", "ld"):
         found = shutil.which(tool) if tool else None
         if found:
-            real = Path(os.path.realpath(found))
-            out.add(str(real.parent.parent if real.parent.name == "bin" else real.parent))
-    return sorted(p for p in out if p not in ("/", "/usr"))
+            root = tool_grant(found, protect)
+            if root and not any(root == s or root.startswith(s + "/") for s in ("/usr", "/bin", "/sbin", "/lib")):
+                out.add(root)
+    return sorted(out)
+
+
+def read_grants(private_dir: Path | None = None, *, protect: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """(path, why) for every path a confined runner may read, as `confine` would grant them here (for `doctor`)."""
+    protect = protected_paths(protect)
+    rows = [(p, "system") for p in SYSTEM_READ if os.path.exists(p)]
+    rows += [(os.path.join("/etc", n), "/etc entry") for n in ETC_READ if os.path.exists(os.path.join("/etc", n))]
+    rows += [(p, "python") for p in python_paths()]
+    rows += [(p, "tool path") for p in _tool_paths(protect)]
+    rows += [(p, "toolchain") for p in _toolchain_paths(protect)]
+    if private_dir is not None:
+        rows.append((str(private_dir), "private dir (read+write)"))
+    return rows
 
 
 def _markers(env_allowlist: bool | None, namespaces: str | None) -> tuple[bool, set[str]]:
@@ -118,7 +212,8 @@ def _markers(env_allowlist: bool | None, namespaces: str | None) -> tuple[bool, 
 
 def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
             network: bool = False, tcp_ports: Sequence[int] = (), scope_abstract_sockets: bool = True,
-            env_allowlist: bool | None = None, namespaces: str | None = None) -> SandboxReport:
+            env_allowlist: bool | None = None, namespaces: str | None = None,
+            protect: Sequence[str] = ()) -> SandboxReport:
     """Confine the calling process (see module docstring); returns what was actually applied.
 
     Never raises for a missing kernel feature: the report says what is missing. Raises OSError only
@@ -128,12 +223,13 @@ def confine(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: 
 
     return SandboxReport(**confine_dict(private_dir, extra_read=extra_read, extra_write=extra_write, network=network,
                                         tcp_ports=tcp_ports, scope_abstract_sockets=scope_abstract_sockets,
-                                        env_allowlist=env_allowlist, namespaces=namespaces))
+                                        env_allowlist=env_allowlist, namespaces=namespaces, protect=protect))
 
 
 def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_write: Sequence[Path] = (),
                  network: bool = False, tcp_ports: Sequence[int] = (), scope_abstract_sockets: bool = True,
-                 env_allowlist: bool | None = None, namespaces: str | None = None) -> dict[str, Any]:
+                 env_allowlist: bool | None = None, namespaces: str | None = None,
+                 protect: Sequence[str] = ()) -> dict[str, Any]:
     """`confine` without pydantic (a runner that starts in milliseconds need not import it): the same
     fields as SandboxReport, as a JSON-ready dict; the judge validates it with SandboxReport(**d).
 
@@ -144,12 +240,15 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
 
     `namespaces`: what the launcher appended to the caller's argv (`--namespaces user,pid,...`), for the
     report and the private /dev/shm rule; `env_allowlist`: whether runner_env built the environment (None:
-    read runner_env's marker, the case of a tool-wrapped worker)."""
+    read runner_env's marker, the case of a tool-wrapped worker); `protect`: paths no tool or toolchain grant may
+    expose besides every home directory (the workspace, the user's allowed folders; PROTECT_VAR says them to a
+    worker, which pops it here)."""
     report = SimpleNamespace(level="none", env_allowlist=False, landlock_abi=None, fs_confined=False,
                              signals_scoped=False, pid_namespace=False, no_new_privs=False, network_confined=False,
                              capabilities_dropped=False, unconfined_threads=0, abstract_sockets_scoped=False,
                              tcp_ports_allowed=[], notes=[])
     report.env_allowlist, namespaces = _markers(env_allowlist, namespaces)  # type: ignore[assignment]
+    guarded = protected_paths([*protect, *split_protect(os.environ.pop(PROTECT_VAR, ""))])
     report.pid_namespace = "pid" in namespaces
     if sys.platform != "linux":
         report.notes.append(f"{sys.platform}: no Landlock or namespaces; run the server in a Linux VM/container")
@@ -184,7 +283,7 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
     private = Path(private_dir).resolve()
     rules: list[tuple[str, int]] = []
     etc = [os.path.join("/etc", name) for name in ETC_READ]
-    rules += [(p, READ_EXEC) for p in (*SYSTEM_READ, *etc, *python_paths(), *_tool_paths(), *_toolchain_paths(),
+    rules += [(p, READ_EXEC) for p in (*SYSTEM_READ, *etc, *python_paths(), *_tool_paths(guarded), *_toolchain_paths(guarded),
                                               *map(str, extra_read))]
     devices = [*DEVICE_RW, *[d for g in DEVICE_GLOBS for d in glob.glob(g)]]
     dev_rights = READ | S.FS_WRITE_FILE | (S.FS_IOCTL_DEV if abi >= 5 else 0) | (S.FS_TRUNCATE if abi >= 3 else 0)

@@ -119,6 +119,8 @@ def verify(r) -> str:
     parts = [f"candidate {r.candidate_id} (task {r.task_id}, stage {r.stage}): {r.verdict}"
              + (" [cached: this exact source was verified before]" if r.cached else "")]
     parts.append(f"summary: {_clip(r.summary, 420)}")
+    if r.sandbox:
+        parts.append(_clip(r.sandbox, 300))
     if r.time_ms is not None:
         iso = res.timing.isolated.median_ms if res.timing and res.timing.isolated else None
         cv = res.timing.cv if res.timing else None
@@ -288,10 +290,13 @@ _BY_TOOL = {
 }
 
 
-def summary_text(tool: str, result: BaseModel) -> str:
-    """The result's text block: its summary clipped to MAX_TEXT bytes, then its guidance (MAX_BRIEF bytes)."""
+def summary_text(tool: str, result: BaseModel, lead: str | None = None) -> str:
+    """The result's text block: its summary clipped to MAX_TEXT bytes (`lead`, the weak sandbox level an operator
+    allowed, first and never clipped away), then its guidance (MAX_BRIEF bytes)."""
     fn = _BY_TOOL.get(tool)
     text = fn(result) if fn else _clip(result.model_dump_json(), MAX_TEXT)
+    if lead:
+        text = f"{_clip(lead, 400)}\n{text}"
     raw = text.encode()
     if len(raw) > MAX_TEXT:
         text = raw[: MAX_TEXT - 40].decode(errors="ignore") + "\n… (full result in structuredContent)"
@@ -302,7 +307,8 @@ def summary_text(tool: str, result: BaseModel) -> str:
     return text
 
 
-def tool_result(tool: str, result: BaseModel) -> CallToolResult:
-    """structuredContent: the whole model; content: its summary."""
+def tool_result(tool: str, result: BaseModel, lead: str | None = None) -> CallToolResult:
+    """structuredContent: the whole model; content: its summary (after `lead`, if any)."""
     data: dict[str, Any] = result.model_dump(mode="json", by_alias=True)
-    return CallToolResult(content=[TextContent(type="text", text=summary_text(tool, result))], structured_content=data)
+    return CallToolResult(content=[TextContent(type="text", text=summary_text(tool, result, lead))],
+                          structured_content=data)

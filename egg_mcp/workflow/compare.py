@@ -64,6 +64,7 @@ async def compare_candidates(service, task_id: str, candidate_a: str, candidate_
         return CompareResult(**base, verdict="inconclusive", timing_available=False,
                              summary="no GPU: the diff is below; timing the two candidates against each other "
                                      "needs a GPU (run compare on a GPU machine)")
+    service.require_sandbox("run candidates (compare)")
     opts = service._options(row)
     payload = {"reference_source": service._reference(row), "source_a": src_a, "source_b": src_b,
                "dtype": opts.dtype, "size_overrides": dict(opts.size_overrides), "rounds": rounds,

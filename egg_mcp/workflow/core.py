@@ -143,6 +143,39 @@ class ServiceCore:
         base = self._baselines(self._task_row(task_id))
         return [self._committed(r, base) for r in self.repo.commits(task_id)]
 
+    @property
+    def sandbox_floor(self):
+        """The sandbox floor in force (egg_mcp.sandbox.floor): this host's probe against the operator's choice;
+        probed once per server."""
+        floor = getattr(self, "_sandbox_floor", None)
+        if floor is None:
+            from egg_mcp.sandbox import probe
+            from egg_mcp.sandbox.floor import floor_for
+
+            floor = self._sandbox_floor = floor_for(probe(), self.config.unsafe_sandbox_floor)
+        return floor
+
+    def require_sandbox(self, what: str = "run candidates") -> None:
+        """Refuse, before anything runs, a call that would run candidate code below the sandbox floor."""
+        floor = self.sandbox_floor
+        if not floor.runs_candidates:
+            raise WorkflowError(floor.refusal(what))
+
+    def sandbox_line(self, runner: dict | None = None) -> str:
+        """The sandbox a result's text states: the runner's own level when it reported one (and what it lacked
+        of the floor), with the operator's opt-in when the floor was lowered below what the kernel should give."""
+        from egg_mcp.sandbox.floor import UNSAFE_FLAG, describe, missing_layers
+
+        floor = self.sandbox_floor
+        if not runner:
+            return floor.line()
+        level = str(runner.get("level", "unknown"))
+        lacks = missing_layers(runner, floor.required)
+        line = f"sandbox: {level}" + (f" (this runner lacked {describe(lacks)})" if lacks else "")
+        if floor.weak:
+            line += f"; below the default floor, allowed by {UNSAFE_FLAG} {floor.unsafe_level}"
+        return line
+
     def timing_available(self) -> bool:
         return self.evaluator.has_gpu() and not self.config.force_interpreter
 

@@ -87,6 +87,7 @@ async def check_before_commit(service, row, cand, skip_reason: str | None) -> Me
         return _save(service, row.id, cand.id, MemcheckGate(
             status="unavailable", measured_at=time.time(), summary=f"memcheck unavailable: {why}, guarded allocations "
             "only"))
+    service.require_sandbox("run candidates (commit_stage's memory check)")
     opts = service._eval_options(service._options(row), service._baselines(row))
     started = time.monotonic()
     result = await memcheck(service._reference(row), service._source(cand), opts)

@@ -113,6 +113,8 @@ class VerifyResult(BaseModel):
     result: EvalResult
     debug_brief: str | None = Field(None, description="Debug-role brief when the candidate failed")
     next_step: str
+    sandbox: str | None = Field(None, description="the sandbox the candidate ran in (its runner's level), or why "
+                                "candidates do not run; a weak level the operator allowed is said here")
     size_overrides: dict[str, int | list[int]] | None = Field(
         None, description="the quick-check sizes this result was taken at (None: the task's sizes)")
 

@@ -23,6 +23,7 @@ async def profile(service: EggService, task_id: str, candidate_id: str, progress
     if sizes is not None:
         opts = opts.model_copy(update={"size_overrides": sizes})
         notes.append(f"profiled at the size_overrides {sizes}, not the task's sizes")
+    service.require_sandbox("run candidates (profile_ncu)")
     try:
         report = await profile_candidate(
             service.evaluator, reference_source=service._reference(row), candidate_source=source,
@@ -43,6 +44,7 @@ async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_tr
     from egg_mcp.tiling.search import probe_launches, propose_tiling
 
     row, stage, _cand, source = service.correct_candidate("propose_tiling", task_id, candidate_id)
+    service.require_sandbox("run candidates (propose_tiling)")
     analysis = service._analysis(row) or {}
     derived_dims, derived_kind = problem_dims(analysis)
     eval_options = service._eval_options(service._options(row), service._baselines(row))

@@ -43,6 +43,7 @@ class Verification(ServiceCore):
         _check(limits.check_text, "source", source, self.config.max_source_bytes)
         row = self._task_row(task_id)
         stage = self._require("verify", row)
+        self.require_sandbox("run candidates (verify)")
         sizes = self.check_sizes(row, size_overrides)
         try:
             check = check_candidate_contract(source, self.config.max_source_bytes)
@@ -179,5 +180,5 @@ class Verification(ServiceCore):
             speedup_vs_committed=_ratio(last.time_ms if last else None, time_ms),
             best_in_stage=time_ms is not None and best is not None and time_ms <= best,
             result=result, debug_brief=self._brief(row, stage, "debug") if failed else None, next_step=nxt,
-            size_overrides=quick,
+            size_overrides=quick, sandbox=self.sandbox_line(result.sandbox),
         )
