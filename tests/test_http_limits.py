@@ -242,7 +242,122 @@ def test_slow_client_flood_keeps_authenticated_client_answered_and_log_bounded(s
     assert stats["closed_by_server"] > 100, stats  # evictions (per-client cap) and header timeouts happened
     assert max(fds) <= cap + 300, fds  # connections held + the server's own descriptors
     log = err.read_bytes()
+    assert b"HTTP limits: file descriptors" in log and b"connections 1500 in total, 250 per client" in log, \
+        "the server says at start what it holds at most"
     assert len(log) < 64 * 1024, len(log)
     assert b"suppressed" in log or log.count(b"\n") < 200
     status, body, _ = post(url, token, LIST, session)
     assert status == 200
+
+
+class _Conn:
+    """A stand-in connection for ConnectionGuard (what the guarded protocol gives it)."""
+
+    _egg_counted = False
+    _egg_closing = False
+
+    def __init__(self, client="c", seen_data=True):
+        self._egg_client, self._egg_seen_data = client, seen_data
+        self.aborted = False
+        self.transport = self
+
+    def abort(self):
+        self.aborted = True
+
+
+def test_guard_paces_evictions_at_the_cap_and_logs_one_summary_line(caplog):
+    """At the cap every new connection closes a waiting one; those closings are paced (the Acceptor leaves
+    the listening socket alone for `accept_delay`), and they are counted, not logged one by one."""
+    import asyncio
+
+    async def body():
+        guard = transport.ConnectionGuard(transport.HttpLimits(max_connections=4, evictions_per_s=10))
+        conns = [_Conn() for _ in range(4)]
+        for c in conns:
+            assert guard.admit(c) and guard.accept_delay() == 0.0  # below the cap: no pacing
+        with caplog.at_level(logging.WARNING, logger="egg_mcp.http"):
+            assert guard.admit(_Conn())  # the oldest waiting one is closed to make room
+            assert conns[0].aborted and guard.open == 4 and guard.stats["evicted"] == 1
+            delay = guard.accept_delay()
+            assert 0.05 < delay <= 0.1 + 1e-3, delay  # 10 per second: the next one in about 0.1 s
+            for _ in range(20):
+                assert guard.admit(_Conn())
+            assert guard.stats["evicted"] == 21
+            assert not caplog.records, "no log line per closed connection"
+            line = guard.log_summary(force=True)
+        assert "21 connections still waiting for a request closed to make room" in line
+        assert "cap 4 in total" in line and len(caplog.records) == 1
+        assert guard.log_summary(force=True) is None  # nothing new: nothing logged
+
+    asyncio.run(body())
+
+
+def test_acceptor_refuses_at_accept_when_full_and_paces_at_the_cap():
+    """A connection that could only be refused is closed before a transport or protocol exists for it;
+    at the cap, accepting (each accept closes a waiting connection) runs at `evictions_per_s`."""
+    import asyncio
+
+    async def body():
+        guard = transport.ConnectionGuard(transport.HttpLimits(max_connections=2, evictions_per_s=10, accept_batch=4))
+        made: list = []
+
+        class Proto(asyncio.Protocol):
+            _egg_counted = False
+            _egg_closing = False
+            _egg_seen_data = False
+
+            def connection_made(self, tr):
+                self.transport, self._egg_client = tr, "c"
+                made.append(self)
+                guard.admit(self)
+
+            def data_received(self, data):
+                self._egg_seen_data = True
+
+            def connection_lost(self, exc):
+                guard.forget(self)
+
+        lsock = transport.tcp_listener("127.0.0.1", 0, 64)
+        port = lsock.getsockname()[1]
+        acceptor = transport.Acceptor(lsock, Proto, guard, logging.getLogger("egg_mcp.http"))
+        acceptor.start()
+        loop = asyncio.get_running_loop()
+        clients = []
+
+        async def connect(send: bytes = b""):
+            s = socket.socket()
+            s.setblocking(False)
+            await loop.sock_connect(s, ("127.0.0.1", port))
+            if send:
+                await loop.sock_sendall(s, send)
+            clients.append(s)
+            return s
+
+        try:
+            await connect()
+            await connect()
+            await asyncio.sleep(0.2)
+            assert len(made) == 2 and guard.open == 2
+            third = await connect()  # both held ones are fresh and silent: nothing to evict
+            for _ in range(50):
+                await asyncio.sleep(0.02)
+                if guard.stats["refused"]:
+                    break
+            assert guard.stats["refused"] == 1 and len(made) == 2, "refused at accept, no protocol made"
+            assert await asyncio.wait_for(loop.sock_recv(third, 10), 5) == b""
+            for c in made:  # now the held ones have sent something: evictable
+                c._egg_seen_data = True
+            t0 = time.monotonic()
+            for _ in range(12):
+                await connect(b"POST")
+            await asyncio.sleep(0.5)
+            elapsed = time.monotonic() - t0
+            assert guard.stats["evicted"] >= 2, guard.stats  # the cap makes room for new clients ...
+            assert guard.stats["evicted"] <= 1 + 10 * elapsed + 2, (guard.stats, elapsed)  # ... at 10 per second
+        finally:
+            acceptor.close()
+            lsock.close()
+            for s in clients:
+                s.close()
+
+    asyncio.run(body())
