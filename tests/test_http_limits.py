@@ -361,3 +361,53 @@ def test_acceptor_refuses_at_accept_when_full_and_paces_at_the_cap():
                 s.close()
 
     asyncio.run(body())
+
+
+def test_closed_connections_are_not_left_to_the_cycle_collector():
+    """asyncio's socket transport holds a bound method of itself; the guarded protocol cuts it when the
+    connection is lost, so a closed connection (evicted at the cap, or closed by its client) is freed by
+    reference counting and the server can run without CPython's automatic full collections."""
+    import asyncio
+    import gc
+
+    import uvicorn
+
+    async def app(scope, receive, send):  # never reached: the clients send half a request head
+        raise AssertionError
+
+    async def body():
+        guard = transport.ConnectionGuard(transport.HttpLimits(max_connections=10))
+        config = uvicorn.Config(app, http=transport.guarded_protocol(guard), ws="none", lifespan="off", log_config=None)
+        config.load()
+        server = uvicorn.Server(config)
+        lsock = transport.tcp_listener("127.0.0.1", 0, 64)
+        acceptor = transport.Acceptor(lsock, lambda: config.http_protocol_class(
+            config=config, server_state=server.server_state, app_state={}), guard, logging.getLogger("egg_mcp.http"))
+        acceptor.start()
+        loop = asyncio.get_running_loop()
+        clients = []
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(30):
+                s = socket.socket()
+                s.setblocking(False)
+                await loop.sock_connect(s, lsock.getsockname())
+                await loop.sock_sendall(s, b"POST /mcp HTTP/1.1\r\nX-Slow: ")
+                clients.append(s)
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)
+            for s in clients:
+                s.close()
+            await asyncio.sleep(0.5)
+            assert guard.stats["evicted"] >= 10 and guard.open == 0, guard.stats
+            gc.collect()
+            left = [o for o in gc.garbage if type(o).__name__ in ("_SelectorSocketTransport", "socket")]
+            assert not left, f"{len(left)} transports/sockets reachable only through reference cycles"
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            acceptor.close()
+            lsock.close()
+
+    asyncio.run(body())
