@@ -262,7 +262,9 @@ class HttpLimits:
     max_header_bytes: int = 16 * 2**10  # request line + headers
     backlog: int = 4096                 # kernel accept queue (the kernel caps it at net.core.somaxconn)
     accept_batch: int = 64              # connections accepted per event-loop turn (see Acceptor)
-    evictions_per_s: int = 1000         # at the cap: new connections that may close a waiting one, per second
+    evictions_per_s: int = 250          # at the cap: new connections without a whole request head that may
+                                        # close a waiting one, per second (each costs ~0.3 ms of CPU here)
+    accepts_at_cap_per_s: int = 5000    # at the cap: accepts per second (one that is shed costs ~20 us)
     log_every_s: float = 10.0           # the guard's closings are counted and summed up in one line this often
     full_gc_every_s: float = 60.0       # full garbage collections (see serve_http), from the sweeper
 
@@ -291,9 +293,10 @@ class ConnectionGuard:
         self.busy: dict = {}                               # proto -> monotonic time its head arrived
         self.per_client: dict = {}                         # client -> open count
         self.open = 0
-        self.stats = {"accepted": 0, "refused": 0, "evicted": 0, "header_timeouts": 0, "body_timeouts": 0}
+        self.stats = {"accepted": 0, "refused": 0, "evicted": 0, "shed": 0, "header_timeouts": 0, "body_timeouts": 0}
         self._logged = dict(self.stats)
-        self._tokens, self._refilled = float(limits.evictions_per_s), time.monotonic()
+        self._tokens, self._refilled = max(1.0, limits.evictions_per_s / 10), time.monotonic()
+        self._accept_tokens, self._accept_refilled = max(1.0, limits.accepts_at_cap_per_s / 20), time.monotonic()
         self._last_full_gc = time.monotonic()
         self._last_log = time.monotonic()
         self._sweeper: asyncio.Task | None = None
@@ -397,19 +400,33 @@ class ConnectionGuard:
                 self.forget(proto)
                 proto._egg_timeout_body()
 
+    def at_cap(self) -> bool:
+        return self.open >= self.limits.max_connections
+
+    def eviction_allowed(self) -> bool:
+        """At the cap, whether a new connection without a whole request head may close a waiting one now:
+        those closings are paced at `evictions_per_s` (a flood larger than the cap, each new connection
+        closing an old one that reconnects at once, would otherwise keep the server busy with nothing else)."""
+        rate = float(self.limits.evictions_per_s)
+        now = time.monotonic()
+        self._tokens = min(max(1.0, rate / 10), self._tokens + (now - self._refilled) * rate)
+        self._refilled = now
+        return self._tokens >= 1.0
+
     def accept_delay(self) -> float:
         """Seconds to leave the listening socket alone before the next accept: 0 below the cap; at the cap,
-        each new connection closes a waiting one, and those closings are paced at `evictions_per_s` (a flood
-        larger than the cap would otherwise turn the server into an accept-and-close loop with no time left
-        for requests: the connections wait in the kernel's queue meanwhile, nothing is dropped)."""
-        lim = self.limits
-        now = time.monotonic()
-        rate = float(lim.evictions_per_s)
-        self._tokens = min(rate / 10, self._tokens + (now - self._refilled) * rate)  # bursts of 0.1 s at most
-        self._refilled = now
-        if self.open < lim.max_connections or self._tokens >= 1.0:
+        accepts are paced at `accepts_at_cap_per_s` (a connection shed at accept reconnects at once: unpaced,
+        that loop alone would take the CPU; paced, the rest waits in the kernel's queue, nothing dropped)."""
+        if not self.at_cap():
             return 0.0
-        return (1.0 - self._tokens) / rate
+        rate = float(self.limits.accepts_at_cap_per_s)
+        now = time.monotonic()
+        self._accept_tokens = min(max(1.0, rate / 20), self._accept_tokens + (now - self._accept_refilled) * rate)
+        self._accept_refilled = now
+        if self._accept_tokens >= 1.0:
+            self._accept_tokens -= 1.0
+            return 0.0
+        return (1.0 - self._accept_tokens) / rate
 
     def full(self) -> bool:
         """At the cap with no waiting connection old enough to close: a new one would be refused."""
@@ -444,6 +461,9 @@ class ConnectionGuard:
         if delta["body_timeouts"]:
             parts.append(f"{delta['body_timeouts']} requests answered 408 (body not complete within "
                          f"{lim.body_timeout_s:g} s)")
+        if delta["shed"]:
+            parts.append(f"{delta['shed']} new connections without a whole request head closed at accept "
+                         f"(cap reached, closings of waiting ones paced at {lim.evictions_per_s}/s)")
         if delta["refused"]:
             parts.append(f"{delta['refused']} connections refused ({getattr(self, '_last_refusal', '')})")
         line = f"HTTP limits in the last {window:.0f} s: " + "; ".join(parts) + f"; {self.open} open now"
@@ -473,9 +493,16 @@ class ConnectionGuard:
 class Acceptor:
     """Accepts on the listening socket for uvicorn, in place of asyncio's own loop (which takes up to
     `backlog` connections, 2048 here, in one event-loop turn and has no way to pause): at most
-    `accept_batch` per turn, so requests in progress advance between batches; at the cap, paced by
-    `ConnectionGuard.accept_delay`; and a connection that would be refused anyway (cap reached, nothing
-    evictable) is closed at once, before a transport or protocol exists for it."""
+    `accept_batch` per turn, so requests in progress advance between batches. Below the cap every
+    connection is taken. At the cap (a flood holds it), accepts are paced (`accept_delay`) and each new
+    connection is looked at before anything is built for it (MSG_PEEK, nothing consumed):
+      - a whole request head is there: taken (it closes the oldest waiting connection): a client that
+        sends its request at once is served however many slow ones hold the cap;
+      - part of a head: taken only when a closing is allowed (`eviction_allowed`), else closed at once;
+      - nothing yet: parked (at most `accept_batch`, for up to PARK_S) until its first bytes say which;
+      - a connection that could only be refused (cap reached, nothing evictable) is closed at once."""
+
+    PARK_S = 0.5
 
     def __init__(self, sock: socket.socket, factory, guard: ConnectionGuard, log: logging.Logger):
         self.sock, self.factory, self.guard, self.log = sock, factory, guard, log
@@ -485,6 +512,9 @@ class Acceptor:
         self.resume: asyncio.TimerHandle | None = None
         self.closed = False
         self.resource_errors = 0
+        self.parked: OrderedDict = OrderedDict()  # socket -> deadline
+        self.recheck: asyncio.TimerHandle | None = None
+        self.peek_bytes = guard.limits.max_header_bytes
         sock.setblocking(False)
 
     def start(self) -> None:
@@ -505,16 +535,50 @@ class Acceptor:
         if self.reading:
             self.loop.remove_reader(self.fd)
             self.reading = False
-        if self.resume is not None:
-            self.resume.cancel()
-            self.resume = None
+        for handle in (self.resume, self.recheck):
+            if handle is not None:
+                handle.cancel()
+        self.resume = self.recheck = None
+        for conn in self.parked:
+            conn.close()
+        self.parked.clear()
+
+    def _head(self, conn: socket.socket) -> str:
+        try:
+            data = conn.recv(self.peek_bytes, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return "nothing"
+        except OSError:
+            return "gone"
+        if not data:
+            return "gone"
+        return "whole" if b"\r\n\r\n" in data else "part"
+
+    def _shed(self, conn: socket.socket) -> None:
+        self.guard.stats["shed"] += 1
+        conn.close()
+
+    def _recheck_parked(self) -> None:
+        self.recheck = None
+        now = time.monotonic()
+        for conn, deadline in list(self.parked.items()):
+            head = self._head(conn)
+            if head == "nothing" and now < deadline:
+                continue
+            del self.parked[conn]
+            if head == "whole" or (head == "part" and self.guard.eviction_allowed()) or not self.guard.at_cap():
+                self._take(conn)
+            else:
+                self._shed(conn)
+        if self.parked and not self.closed:
+            self.recheck = self.loop.call_later(0.01, self._recheck_parked)
 
     def _ready(self) -> None:
         guard = self.guard
         for _ in range(guard.limits.accept_batch):
             delay = guard.accept_delay()
             if delay > 0:
-                self._pause(max(delay, 0.005))
+                self._pause(max(delay, 0.002))
                 return
             try:
                 conn, addr = self.sock.accept()
@@ -527,13 +591,26 @@ class Acceptor:
                                      exc, self.resource_errors)
                 self._pause(0.1)
                 return
+            conn.setblocking(False)
             if guard.full():
                 guard.stats["refused"] += 1
                 guard._last_refusal = f"{guard.limits.max_connections} busy connections open"
                 conn.close()
                 continue
-            conn.setblocking(False)
-            self.loop.create_task(self._connect(conn))
+            if guard.at_cap() and not guard.eviction_allowed():
+                head = self._head(conn)
+                if head == "nothing" and len(self.parked) < guard.limits.accept_batch:
+                    self.parked[conn] = time.monotonic() + self.PARK_S
+                    if self.recheck is None:
+                        self.recheck = self.loop.call_later(0.01, self._recheck_parked)
+                    continue
+                if head != "whole":
+                    self._shed(conn)
+                    continue
+            self._take(conn)
+
+    def _take(self, conn: socket.socket) -> None:
+        self.loop.create_task(self._connect(conn))
 
     async def _connect(self, conn: socket.socket) -> None:
         try:
@@ -706,7 +783,8 @@ def limits_banner(guard: ConnectionGuard, fd_before: tuple[int, int], fd_soft: i
             f"{lim.max_connections} in total, {lim.max_per_client} per client; request head within "
             f"{lim.header_timeout_s:g} s, body within {lim.body_timeout_s:g} s; body <= {lim.max_body_bytes} B; "
             f"listen backlog {backlog}; {lim.accept_batch} accepts per event-loop turn; at the cap "
-            f"{lim.evictions_per_s} waiting connections closed per second at most")
+            f"{lim.accepts_at_cap_per_s} accepts/s, a whole request head always taken, "
+            f"{lim.evictions_per_s}/s waiting connections closed for new ones without")
 
 
 def serve_http(app, sock: socket.socket, limits: HttpLimits) -> None:

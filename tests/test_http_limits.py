@@ -278,8 +278,9 @@ def test_guard_paces_evictions_at_the_cap_and_logs_one_summary_line(caplog):
         with caplog.at_level(logging.WARNING, logger="egg_mcp.http"):
             assert guard.admit(_Conn())  # the oldest waiting one is closed to make room
             assert conns[0].aborted and guard.open == 4 and guard.stats["evicted"] == 1
-            delay = guard.accept_delay()
-            assert 0.05 < delay <= 0.1 + 1e-3, delay  # 10 per second: the next one in about 0.1 s
+            assert not guard.eviction_allowed()  # 10 per second: the next one in about 0.1 s
+            time.sleep(0.12)
+            assert guard.eviction_allowed()
             for _ in range(20):
                 assert guard.admit(_Conn())
             assert guard.stats["evicted"] == 21
@@ -292,9 +293,18 @@ def test_guard_paces_evictions_at_the_cap_and_logs_one_summary_line(caplog):
     asyncio.run(body())
 
 
+def test_guard_paces_accepts_at_the_cap():
+    guard = transport.ConnectionGuard(transport.HttpLimits(max_connections=1, accepts_at_cap_per_s=100))
+    assert guard.accept_delay() == 0.0  # below the cap
+    guard.open = 1
+    delays = [guard.accept_delay() for _ in range(10)]
+    assert delays.count(0.0) <= 5 and 0 < max(delays) <= 0.01 + 1e-3, delays  # a burst of 5, then 100/s
+
+
 def test_acceptor_refuses_at_accept_when_full_and_paces_at_the_cap():
     """A connection that could only be refused is closed before a transport or protocol exists for it;
-    at the cap, accepting (each accept closes a waiting connection) runs at `evictions_per_s`."""
+    at the cap, new connections with part of a head close waiting ones at `evictions_per_s` and the rest
+    are shed at accept, while one that sends a whole request head is always taken."""
     import asyncio
 
     async def body():
@@ -352,8 +362,14 @@ def test_acceptor_refuses_at_accept_when_full_and_paces_at_the_cap():
                 await connect(b"POST")
             await asyncio.sleep(0.5)
             elapsed = time.monotonic() - t0
-            assert guard.stats["evicted"] >= 2, guard.stats  # the cap makes room for new clients ...
+            assert guard.stats["evicted"] >= 1, guard.stats  # the cap makes room for new clients ...
             assert guard.stats["evicted"] <= 1 + 10 * elapsed + 2, (guard.stats, elapsed)  # ... at 10 per second
+            assert guard.stats["shed"] >= 12 - guard.stats["evicted"] - 1, guard.stats  # the rest closed at accept
+            taken = len(made)
+            for _ in range(5):  # whole request heads: taken every time, paced or not
+                await connect(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            await asyncio.sleep(0.3)
+            assert len(made) == taken + 5, (len(made), taken, guard.stats)
         finally:
             acceptor.close()
             lsock.close()
