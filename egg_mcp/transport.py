@@ -539,9 +539,9 @@ class Acceptor:
             if handle is not None:
                 handle.cancel()
         self.resume = self.recheck = None
-        for conn in self.parked:
+        for conn in list(self.parked):
+            self._unpark(conn)
             conn.close()
-        self.parked.clear()
 
     def _head(self, conn: socket.socket) -> str:
         try:
@@ -558,20 +558,40 @@ class Acceptor:
         self.guard.stats["shed"] += 1
         conn.close()
 
-    def _recheck_parked(self) -> None:
+    def _park(self, conn: socket.socket) -> None:
+        """Hold a connection that has sent nothing yet until its first bytes arrive (a reader on it), for
+        PARK_S at most; when `accept_batch` are parked already the oldest one is shed."""
+        if len(self.parked) >= self.guard.limits.accept_batch:
+            oldest = next(iter(self.parked))
+            self._unpark(oldest)
+            self._shed(oldest)
+        self.parked[conn] = time.monotonic() + self.PARK_S
+        self.loop.add_reader(conn.fileno(), self._parked_ready, conn)
+        if self.recheck is None:
+            self.recheck = self.loop.call_later(self.PARK_S / 5, self._expire_parked)
+
+    def _unpark(self, conn: socket.socket) -> None:
+        if self.parked.pop(conn, None) is not None:
+            self.loop.remove_reader(conn.fileno())
+
+    def _parked_ready(self, conn: socket.socket) -> None:
+        self._unpark(conn)
+        head = self._head(conn)
+        if head == "whole" or not self.guard.at_cap() or (head == "part" and self.guard.eviction_allowed()):
+            self._take(conn)
+        else:
+            self._shed(conn)
+
+    def _expire_parked(self) -> None:
         self.recheck = None
         now = time.monotonic()
         for conn, deadline in list(self.parked.items()):
-            head = self._head(conn)
-            if head == "nothing" and now < deadline:
-                continue
-            del self.parked[conn]
-            if head == "whole" or (head == "part" and self.guard.eviction_allowed()) or not self.guard.at_cap():
-                self._take(conn)
-            else:
-                self._shed(conn)
+            if now < deadline:
+                break  # in arrival order: the rest are younger
+            self._unpark(conn)
+            self._shed(conn)
         if self.parked and not self.closed:
-            self.recheck = self.loop.call_later(0.01, self._recheck_parked)
+            self.recheck = self.loop.call_later(self.PARK_S / 5, self._expire_parked)
 
     def _ready(self) -> None:
         guard = self.guard
@@ -599,10 +619,8 @@ class Acceptor:
                 continue
             if guard.at_cap() and not guard.eviction_allowed():
                 head = self._head(conn)
-                if head == "nothing" and len(self.parked) < guard.limits.accept_batch:
-                    self.parked[conn] = time.monotonic() + self.PARK_S
-                    if self.recheck is None:
-                        self.recheck = self.loop.call_later(0.01, self._recheck_parked)
+                if head == "nothing":
+                    self._park(conn)
                     continue
                 if head != "whole":
                     self._shed(conn)

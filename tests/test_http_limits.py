@@ -370,6 +370,14 @@ def test_acceptor_refuses_at_accept_when_full_and_paces_at_the_cap():
                 await connect(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             await asyncio.sleep(0.3)
             assert len(made) == taken + 5, (len(made), taken, guard.stats)
+            for c in made:
+                c._egg_seen_data = True
+            guard._tokens = -10.0  # no closing allowed for a while: only whole heads get in
+            late = await connect()  # nothing sent yet: parked, not shed
+            await asyncio.sleep(0.2)
+            await loop.sock_sendall(late, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            await asyncio.sleep(0.2)
+            assert len(made) == taken + 6, (len(made), taken, guard.stats)
         finally:
             acceptor.close()
             lsock.close()
