@@ -263,8 +263,9 @@ class HttpLimits:
     backlog: int = 4096                 # kernel accept queue (the kernel caps it at net.core.somaxconn)
     accept_batch: int = 64              # connections accepted per event-loop turn (see Acceptor)
     evictions_per_s: int = 250          # at the cap: new connections without a whole request head that may
-                                        # close a waiting one, per second (each costs ~0.3 ms of CPU here)
-    accepts_at_cap_per_s: int = 5000    # at the cap: accepts per second (one that is shed costs ~20 us)
+                                        # close a waiting one, per second (accept, transport, protocol and
+                                        # the closing: ~0.4 ms of CPU each here, from a py-spy profile)
+    accepts_at_cap_per_s: int = 5000    # at the cap: accepts per second (one shed at accept builds nothing)
     log_every_s: float = 10.0           # the guard's closings are counted and summed up in one line this often
     full_gc_every_s: float = 60.0       # full garbage collections (see serve_http), from the sweeper
 
@@ -441,7 +442,7 @@ class ConnectionGuard:
     def log_summary(self, force: bool = False) -> str | None:
         """One warning line for everything the guard closed or refused since the last one, at most every
         `log_every_s` (a per-connection line costs more CPU than the closing itself under a flood, even when
-        a log filter drops it, and the log would grow by the flood's rate)."""
+        a log filter drops it: 5 % of the server's CPU under the flood in a py-spy profile)."""
         now = time.monotonic()
         if not force and now - self._last_log < self.limits.log_every_s:
             return None
@@ -850,10 +851,10 @@ def serve_http(app, sock: socket.socket, limits: HttpLimits) -> None:
             await super().shutdown(sockets=[])
 
     # Garbage collection: a full collection goes through every live object and stops the loop meanwhile;
-    # 20,000 held connections are about 400,000 objects (0.2 s a pass on an idle core, 0.6-1.3 s on this
-    # shared 2-core machine), and CPython starts one whenever a quarter more objects have survived since
-    # the last: every 2-3 s under a flood, and 5-7 growing ones while a flood arrives, each finding
-    # nothing (closed connections are freed by reference counting, see connection_lost). So what exists
+    # 20,000 held connections are about 400,000 objects (passes of 0.6-1.3 s measured on the shared 2-core
+    # machine), and CPython starts one whenever a quarter more objects have survived since the last: 14
+    # in 30 s under the flood, each finding nothing once closed connections are freed by reference
+    # counting (see connection_lost). So what exists
     # now (the app, its schemas, the SDK: about 100,000 objects) is frozen out of every collection, the
     # automatic full collections are off, and the sweeper runs one every `full_gc_every_s` (young
     # garbage, where request-scoped cycles are, is still collected by the generation 0 and 1 passes).
