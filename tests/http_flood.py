@@ -146,9 +146,9 @@ def open_session(url: str, token: str) -> str:
 
 
 def timed_calls(url: str, token: str, clients: int, calls: int, pause_s: float = 0.05,
-                timeout: float = 10, sessions: list[str] | None = None) -> dict:
+                timeout: float = 10, sessions: list[str] | None = None, until: threading.Event | None = None) -> dict:
     """`clients` threads, each with its own session, call tools/list `calls` times (a new connection per
-    call, the worst case under a connection flood). Latencies in seconds."""
+    call, the worst case under a connection flood), or until `until` is set. Latencies in seconds."""
     sessions = sessions or [open_session(url, token) for _ in range(clients)]
     latencies: list[float] = []
     failures: list[str] = []
@@ -156,6 +156,8 @@ def timed_calls(url: str, token: str, clients: int, calls: int, pause_s: float =
 
     def one(c: int):
         for k in range(calls):
+            if until is not None and until.is_set():
+                break
             t0 = time.monotonic()
             try:
                 status, body, _ = post(url, token, {"jsonrpc": "2.0", "id": k + 1, "method": "tools/list"},
@@ -176,8 +178,8 @@ def timed_calls(url: str, token: str, clients: int, calls: int, pause_s: float =
         t.start()
     for t in threads:
         t.join()
-    lat = sorted(latencies)
-    return {"clients": clients, "calls_per_client": calls, "n": len(lat), "failures": len(failures),
+    lat = sorted(latencies) or [float("nan")]
+    return {"clients": clients, "calls_per_client": calls, "n": len(latencies), "failures": len(failures),
             "failure_examples": failures[:3],
             "p50_s": round(statistics.median(lat), 4), "p95_s": round(lat[max(0, int(0.95 * len(lat)) - 1)], 4),
             "max_s": round(lat[-1], 4)}
@@ -228,16 +230,28 @@ def run_flood_measure(url: str, pid: int, flood_n: int, clients: int, calls: int
     child = subprocess.Popen([sys.executable, "-m", "tests.http_flood", "--flood-only", "--port", str(port),
                               "--flood", str(flood_n), "--seconds", str(flood_s)],
                              cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, text=True)
+    built = threading.Event()
+    during: dict = {}
+    t_start = time.monotonic()
+    # calls while the flood is still arriving (a connect burst: the kernel queue can overflow, costing a
+    # SYN retransmit), reported apart from the calls under the established flood
+    probe = threading.Thread(target=lambda: during.update(
+        timed_calls(url, TOKEN_HOLDER["token"], clients, 10**6, sessions=sessions, until=built)))
+    probe.start()
     try:
         time.sleep(warmup_s)
-        t_build = time.monotonic() + 60  # until the server holds the flood (or its cap), not while it is still accepting
-        last = -1
+        # until the server holds the flood (or its cap): the fd count near the flood, or still for 3 s
+        t_build = time.monotonic() + 90
+        history: list[int] = []
         while time.monotonic() < t_build:
-            now_fds = fd_count(pid)
-            if now_fds >= 0.95 * flood_n or now_fds == last:
+            history.append(fd_count(pid))
+            if history[-1] >= 0.95 * flood_n or (len(history) >= 4 and history[-1] <= 1.01 * history[-4]
+                                                 and history[-1] > 0.5 * flood_n):
                 break
-            last = now_fds
             time.sleep(1.0)
+        build_up_s = round(time.monotonic() - t_start, 1)
+        built.set()
+        probe.join()
         fds = [fd_count(pid)]
         result = timed_calls(url, TOKEN_HOLDER["token"], clients, calls, sessions=sessions)
         fds.append(fd_count(pid))
@@ -245,7 +259,8 @@ def run_flood_measure(url: str, pid: int, flood_n: int, clients: int, calls: int
         child.terminate()
         out, _ = child.communicate(timeout=60)
     side = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
-    result.update({"flood_target": flood_n, "flood": side, "server_fds_during": fds})
+    result.update({"flood_target": flood_n, "flood": side, "server_fds_during": fds, "build_up_s": build_up_s,
+                   "during_build_up": during})
     return result
 
 
@@ -281,16 +296,25 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="egg-flood-"))
     proc, url, token = start_server(tmp / "ws", tmp / "server.err", *args.server_args)
     TOKEN_HOLDER["token"] = token
+    load_before = os.getloadavg()[0]
     try:
         baseline = timed_calls(url, token, args.clients, args.calls)
         flooded = run_flood_measure(url, proc.pid, args.flood, args.clients, args.calls)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    log_bytes = (tmp / "server.err").stat().st_size
+    log = (tmp / "server.err").read_text(errors="replace")
+    limits = next((line.split("egg_mcp.http: ", 1)[1] for line in log.splitlines() if "HTTP limits: " in line), None)
+    repo = Path(__file__).resolve().parents[1]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "egg_mcp", "tests/http_flood.py"], cwd=repo,
+                                capture_output=True, text=True).stdout.strip())
     report = {"what": "authenticated tools/list latency (new connection per call) without and under a slow-client "
-                      "flood of half-open connections; default limits (512 total, 128 per client, header timeout 10 s)",
-              "cpus": os.cpu_count(), "baseline": baseline, "under_flood": flooded, "server_log_bytes": log_bytes}
+                      "flood of half-open connections (default limits unless server_args say otherwise); "
+                      "during_build_up: calls made while the flood was still connecting",
+              "commit": commit + ("+uncommitted" if dirty else ""), "server_args": args.server_args,
+              "server_limits": limits, "cpus": os.cpu_count(), "load_avg_1m_before_after": [load_before, os.getloadavg()[0]],
+              "baseline": baseline, "under_flood": flooded, "server_log_bytes": len(log.encode())}
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:

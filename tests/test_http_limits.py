@@ -242,7 +242,196 @@ def test_slow_client_flood_keeps_authenticated_client_answered_and_log_bounded(s
     assert stats["closed_by_server"] > 100, stats  # evictions (per-client cap) and header timeouts happened
     assert max(fds) <= cap + 300, fds  # connections held + the server's own descriptors
     log = err.read_bytes()
+    assert b"HTTP limits: file descriptors" in log and b"connections 1500 in total, 250 per client" in log, \
+        "the server says at start what it holds at most"
     assert len(log) < 64 * 1024, len(log)
     assert b"suppressed" in log or log.count(b"\n") < 200
     status, body, _ = post(url, token, LIST, session)
     assert status == 200
+
+
+class _Conn:
+    """A stand-in connection for ConnectionGuard (what the guarded protocol gives it)."""
+
+    _egg_counted = False
+    _egg_closing = False
+
+    def __init__(self, client="c", seen_data=True):
+        self._egg_client, self._egg_seen_data = client, seen_data
+        self.aborted = False
+        self.transport = self
+
+    def abort(self):
+        self.aborted = True
+
+
+def test_guard_paces_evictions_at_the_cap_and_logs_one_summary_line(caplog):
+    """At the cap every new connection closes a waiting one; those closings are paced (the Acceptor leaves
+    the listening socket alone for `accept_delay`), and they are counted, not logged one by one."""
+    import asyncio
+
+    async def body():
+        guard = transport.ConnectionGuard(transport.HttpLimits(max_connections=4, evictions_per_s=10))
+        conns = [_Conn() for _ in range(4)]
+        for c in conns:
+            assert guard.admit(c) and guard.accept_delay() == 0.0  # below the cap: no pacing
+        with caplog.at_level(logging.WARNING, logger="egg_mcp.http"):
+            assert guard.admit(_Conn())  # the oldest waiting one is closed to make room
+            assert conns[0].aborted and guard.open == 4 and guard.stats["evicted"] == 1
+            assert not guard.eviction_allowed()  # 10 per second: the next one in about 0.1 s
+            time.sleep(0.12)
+            assert guard.eviction_allowed()
+            for _ in range(20):
+                assert guard.admit(_Conn())
+            assert guard.stats["evicted"] == 21
+            assert not caplog.records, "no log line per closed connection"
+            line = guard.log_summary(force=True)
+        assert "21 connections still waiting for a request closed to make room" in line
+        assert "cap 4 in total" in line and len(caplog.records) == 1
+        assert guard.log_summary(force=True) is None  # nothing new: nothing logged
+
+    asyncio.run(body())
+
+
+def test_guard_paces_accepts_at_the_cap():
+    guard = transport.ConnectionGuard(transport.HttpLimits(max_connections=1, accepts_at_cap_per_s=100))
+    assert guard.accept_delay() == 0.0  # below the cap
+    guard.open = 1
+    delays = [guard.accept_delay() for _ in range(10)]
+    assert delays.count(0.0) <= 5 and 0 < max(delays) <= 0.01 + 1e-3, delays  # a burst of 5, then 100/s
+
+
+def test_acceptor_refuses_at_accept_when_full_and_paces_at_the_cap():
+    """A connection that could only be refused is closed before a transport or protocol exists for it;
+    at the cap, new connections with part of a head close waiting ones at `evictions_per_s` and the rest
+    are shed at accept, while one that sends a whole request head is always taken."""
+    import asyncio
+
+    async def body():
+        guard = transport.ConnectionGuard(transport.HttpLimits(max_connections=2, evictions_per_s=10, accept_batch=4))
+        made: list = []
+
+        class Proto(asyncio.Protocol):
+            _egg_counted = False
+            _egg_closing = False
+            _egg_seen_data = False
+
+            def connection_made(self, tr):
+                self.transport, self._egg_client = tr, "c"
+                made.append(self)
+                guard.admit(self)
+
+            def data_received(self, data):
+                self._egg_seen_data = True
+
+            def connection_lost(self, exc):
+                guard.forget(self)
+
+        lsock = transport.tcp_listener("127.0.0.1", 0, 64)
+        port = lsock.getsockname()[1]
+        acceptor = transport.Acceptor(lsock, Proto, guard, logging.getLogger("egg_mcp.http"))
+        acceptor.start()
+        loop = asyncio.get_running_loop()
+        clients = []
+
+        async def connect(send: bytes = b""):
+            s = socket.socket()
+            s.setblocking(False)
+            await loop.sock_connect(s, ("127.0.0.1", port))
+            if send:
+                await loop.sock_sendall(s, send)
+            clients.append(s)
+            return s
+
+        try:
+            await connect()
+            await connect()
+            await asyncio.sleep(0.2)
+            assert len(made) == 2 and guard.open == 2
+            third = await connect()  # both held ones are fresh and silent: nothing to evict
+            for _ in range(50):
+                await asyncio.sleep(0.02)
+                if guard.stats["refused"]:
+                    break
+            assert guard.stats["refused"] == 1 and len(made) == 2, "refused at accept, no protocol made"
+            assert await asyncio.wait_for(loop.sock_recv(third, 10), 5) == b""
+            for c in made:  # now the held ones have sent something: evictable
+                c._egg_seen_data = True
+            t0 = time.monotonic()
+            for _ in range(12):
+                await connect(b"POST")
+            await asyncio.sleep(0.5)
+            elapsed = time.monotonic() - t0
+            assert guard.stats["evicted"] >= 1, guard.stats  # the cap makes room for new clients ...
+            assert guard.stats["evicted"] <= 1 + 10 * elapsed + 2, (guard.stats, elapsed)  # ... at 10 per second
+            assert guard.stats["shed"] >= 12 - guard.stats["evicted"] - 1, guard.stats  # the rest closed at accept
+            taken = len(made)
+            for _ in range(5):  # whole request heads: taken every time, paced or not
+                await connect(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            await asyncio.sleep(0.3)
+            assert len(made) == taken + 5, (len(made), taken, guard.stats)
+            for c in made:
+                c._egg_seen_data = True
+            guard._tokens = -10.0  # no closing allowed for a while: only whole heads get in
+            late = await connect()  # nothing sent yet: parked, not shed
+            await asyncio.sleep(0.2)
+            await loop.sock_sendall(late, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            await asyncio.sleep(0.2)
+            assert len(made) == taken + 6, (len(made), taken, guard.stats)
+        finally:
+            acceptor.close()
+            lsock.close()
+            for s in clients:
+                s.close()
+
+    asyncio.run(body())
+
+
+def test_closed_connections_are_not_left_to_the_cycle_collector():
+    """asyncio's socket transport holds a bound method of itself; the guarded protocol cuts it when the
+    connection is lost, so a closed connection (evicted at the cap, or closed by its client) is freed by
+    reference counting and the server can run without CPython's automatic full collections."""
+    import asyncio
+    import gc
+
+    import uvicorn
+
+    async def app(scope, receive, send):  # never reached: the clients send half a request head
+        raise AssertionError
+
+    async def body():
+        guard = transport.ConnectionGuard(transport.HttpLimits(max_connections=10))
+        config = uvicorn.Config(app, http=transport.guarded_protocol(guard), ws="none", lifespan="off", log_config=None)
+        config.load()
+        server = uvicorn.Server(config)
+        lsock = transport.tcp_listener("127.0.0.1", 0, 64)
+        acceptor = transport.Acceptor(lsock, lambda: config.http_protocol_class(
+            config=config, server_state=server.server_state, app_state={}), guard, logging.getLogger("egg_mcp.http"))
+        acceptor.start()
+        loop = asyncio.get_running_loop()
+        clients = []
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(30):
+                s = socket.socket()
+                s.setblocking(False)
+                await loop.sock_connect(s, lsock.getsockname())
+                await loop.sock_sendall(s, b"POST /mcp HTTP/1.1\r\nX-Slow: ")
+                clients.append(s)
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)
+            for s in clients:
+                s.close()
+            await asyncio.sleep(0.5)
+            assert guard.stats["evicted"] >= 10 and guard.open == 0, guard.stats
+            gc.collect()
+            left = [o for o in gc.garbage if type(o).__name__ in ("_SelectorSocketTransport", "socket")]
+            assert not left, f"{len(left)} transports/sockets reachable only through reference cycles"
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            acceptor.close()
+            lsock.close()
+
+    asyncio.run(body())
