@@ -65,8 +65,10 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
         judge_idle_s: float = 600.0,
         judge_ahead: bool = True,
         device: str | None = None,
+        bounds_floor: dict[str, int] | None = None,
     ):
         self.device = device  # CUDA_VISIBLE_DEVICES of this engine's workers: a lane pinned to one GPU (None: inherit)
+        self.bounds_floor = dict(bounds_floor or {})  # the runners' resource-bound floors (bounds.py; config.py)
         from pathlib import Path
 
         self.scratch_dir = Path(scratch_dir)
@@ -143,6 +145,7 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
             "options": options.model_dump(mode="json"),
             "init_seed": secrets.randbits(62),
             "seeds": [secrets.randbits(62) for _ in range(n_seeds)],
+            "bounds_floor": self.bounds_floor,
         }
         outcome, state = await self._run(
             "egg_mcp.evaluation.harness:evaluate_job",

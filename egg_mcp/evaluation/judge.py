@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from egg_mcp.evaluation import timed_audit, timed_checks, wire
+from egg_mcp.evaluation import bounds, timed_audit, timed_checks, wire
 from egg_mcp.evaluation.api import ErrorReport, EvalOptions, IntegrityFinding, TimingStats
 from egg_mcp.evaluation.compare import compare_outputs
 from egg_mcp.evaluation.compile_clock import runner_reports
@@ -134,7 +134,11 @@ class Judge(Verdicts):
             self.clock("runner_start")
         self._ask_ready()
         self.clock("import_candidate", message="importing the candidate")
-        self._ask({"type": "confine"}, "confined")
+        self.bounds = bounds.derive(bounds.footprint_of(self.problem.module, self.ref_model, self.device, self.dtype),
+                                    floor=bounds.floors(self.payload.get("bounds_floor")))
+        self.judge_info["bounds"] = self.bounds.describe()
+        self.runner.watch(self.bounds)  # memory, tasks and scratch of the runner tree, from here to the kill
+        self._ask({"type": "confine", "bounds": self.bounds.to_wire()}, "confined")
         if self.on_runner_confined is not None:  # a persistent judge may start the next runner now
             self.on_runner_confined(self.sandbox)
         self._ask({"type": "load", "candidate_source": self.payload["candidate_source"],

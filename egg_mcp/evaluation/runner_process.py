@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from egg_mcp.evaluation import bounds as bounds_mod
 from egg_mcp.evaluation import confinement, launchers, wire
 from egg_mcp.evaluation.api import ErrorReport
 
@@ -26,6 +27,8 @@ SIGNAL_NAMES = {
 }
 NAMESPACES_ARG = "--namespaces"
 """The launcher appends `--namespaces user,pid,...` to the runner's argv (launch.py --tell-arg)."""
+WATCH_PERIOD_S = 0.25
+"""How often a wait on the runner checks its resource bounds (a /proc walk of its tree; the dir walk: every 1 s)."""
 MESSAGE_TIMEOUT_S = 60.0
 """Once a message has started, the rest of it must arrive within this (a half-sent message is garbage)."""
 
@@ -75,6 +78,34 @@ class RunnerProcess:
         self.warmup: dict[str, Any] = {}
         self.death_wait_s = 5.0  # how long a dead channel waits for the process to exit (a wrapper: longer)
         self.started_at = time.monotonic()
+        self.bounds: bounds_mod.Bounds | None = None  # watched while a job waits on the runner (watch())
+        self._next_check = self._next_scratch_check = 0.0
+        self.over: ErrorReport | None = None
+
+    # -- resource bounds ---------------------------------------------------------------------------
+    def watch(self, job_bounds: bounds_mod.Bounds) -> None:
+        """From now on, every wait for this runner checks its tree's memory and tasks and its private dir's size
+        against `job_bounds` (bounds.py); over one, the runner is killed and the wait ends with the bound named."""
+        self.bounds = job_bounds
+
+    def _check_bounds(self) -> None:
+        now = time.monotonic()
+        if self.bounds is None or now < self._next_check or self.proc.poll() is not None:
+            return
+        self._next_check = now + WATCH_PERIOD_S
+        scratch = None
+        if now >= self._next_scratch_check:  # the dir walk costs more than /proc reads: once a second
+            scratch, self._next_scratch_check = self.private, now + 1.0
+        over = bounds_mod.over_bounds(self.bounds, self.tree(), scratch)
+        if over is not None:
+            kind, message = over
+            self.over = ErrorReport(kind=kind, message=message)
+            self.kill()
+            raise RunnerGone(self.over)
+
+    def tree(self) -> list[int]:
+        """The runner's process and its descendants (the launcher's processes and the candidate's children)."""
+        return [self.proc.pid, *confinement.descendants(self.proc.pid)]
 
     # -- talking ---------------------------------------------------------------------------------
     def send(self, header: dict[str, Any]) -> None:
@@ -86,6 +117,7 @@ class RunnerProcess:
     def recv(self, max_blob_bytes: int = 0) -> tuple[dict, list[bytes]]:
         """The next message. RunnerGone when the runner died; wire.WireError when it sent garbage."""
         while True:
+            self._check_bounds()
             readable = select.select([self.sock], [], [], 0.25)[0]
             if readable:
                 try:
@@ -123,6 +155,8 @@ class RunnerProcess:
 
     # -- ending ----------------------------------------------------------------------------------
     def _death(self) -> ErrorReport:
+        if self.over is not None:
+            return self.over
         try:
             code = self.proc.wait(timeout=self.death_wait_s)
         except subprocess.TimeoutExpired:
