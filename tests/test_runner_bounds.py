@@ -283,3 +283,24 @@ def test_scratch_and_tree_usage_measure_what_is_there(tmp_path):
                               [os.getpid()], tmp_path)[0] == "oom"
     assert bounds.over_bounds(bounds.Bounds(memory_bytes=1 << 40, file_bytes=MIB, scratch_bytes=1 << 40, tasks=0),
                               [os.getpid()], None)[0] == "resource_limit"
+
+
+def test_doctor_says_which_bound_is_in_force_and_which_is_not(monkeypatch, capsys):
+    from egg_mcp.doctor import _bounds_lines
+    from egg_mcp.sandbox import host
+
+    _bounds_lines()
+    out = capsys.readouterr().out
+    assert out.startswith("[ok  ] bounds") and "RLIMIT_FSIZE" in out and "no RLIMIT_AS: CUDA" in out
+    assert "cgroup v2" in out and "processes:" in out
+    monkeypatch.setattr(host, "_namespaces", lambda: (["user", "pid"], ""))
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    _bounds_lines()
+    assert "[ok  ]                        processes: RLIMIT_NPROC in the runner's own user namespace" in \
+        capsys.readouterr().out
+    monkeypatch.setattr(host, "_namespaces", lambda: ([], "refused"))
+    _bounds_lines()
+    assert "[warn]                        processes: the judge's watchdog only" in capsys.readouterr().out
+    monkeypatch.setattr(os, "getuid", lambda: 0)
+    _bounds_lines()
+    assert "exempt from RLIMIT_NPROC" in capsys.readouterr().out
