@@ -27,6 +27,9 @@ SIGNAL_NAMES = {
 }
 NAMESPACES_ARG = "--namespaces"
 """The launcher appends `--namespaces user,pid,...` to the runner's argv (launch.py --tell-arg)."""
+RUNNER_DIRS_FILE = ".runner-dirs"
+"""In the judge's dir: every runner private dir it made, one a line (workspace/store.py removes those a killed
+judge left, at the next server's start)."""
 WATCH_PERIOD_S = 0.25
 """How often a wait on the runner checks its resource bounds (a /proc walk of its tree; the dir walk: every 1 s)."""
 MESSAGE_TIMEOUT_S = 60.0
@@ -53,6 +56,9 @@ class RunnerProcess:
         # scratch, worker and runner dirs): the runner's cwd, HOME, TMPDIR and caches are inside it.
         self.private = Path(tempfile.mkdtemp(dir=neutral_base(workdir)))  # mode 0700
         _private_dirs.add(self.private)
+        with contextlib.suppress(OSError):  # for the next server's clean-up if this judge is killed (store.py)
+            with open(Path(workdir) / RUNNER_DIRS_FILE, "a") as listed:
+                listed.write(f"{self.private}\n")
         ours, theirs = socket.socketpair()
         env = confinement.runner_env(os.environ, self.private, interpreter=(mode == "interp"))
         env.update(extra_env or {})

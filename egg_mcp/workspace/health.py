@@ -42,8 +42,8 @@ def workspace_health(root: Path, *, start_empty: bool = False) -> list[tuple[str
             lines.append(("warn", "snapshots", f"{len(pinned)} pinned snapshot(s) hold changes the database lost while "
                           f"open (it went back): {pinned[-1]}; compare and restore by hand if needed"))
         if ws.scratch_removed:
-            lines.append(("warn", "scratch", f"removed {len(ws.scratch_removed)} worker folder(s) left by stopped "
-                          f"servers under {root / 'scratch'}"))
+            lines.append(("warn", "scratch", f"removed {len(ws.scratch_removed)} worker or runner folder(s) left by stopped "
+                          f"servers under {ws.scratch}"))
         bad = ws.damaged_artifacts()
         referenced = _referenced(ws)
         missing = [sha for sha in referenced if not (ws.artifacts / sha[:2] / sha).exists()]
