@@ -304,3 +304,20 @@ def test_doctor_says_which_bound_is_in_force_and_which_is_not(monkeypatch, capsy
     monkeypatch.setattr(os, "getuid", lambda: 0)
     _bounds_lines()
     assert "exempt from RLIMIT_NPROC" in capsys.readouterr().out
+
+
+def test_a_job_that_runs_code_in_its_worker_gets_the_file_bound(tmp_path):
+    """Profiling, tiling, compare and analysis jobs run user code in the worker itself: it is one-job, so the
+    file-size bound and no core file are set there (worker._confine_job), and its outcome says so."""
+    async def main():
+        ev = WorkerEvaluator(scratch_dir=tmp_path / "scratch", force_interpreter=True, spare_workers=0)
+        try:
+            return await ev.run_job("egg_mcp.evaluation.jobs:reach", {"write": [str(tmp_path / "scratch" / "x")]},
+                                    timeout_s=60, uses_gpu=False)
+        finally:
+            await ev.aclose()
+
+    outcome = asyncio.run(main())
+    assert outcome.ok, outcome.error
+    limits = outcome.sandbox["rlimits"]
+    assert limits["file_bytes"] == bounds.FILE_FLOOR and limits["core"] == 0 and limits["data_bytes"] is None

@@ -180,6 +180,25 @@ def apply_rlimits(bounds: Bounds, *, interpreter: bool, namespaces: str | None) 
     return done
 
 
+def apply_job_rlimits(file_bytes: int = FILE_FLOOR) -> dict[str, Any]:
+    """In a worker that runs user or candidate code itself (profiling, tiling trials, compare, analysis): the
+    file-size bound and no core file. Its memory and tasks are not bounded here: the job's problem sizes are
+    not known to it, and its process is the one the engine's timeout kills."""
+    done: dict[str, Any] = {"file_bytes": None, "data_bytes": None, "nproc": None, "core": None,
+                            "not": ["memory and tasks: not bounded in a profiling/tiling/analysis job"]}
+    for which, value, key in ((resource.RLIMIT_FSIZE, file_bytes, "file_bytes"), (resource.RLIMIT_CORE, 0, "core")):
+        hard = resource.getrlimit(which)[1]
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        try:
+            resource.setrlimit(which, (value, value))
+            done[key] = value
+        except (ValueError, OSError):
+            pass
+    _in_force.clear()
+    _in_force.update(done)
+    return done
+
+
 def over_bound_note(exc: BaseException) -> tuple[str, str] | None:
     """(error kind, what to add to the message) when `exc` is a bound the runner set: a write past the file-size
     bound (EFBIG), an allocation past the memory bound (MemoryError), a fork past the process bound (EAGAIN)."""
