@@ -184,6 +184,8 @@ def test_honest_work_fits_and_the_engine_still_serves(results):
     assert r.sandbox["rlimits"]["file_bytes"] == FLOOR["file_bytes"]
     assert r.sandbox["rlimits"]["data_bytes"] >= FLOOR["memory_bytes"]
     assert "memory 1.5 GiB" in r.judge["bounds"]
+    peak = r.judge["runner_peak"]  # an interpreter runner: some hundred MiB, a few tasks
+    assert peak.startswith("memory ") and "MiB" in peak and " 0 tasks" not in peak
     assert _runner_pids() == []
 
 

@@ -299,9 +299,11 @@ def tree_memory(pids: list[int], rss: int, limit: int) -> int:
     return total
 
 
-def over_bounds(bounds: Bounds, pids: list[int], scratch: Path | None) -> tuple[str, str] | None:
-    """(error kind, message) when the runner tree or its scratch dir is over a bound, else None."""
-    rss, tasks = tree_usage(pids)
+def over_bounds(bounds: Bounds, pids: list[int], scratch: Path | None,
+                usage: tuple[int, int] | None = None) -> tuple[str, str] | None:
+    """(error kind, message) when the runner tree or its scratch dir is over a bound, else None. `usage`: the
+    tree's (resident bytes, tasks) when the caller read them already (tree_usage)."""
+    rss, tasks = usage if usage is not None else tree_usage(pids)
     if tasks > bounds.tasks:
         return ("resource_limit", f"the candidate's runner had {tasks} processes and threads, over its bound of "
                 f"{bounds.tasks}; it was killed")

@@ -106,6 +106,9 @@ class Judge(Verdicts):
         finally:
             if self.runner is not None:
                 self.clock("runner_teardown")
+                if self.runner.bounds is not None:  # what the job used, beside its bounds (judge_info.bounds)
+                    rss, tasks = self.runner.peak
+                    self.judge_info["runner_peak"] = f"memory {bounds.size(rss)}, {tasks} tasks (polled)"
                 self.runner.kill()
         if result.get("verdict") == "correct":
             self.clock("timing_reference")

@@ -87,6 +87,7 @@ class RunnerProcess:
         self.bounds: bounds_mod.Bounds | None = None  # watched while a job waits on the runner (watch())
         self._next_check = self._next_scratch_check = 0.0
         self.over: ErrorReport | None = None
+        self.peak = (0, 0)  # the most resident memory and tasks the watchdog saw (judge_info: runner_peak)
 
     # -- resource bounds ---------------------------------------------------------------------------
     def watch(self, job_bounds: bounds_mod.Bounds) -> None:
@@ -102,7 +103,10 @@ class RunnerProcess:
         scratch = None
         if now >= self._next_scratch_check:  # the dir walk costs more than /proc reads: once a second
             scratch, self._next_scratch_check = self.private, now + 1.0
-        over = bounds_mod.over_bounds(self.bounds, self.tree(), scratch)
+        pids = self.tree()
+        usage = bounds_mod.tree_usage(pids)
+        self.peak = (max(self.peak[0], usage[0]), max(self.peak[1], usage[1]))
+        over = bounds_mod.over_bounds(self.bounds, pids, scratch, usage)
         if over is not None:
             kind, message = over
             self.over = ErrorReport(kind=kind, message=message)
