@@ -211,7 +211,8 @@ def over_bound_note(exc: BaseException) -> tuple[str, str] | None:
         if isinstance(item, BlockingIOError) and item.errno == errno.EAGAIN and _in_force.get("nproc"):
             return ("resource_limit", f"a new process or thread was refused at the runner's process bound "
                     f"({_in_force['nproc']} tasks, RLIMIT_NPROC)")
-        if isinstance(item, MemoryError) and _in_force.get("data_bytes"):
+        torch_cpu_oom = isinstance(item, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(item)
+        if (isinstance(item, MemoryError) or torch_cpu_oom) and _in_force.get("data_bytes"):
             return ("oom", f"an allocation reached the runner's memory bound "
                     f"({size(_in_force['data_bytes'])}, RLIMIT_DATA)")
     return None
