@@ -210,7 +210,8 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
     else:
         from egg_mcp.workspace.health import workspace_health
 
-        for status, what, detail in workspace_health(config.workspace, start_empty=start_empty):
+        for status, what, detail in workspace_health(config.workspace, start_empty=start_empty,
+                                                     scratch=config.scratch_dir()):
             _line({"ok": OK, "warn": WARN, "fail": FAIL}[status], what, detail)
             failures += status == "fail"
     kb = config.kernelbench_dir

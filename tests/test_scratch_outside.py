@@ -99,3 +99,21 @@ def test_a_runner_lists_its_private_dir_in_the_judges_dir(tmp_path, monkeypatch)
     finally:
         runner.kill()
     assert not runner.private.exists()
+
+
+def test_the_scratch_dir_flag_and_doctor_use_the_same_folder(tmp_path, monkeypatch):
+    from egg_mcp.cli import build_parser, config_from_args
+    from egg_mcp.workspace.health import workspace_health
+
+    monkeypatch.delenv("EGG_MCP_SCRATCH", raising=False)
+    args = build_parser().parse_args(["doctor", "--workspace", str(tmp_path / "ws"), "--scratch-dir",
+                                      str(tmp_path / "s")])
+    config = config_from_args(args)
+    assert config.scratch_dir() == tmp_path / "s"
+    dead = tmp_path / "s" / "worker-interp-dead"
+    dead.mkdir(parents=True)
+    old = time.time() - 600
+    os.utime(dead, (old, old))
+    lines = workspace_health(config.workspace, scratch=config.scratch_dir())
+    assert not dead.exists()
+    assert any(what == "scratch" and str(tmp_path / "s") in detail for _, what, detail in lines)
