@@ -352,3 +352,56 @@ def test_a_job_that_runs_code_in_its_worker_gets_the_file_bound(tmp_path):
     assert outcome.ok, outcome.error
     limits = outcome.sandbox["rlimits"]
     assert limits["file_bytes"] == bounds.FILE_FLOOR and limits["core"] == 0 and limits["data_bytes"] is None
+
+
+NPROC_INNER = r'''
+import json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+from egg_mcp.evaluation import bounds
+done = bounds.apply_rlimits(bounds.Bounds(memory_bytes=8 << 30, file_bytes=1 << 30, scratch_bytes=1 << 30, tasks=20),
+                            interpreter=True, namespaces=sys.argv[-1])
+ok, refused, note = 0, 0, None
+for _ in range(40):
+    try:
+        pid = os.fork()
+    except BlockingIOError as exc:
+        refused += 1
+        note = bounds.over_bound_note(exc)
+        continue
+    if pid == 0:
+        time.sleep(5)
+        os._exit(0)
+    ok += 1
+print(json.dumps({"nproc": done["nproc"], "ok": ok, "refused": refused, "note": note}))
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3") or not spawn_prefix(),
+                    reason="needs root (to run as nobody), a system python and user namespaces")
+def test_rlimit_nproc_in_the_runners_user_namespace_counts_only_its_tasks():
+    """The reason RLIMIT_NPROC is set only in the runner's own user namespace: there, the same user's 30 other
+    processes outside do not count against it (Linux >= 5.14 counts per namespace), the runner's own forks do."""
+    root = str(Path(bounds.__file__).resolve().parent.parent.parent)
+
+    def nobody():
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+
+    outside = [subprocess.Popen(["sleep", "30"], preexec_fn=nobody) for _ in range(30)]
+    try:
+        launcher = str(Path(root) / "egg_mcp" / "sandbox" / "launch.py")
+        done = subprocess.run(["/usr/bin/python3", "-I", "-S", launcher, "--tell-arg", "--namespaces", "--",
+                               "/usr/bin/python3", "-c", NPROC_INNER, root], preexec_fn=nobody, capture_output=True,
+                              text=True, timeout=60, cwd="/tmp")
+    finally:
+        for p in outside:
+            p.kill()
+            p.wait()
+    if done.returncode == 125:
+        pytest.skip(f"no user namespace for nobody here: {done.stderr.strip()[-200:]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["nproc"] == 20
+    assert 10 <= out["ok"] < 20 and out["refused"] == 40 - out["ok"]  # the 30 outside left room for most of 20
+    assert out["note"][0] == "resource_limit" and "(20 tasks, RLIMIT_NPROC)" in out["note"][1]
