@@ -173,7 +173,8 @@ def test_a_runner_killed_by_sigxfsz_is_named_not_a_crash(results):
 def test_an_allocation_past_the_memory_bound_is_oom(results):
     r = results["big_allocation"]
     assert r.verdict == "oom", (r.summary, r.error)
-    assert "memory bound (1.5 GiB, RLIMIT_DATA)" in r.error.message
+    data = bounds.data_limit(bounds.derive(0, floor=FLOOR))
+    assert f"memory bound ({bounds.size(data)}, RLIMIT_DATA)" in r.error.message
 
 
 @pytest.mark.slow
@@ -276,11 +277,12 @@ def test_rlimits_in_a_runner_like_child_name_the_bound(tmp_path):
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["done"]["file_bytes"] == 1 << 20 and out["done"]["data_bytes"] == 2 << 30
+    data = bounds.data_limit(bounds.Bounds(memory_bytes=2 << 30, file_bytes=1 << 20, scratch_bytes=8 << 20, tasks=64))
+    assert out["done"]["file_bytes"] == 1 << 20 and out["done"]["data_bytes"] == data > 2 << 30
     assert out["done"]["nproc"] is None and any("RLIMIT_NPROC" in n for n in out["done"]["not"])
     assert out["file"][0] == errno.EFBIG and out["file"][1][0] == "resource_limit"
     assert "1 MiB, RLIMIT_FSIZE" in out["file"][1][1]
-    assert out["memory"][0] == "oom" and "2.0 GiB, RLIMIT_DATA" in out["memory"][1]
+    assert out["memory"][0] == "oom" and f"{bounds.size(data)}, RLIMIT_DATA" in out["memory"][1]
     assert out["torch"][0] == "oom"  # torch's CPU allocator raises RuntimeError, not MemoryError
     assert os.path.getsize(tmp_path / "f.bin") <= 1 << 20
 

@@ -143,6 +143,16 @@ def footprint_of(module: Any, model: Any, device: str, dtype: Any) -> int:
 _in_force: dict[str, Any] = {}
 
 
+THREAD_STACK_ROOM = 16 * MIB
+"""RLIMIT_DATA counts every thread's stack (8 MiB, mapped whole, mostly never touched): per core, this much room
+on top of the memory bound, for torch's intra-op pool."""
+
+
+def data_limit(bounds: Bounds, cpu_count: int | None = None) -> int:
+    """The RLIMIT_DATA of an interpreter runner: the memory bound plus room for its threads' stacks."""
+    return bounds.memory_bytes + (cpu_count or os.cpu_count() or 1) * THREAD_STACK_ROOM
+
+
 def apply_rlimits(bounds: Bounds, *, interpreter: bool, namespaces: str | None) -> dict[str, Any]:
     """In the runner, before the reference or the candidate is imported: lower this process's rlimits (soft and
     hard, so candidate code cannot raise them back). What is in force and what is not, and why."""
@@ -162,8 +172,9 @@ def apply_rlimits(bounds: Bounds, *, interpreter: bool, namespaces: str | None) 
     if lower(resource.RLIMIT_CORE, 0):
         done["core"] = 0
     if interpreter:
-        if lower(resource.RLIMIT_DATA, bounds.memory_bytes):
-            done["data_bytes"] = bounds.memory_bytes
+        data = data_limit(bounds)
+        if lower(resource.RLIMIT_DATA, data):
+            done["data_bytes"] = data
     else:
         done["not"].append("RLIMIT_DATA/RLIMIT_AS: not on a GPU runner (CUDA's address reservations); its memory "
                            "is bounded by the judge's watchdog")
