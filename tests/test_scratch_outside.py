@@ -117,3 +117,31 @@ def test_the_scratch_dir_flag_and_doctor_use_the_same_folder(tmp_path, monkeypat
     lines = workspace_health(config.workspace, scratch=config.scratch_dir())
     assert not dead.exists()
     assert any(what == "scratch" and str(tmp_path / "s") in detail for _, what, detail in lines)
+
+
+def test_the_scratch_of_a_deleted_workspace_is_removed_at_the_next_start(tmp_path):
+    base = tmp_path / "systmp" / f"egg-mcp-{os.getuid()}"
+    gone_ws, kept_ws, busy_ws = tmp_path / "gone", tmp_path / "kept", tmp_path / "busy"
+    made = {}
+    for ws in (gone_ws, kept_ws, busy_ws):
+        made[ws] = store.private_scratch(base / ws.name, ws)
+        assert (made[ws] / store.SCRATCH_OWNER_FILE).read_text() == str(ws.resolve())
+        (made[ws] / "worker-interp-x").mkdir()
+    foreign = base / "notours"  # no owner file: never touched
+    foreign.mkdir()
+    old = time.time() - 600
+    for d in (*made.values(), foreign):
+        os.utime(d, (old, old))
+    # kept_ws exists; gone_ws and busy_ws do not (busy: a process still works in its scratch)
+    kept_ws.mkdir()
+    sleeper = subprocess.Popen(["sleep", "60"], cwd=made[busy_ws] / "worker-interp-x")
+    try:
+        ws = Workspace(tmp_path / "current", scratch=base / "current")
+        try:
+            assert made[gone_ws] in ws.scratch_removed and not made[gone_ws].exists()
+            assert made[kept_ws].exists() and made[busy_ws].exists() and foreign.exists()
+        finally:
+            ws.close()
+    finally:
+        sleeper.kill()
+        sleeper.wait()

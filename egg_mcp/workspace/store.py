@@ -186,6 +186,8 @@ class Workspace:
         nothing can be told apart and nothing is removed."""
         if not Path("/proc/self/cwd").exists():
             return
+        live = _live_cwds()
+        self._remove_orphan_scratch(live)
         found: list[Path] = []
         # this workspace's scratch, and the folder older versions kept inside the workspace
         for scratch in dict.fromkeys([self.scratch, self.root / "scratch"]):
@@ -198,7 +200,6 @@ class Workspace:
                         dirnames.remove(name)  # never walk into a candidate's files
         if not found:
             return
-        live = _live_cwds()
         cutoff = time.time() - SCRATCH_GRACE_S
         for folder in found:
             try:
@@ -216,6 +217,31 @@ class Workspace:
         if self.scratch_removed:
             log.warning("workspace %s: removed %d scratch folder(s) left by stopped servers", self.root,
                         len(self.scratch_removed))
+
+    def _remove_orphan_scratch(self, live: set[str]) -> None:
+        """Sibling scratch folders (other workspaces', in `<temp>/egg-mcp-<uid>/`) whose workspace no longer
+        exists: removed when older than SCRATCH_GRACE_S and no live process works in them."""
+        base = self.scratch.parent
+        if not base.name.startswith("egg-mcp-") or not base.is_dir():
+            return
+        cutoff = time.time() - SCRATCH_GRACE_S
+        for folder in base.iterdir():
+            if folder == self.scratch or folder.is_symlink() or not folder.is_dir():
+                continue
+            try:
+                owner = Path((folder / SCRATCH_OWNER_FILE).read_text().strip())
+                if not owner.is_absolute() or owner.exists() or folder.stat().st_mtime > cutoff:
+                    continue
+            except OSError:
+                continue
+            prefix = str(folder) + os.sep
+            if any(cwd == str(folder) or cwd.startswith(prefix) for cwd in live):
+                continue
+            for worker in folder.glob("**/worker-*"):  # their runners' dirs in the temp dir first
+                self._remove_runner_dirs(worker, live)
+            shutil.rmtree(folder, ignore_errors=True)
+            if not folder.exists():
+                self.scratch_removed.append(folder)
 
     def _remove_runner_dirs(self, folder: Path, live: set[str]) -> None:
         """The runners' private dirs a dead judge listed in its folder (runner_process.RUNNER_DIRS_FILE): each
@@ -609,6 +635,8 @@ def database_changes(path: Path) -> int | None:
     return int(row[0]) if row else -1
 
 
+SCRATCH_OWNER_FILE = ".workspace"
+"""In a per-workspace scratch folder in the temp dir: the workspace's path."""
 RUNNER_DIRS_FILE = ".runner-dirs"
 """In a judge's folder: the runners' private dirs it made (outside the folder, in the temp dir), one a line."""
 
@@ -629,6 +657,10 @@ def private_scratch(path: Path, workspace: Path) -> Path:
         st = os.lstat(path)
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
             raise OSError(f"{path} is not a directory of this user")
+        if base.name.startswith("egg-mcp-"):  # whose it is: a later start removes it once that workspace is gone
+            owner = path / SCRATCH_OWNER_FILE
+            if not owner.exists():
+                owner.write_text(str(Path(workspace).expanduser().resolve()))
         return path
     except OSError as exc:
         fallback = workspace / "scratch"
