@@ -23,6 +23,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace", type=Path, help="workspace directory (default: user data dir or $EGG_MCP_WORKSPACE)")
     p.add_argument("--kernelbench-dir", type=Path, help="KernelBench checkout for ids like level1/23 "
                    "(or $EGG_MCP_KERNELBENCH_DIR)")
+    p.add_argument("--scratch-dir", type=Path, help="where job folders go (default: $EGG_MCP_SCRATCH, else "
+                   "<temp dir>/egg-mcp-<uid>/<workspace hash>, outside the workspace)")
     p.add_argument("--allow-dir", type=Path, action="append", default=[],
                    help="directory whose files start_task may read and export_kernel may write (repeatable)")
     p.add_argument("--interpreter", action="store_true",
@@ -83,6 +85,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         updates["workspace"] = args.workspace
     if args.kernelbench_dir:
         updates["kernelbench_dir"] = args.kernelbench_dir
+    if getattr(args, "scratch_dir", None):
+        updates["scratch"] = args.scratch_dir
     if args.allow_dir:
         updates["allowed_roots"] = cfg.allowed_roots + list(args.allow_dir)
     if args.interpreter:

@@ -28,6 +28,22 @@ def default_workspace_dir() -> Path:
     return home / ".local" / "share" / "egg-mcp"
 
 
+def default_scratch_dir(workspace: Path) -> Path:
+    """Where workers' folders go (runners' private dirs go to the system temp dir): $EGG_MCP_SCRATCH, else
+    `<temp>/egg-mcp-<uid>/<hash of the workspace path>`, outside the workspace, so whatever a job writes never
+    fills the disk the workspace's database lives on by accident, and never lands beside its artifacts.
+    One folder per workspace: two servers on one machine with different workspaces never share one."""
+    env = os.environ.get("EGG_MCP_SCRATCH")
+    if env:
+        return Path(env).expanduser()
+    import hashlib
+    import tempfile
+
+    key = hashlib.sha256(str(Path(workspace).expanduser().resolve()).encode()).hexdigest()[:12]
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"egg-mcp-{uid}" / key
+
+
 def _env_paths(name: str) -> list[Path]:
     raw = os.environ.get(name, "")
     return [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()]
@@ -104,6 +120,12 @@ class ServerConfig(BaseModel):
     """Lower the sandbox floor to this level (`--unsafe-sandbox-floor`, EGG_MCP_UNSAFE_SANDBOX_FLOOR): candidates
     then run on a host without Landlock or user namespaces, and every result's text says the weak level. Default
     (None): every layer the kernel offers, at least Landlock + user/PID namespaces (egg_mcp.sandbox.floor)."""
+
+    scratch: Path | None = None
+    """Workers' folders: None means `default_scratch_dir(workspace)` (EGG_MCP_SCRATCH, else the temp dir)."""
+
+    def scratch_dir(self) -> Path:
+        return Path(self.scratch) if self.scratch is not None else default_scratch_dir(self.workspace)
 
     def readable_roots(self) -> list[Path]:
         roots = [r.resolve() for r in self.allowed_roots]

@@ -94,6 +94,14 @@ def _sandbox_lines(config: ServerConfig | None = None) -> None:
         _line(WARN, "runner reads", "every file this server's user can (no Landlock here)")
 
 
+def _bounds_lines() -> None:
+    """Which per-job resource bound is in force for runners here, by what mechanism, and which is not."""
+    from egg_mcp.evaluation.bounds import host_bounds
+
+    for i, (status, detail) in enumerate(host_bounds()):
+        _line(OK if status == "ok" else WARN, "bounds" if i == 0 else "", detail)
+
+
 def hardware_lines(names: list[str], uuids: list[str], workspace) -> list[tuple[str, str, str]]:
     """(status, what, detail) per GPU: its ceilings and where each comes from (measured here and when, a
     datasheet lead, or none: unknown GPU / no GPU)."""
@@ -204,6 +212,7 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
             _line(FAIL, "interpreter", (probe.stderr.strip().splitlines() or ["failed"])[-1])
             failures += 1
     _sandbox_lines(config)
+    _bounds_lines()
     _memcheck_line(torch.cuda.is_available())
     ncu = find_ncu()
     if ncu is None:
@@ -232,7 +241,8 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
     else:
         from egg_mcp.workspace.health import workspace_health
 
-        for status, what, detail in workspace_health(config.workspace, start_empty=start_empty):
+        for status, what, detail in workspace_health(config.workspace, start_empty=start_empty,
+                                                     scratch=config.scratch_dir()):
             _line({"ok": OK, "warn": WARN, "fail": FAIL}[status], what, detail)
             failures += status == "fail"
     kb = config.kernelbench_dir

@@ -183,7 +183,7 @@ def create_server(
 ) -> MCPServer:
     """Build the server. `evaluator` defaults to the isolated worker engine."""
     config = config or ServerConfig()
-    workspace = Workspace(config.workspace)
+    workspace = Workspace(config.workspace, config.scratch_dir())
     analysis_evaluator = None
     auto_calibrate = evaluator is None and not config.force_interpreter
     # no tool or toolchain grant to a runner may expose these (nor any home directory): landlock.grantable
@@ -200,13 +200,13 @@ def create_server(
         from egg_mcp.evaluation.engine import WorkerEvaluator
 
         # a plain engine (no GPU), one lane per visible GPU, or lanes on a Ray cluster (config.ray_address)
-        evaluator = build_evaluator(workspace.root / "scratch", force_interpreter=config.force_interpreter,
+        evaluator = build_evaluator(workspace.scratch, force_interpreter=config.force_interpreter,
                                     ray_address=config.ray_address, protect=protect, sandbox_required=required)
         # start_task's analysis gets its own engine (own CPU slots, no spare pool) so it never waits
         # behind queued interpreter verifies holding every CPU slot of the main engine; in cluster mode it
         # goes to the cluster's lanes with the other jobs (CPU-only jobs never wait for a busy lane).
         if not config.ray_address:
-            analysis_evaluator = WorkerEvaluator(scratch_dir=workspace.root / "scratch",
+            analysis_evaluator = WorkerEvaluator(scratch_dir=workspace.scratch,
                                                  force_interpreter=config.force_interpreter, spare_workers=0,
                                                  burst_spares=0, max_cpu_jobs=2, protect=protect,
                                                  sandbox_required=required)

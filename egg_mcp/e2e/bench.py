@@ -143,7 +143,7 @@ def run_bench(problems_dir: Path, solutions_dir: Path, out_dir: Path, *, config:
     out_dir.mkdir(parents=True, exist_ok=True)
     own = evaluator is None
     if own:
-        evaluator = _make_evaluator(config, config.workspace / "scratch" / "bench", ray_address or config.ray_address,
+        evaluator = _make_evaluator(config, config.scratch_dir() / "bench", ray_address or config.ray_address,
                                     gpus)
     interpreter = config.force_interpreter or not evaluator.has_gpu()
     todo = pending(items, load_results(out_dir), interpreter=interpreter)

@@ -28,6 +28,7 @@ import torch.utils.deterministic  # noqa: F401  (its flag poisons fresh allocati
 
 from egg_mcp.evaluation import launchers, wire
 from egg_mcp.evaluation.api import EvalOptions, IntegrityFinding, KernelInfo
+from egg_mcp.evaluation.bounds import Bounds, apply_rlimits
 from egg_mcp.evaluation.compile_clock import CompileClock
 from egg_mcp.evaluation.failures import _failure, classify
 from egg_mcp.evaluation.guard import GuardedAllocations, guard_inputs
@@ -93,6 +94,7 @@ class CandidateSide:
         self.candidate_path: str | None = None
         self.timer = None
         self.sandbox: dict[str, Any] | None = None
+        self.namespaces: str | None = None  # the launcher's namespaces (runner.py's --namespaces)
         self.compile_clock = CompileClock()
         self.launcher_reports: list[dict[str, Any]] = []
         self.loaded = False
@@ -163,7 +165,12 @@ class CandidateSide:
         return {"type": "loaded"}
 
     def confine(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """What runner.py applied at start-up, before torch and long before any candidate code."""
+        """What runner.py applied at start-up, before torch and long before any candidate code; and the job's
+        resource bounds (bounds.py), set here as rlimits before the reference or the candidate is imported."""
+        limits = Bounds.from_wire(cmd.get("bounds"))
+        if limits is not None and not self.loaded:
+            applied = apply_rlimits(limits, interpreter=self.interpreter, namespaces=self.namespaces)
+            self.sandbox = {**(self.sandbox or {}), "rlimits": applied}
         return {"type": "confined", "sandbox": self.sandbox}
 
     def _wrap_reference(self, cls) -> None:

@@ -67,6 +67,7 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
         device: str | None = None,
         protect=(),
         sandbox_required=(),
+        bounds_floor: dict[str, int] | None = None,
     ):
         # paths no tool or toolchain grant to a confined job or runner may expose (the workspace, the allowed
         # folders): said to the workers in landlock.PROTECT_VAR (every home directory is protected anyway)
@@ -75,6 +76,7 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
         # runner's or their own report against it before candidate code runs (floor.REQUIRED_VAR)
         self.sandbox_required = list(sandbox_required)
         self.device = device  # CUDA_VISIBLE_DEVICES of this engine's workers: a lane pinned to one GPU (None: inherit)
+        self.bounds_floor = dict(bounds_floor or {})  # the runners' resource-bound floors (bounds.py; config.py)
         from pathlib import Path
 
         self.scratch_dir = Path(scratch_dir)
@@ -151,6 +153,7 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
             "options": options.model_dump(mode="json"),
             "init_seed": secrets.randbits(62),
             "seeds": [secrets.randbits(62) for _ in range(n_seeds)],
+            "bounds_floor": self.bounds_floor,
         }
         outcome, state = await self._run(
             "egg_mcp.evaluation.harness:evaluate_job",

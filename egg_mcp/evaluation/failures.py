@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from egg_mcp.evaluation.api import EnvInfo, ErrorReport
+from egg_mcp.evaluation.bounds import over_bound_note
 from egg_mcp.evaluation.errors import classify, exception_chain  # noqa: F401  (classify re-exported)
 
 
@@ -107,11 +108,18 @@ def _failure(verdict: str, exc: BaseException, candidate_path: str | None, when:
     if isinstance(exc, SystemExit):
         report.kind = "exit"
         report.message = f"candidate code called sys.exit({exc.code!r})"
+    bound = over_bound_note(exc)
+    if bound is not None:  # a bound the runner set (bounds.py): named, never a plain runtime error
+        verdict = "oom" if bound[0] == "oom" else "runtime_error"
+        report.kind = bound[0]
+        report.message = f"{bound[1]}: {report.message}"[:2000]
     advice = {
         "compile_error": "fix that line and verify again",
         "oom": "use less memory (smaller tiles or temporaries) and verify again",
         "runtime_error": "fix the error and verify again",
     }[verdict]
+    if bound is not None and bound[0] != "oom":
+        advice = "write less to files and start no processes from candidate code, then verify again"
     cuda_note = ""
     if "CUDA error" in report.message or "device-side assert" in report.message:
         cuda_note = " (a CUDA fault: usually an out-of-bounds pointer or a failed tl.device_assert; add masks)"

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from egg_mcp.evaluation import timed_audit, timed_checks, wire
+from egg_mcp.evaluation import bounds, timed_audit, timed_checks, wire
 from egg_mcp.evaluation.api import ErrorReport, EvalOptions, IntegrityFinding, TimingStats
 from egg_mcp.evaluation.compare import compare_outputs
 from egg_mcp.evaluation.compile_clock import runner_reports
@@ -108,6 +108,9 @@ class Judge(Verdicts):
         finally:
             if self.runner is not None:
                 self.clock("runner_teardown")
+                if self.runner.bounds is not None:  # what the job used, beside its bounds (judge_info.bounds)
+                    rss, tasks = self.runner.peak
+                    self.judge_info["runner_peak"] = f"memory {bounds.size(rss)}, {tasks} tasks (polled)"
                 self.runner.kill()
         if result.get("verdict") == "correct":
             self.clock("timing_reference")
@@ -136,7 +139,11 @@ class Judge(Verdicts):
             self.clock("runner_start")
         self._ask_ready()
         self.clock("import_candidate", message="importing the candidate")
-        self._ask({"type": "confine"}, "confined")
+        self.bounds = bounds.derive(bounds.footprint_of(self.problem.module, self.ref_model, self.device, self.dtype),
+                                    floor=bounds.floors(self.payload.get("bounds_floor")))
+        self.judge_info["bounds"] = self.bounds.describe()
+        self.runner.watch(self.bounds)  # memory, tasks and scratch of the runner tree, from here to the kill
+        self._ask({"type": "confine", "bounds": self.bounds.to_wire()}, "confined")
         refused = below_floor(self.sandbox)
         if refused is not None:  # a runner weaker than the server's floor never gets the candidate
             raise Rejected(self._harness_fault(refused))

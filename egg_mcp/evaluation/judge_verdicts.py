@@ -125,6 +125,8 @@ class Verdicts:
     def _runner_died(self, report: ErrorReport, counted: bool = False) -> dict[str, Any]:
         verdict = "oom" if report.kind == "oom" else "runtime_error"
         advice = ("Use less memory (smaller tiles, no huge temporaries)." if verdict == "oom" else
+                  "Stay within the runner's bounds (write no large files, start no processes) and verify again."
+                  if report.kind == "resource_limit" else
                   "Fix the crash (out-of-bounds pointer, exit call, bad ctypes use) and verify again.")
         return {"verdict": verdict, "summary": f"{report.message}. {advice}", "error": report.model_dump(),
                 "correctness_trials": self.trials_run + (1 if counted else 0),

@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     sock = socket.socket(fileno=args.fd)
     side = CandidateSide(Path(args.private), interpreter=args.mode == "interp")
     side.sandbox = sandbox
+    side.namespaces = args.namespaces  # whether RLIMIT_NPROC counts only this runner's tasks (bounds.py)
     code = 0
     try:
         wire.send(sock, {"type": "ready", "pid": os.getpid(), **warm})

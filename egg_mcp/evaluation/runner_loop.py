@@ -13,7 +13,9 @@ import traceback
 from typing import Any
 
 from egg_mcp.evaluation import launchers, wire
+from egg_mcp.evaluation.bounds import over_bound_note
 from egg_mcp.evaluation.candidate_side import CandidateFailed
+from egg_mcp.evaluation.failures import _failure
 
 
 def serve(sock: socket.socket, side: Any) -> None:
@@ -43,5 +45,9 @@ def serve(sock: socket.socket, side: Any) -> None:
         except CandidateFailed as failed:
             wire.send(sock, {"type": "failed", **failed.message, "findings": side.new_findings()})
         except BaseException as exc:  # noqa: BLE001 - a runner-side bug: reported as such, not as the candidate's
+            if over_bound_note(exc) is not None:  # a bound the candidate's use ran into, wherever it surfaced
+                wire.send(sock, {"type": "failed", **_failure("runtime_error", exc, side.candidate_path,
+                                                              "The candidate's runner"), "findings": side.new_findings()})
+                continue
             wire.send(sock, {"type": "runner_error", "kind": type(exc).__name__, "message": str(exc)[:2000],
                              "traceback": traceback.format_exc()[-6000:]})

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from egg_mcp.evaluation import bounds as bounds_mod
 from egg_mcp.evaluation import confinement, launchers, wire
 from egg_mcp.evaluation.api import ErrorReport
 from egg_mcp.sandbox.landlock import PROTECT_VAR
@@ -27,6 +28,11 @@ SIGNAL_NAMES = {
 }
 NAMESPACES_ARG = "--namespaces"
 """The launcher appends `--namespaces user,pid,...` to the runner's argv (launch.py --tell-arg)."""
+RUNNER_DIRS_FILE = ".runner-dirs"
+"""In the judge's dir: every runner private dir it made, one a line (workspace/store.py removes those a killed
+judge left, at the next server's start)."""
+WATCH_PERIOD_S = 0.25
+"""How often a wait on the runner checks its resource bounds (a /proc walk of its tree; the dir walk: every 1 s)."""
 MESSAGE_TIMEOUT_S = 60.0
 """Once a message has started, the rest of it must arrive within this (a half-sent message is garbage)."""
 
@@ -51,6 +57,9 @@ class RunnerProcess:
         # scratch, worker and runner dirs): the runner's cwd, HOME, TMPDIR and caches are inside it.
         self.private = Path(tempfile.mkdtemp(dir=neutral_base(workdir)))  # mode 0700
         _private_dirs.add(self.private)
+        with contextlib.suppress(OSError):  # for the next server's clean-up if this judge is killed (store.py)
+            with open(Path(workdir) / RUNNER_DIRS_FILE, "a") as listed:
+                listed.write(f"{self.private}\n")
         ours, theirs = socket.socketpair()
         env = confinement.runner_env(os.environ, self.private, interpreter=(mode == "interp"))
         env.update(extra_env or {})
@@ -77,6 +86,38 @@ class RunnerProcess:
         self.warmup: dict[str, Any] = {}
         self.death_wait_s = 5.0  # how long a dead channel waits for the process to exit (a wrapper: longer)
         self.started_at = time.monotonic()
+        self.bounds: bounds_mod.Bounds | None = None  # watched while a job waits on the runner (watch())
+        self._next_check = self._next_scratch_check = 0.0
+        self.over: ErrorReport | None = None
+        self.peak = (0, 0)  # the most resident memory and tasks the watchdog saw (judge_info: runner_peak)
+
+    # -- resource bounds ---------------------------------------------------------------------------
+    def watch(self, job_bounds: bounds_mod.Bounds) -> None:
+        """From now on, every wait for this runner checks its tree's memory and tasks and its private dir's size
+        against `job_bounds` (bounds.py); over one, the runner is killed and the wait ends with the bound named."""
+        self.bounds = job_bounds
+
+    def _check_bounds(self) -> None:
+        now = time.monotonic()
+        if self.bounds is None or now < self._next_check or self.proc.poll() is not None:
+            return
+        self._next_check = now + WATCH_PERIOD_S
+        scratch = None
+        if now >= self._next_scratch_check:  # the dir walk costs more than /proc reads: once a second
+            scratch, self._next_scratch_check = self.private, now + 1.0
+        pids = self.tree()
+        usage = bounds_mod.tree_usage(pids)
+        self.peak = (max(self.peak[0], usage[0]), max(self.peak[1], usage[1]))
+        over = bounds_mod.over_bounds(self.bounds, pids, scratch, usage)
+        if over is not None:
+            kind, message = over
+            self.over = ErrorReport(kind=kind, message=message)
+            self.kill()
+            raise RunnerGone(self.over)
+
+    def tree(self) -> list[int]:
+        """The runner's process and its descendants (the launcher's processes and the candidate's children)."""
+        return [self.proc.pid, *confinement.descendants(self.proc.pid)]
 
     # -- talking ---------------------------------------------------------------------------------
     def send(self, header: dict[str, Any]) -> None:
@@ -88,6 +129,7 @@ class RunnerProcess:
     def recv(self, max_blob_bytes: int = 0) -> tuple[dict, list[bytes]]:
         """The next message. RunnerGone when the runner died; wire.WireError when it sent garbage."""
         while True:
+            self._check_bounds()
             readable = select.select([self.sock], [], [], 0.25)[0]
             if readable:
                 try:
@@ -125,6 +167,8 @@ class RunnerProcess:
 
     # -- ending ----------------------------------------------------------------------------------
     def _death(self) -> ErrorReport:
+        if self.over is not None:
+            return self.over
         try:
             code = self.proc.wait(timeout=self.death_wait_s)
         except subprocess.TimeoutExpired:
@@ -133,6 +177,10 @@ class RunnerProcess:
                                "it was killed (candidate code closed or replaced file descriptors?)")
         if code < 0:
             name = SIGNAL_NAMES.get(-code, f"signal {-code}")
+            if -code == signal.SIGXFSZ:  # candidate code restored SIGXFSZ's default and wrote past the bound
+                limit = f" ({bounds_mod.size(self.bounds.file_bytes)}, RLIMIT_FSIZE)" if self.bounds else " (RLIMIT_FSIZE)"
+                return ErrorReport(kind="resource_limit", message="the candidate's runner process was killed by "
+                                   f"SIGXFSZ: a file reached the runner's file-size bound{limit}")
             if -code == signal.SIGKILL:
                 return ErrorReport(kind="oom", message=f"the candidate's runner process was {name} from outside: "
                                    "most likely the host's out-of-memory killer")

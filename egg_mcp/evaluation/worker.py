@@ -126,13 +126,18 @@ def _confine_job(target: str, *, wrapped: bool, tool: str | None = None) -> dict
         return None
     from pathlib import Path
 
+    from egg_mcp.evaluation import bounds
+
     if wrapped:
         from egg_mcp.evaluation import tool_confine
 
-        return tool_confine.confine_wrapped(Path.cwd(), tool)
-    from egg_mcp.evaluation import confinement
+        applied = tool_confine.confine_wrapped(Path.cwd(), tool)
+    else:
+        from egg_mcp.evaluation import confinement
 
-    return confinement.confine(Path.cwd())
+        applied = confinement.confine(Path.cwd())
+    # a one-job process: the file-size bound and no core file (its memory is the problem's, unknown here)
+    return {**applied, "rlimits": bounds.apply_job_rlimits()} if isinstance(applied, dict) else applied
 
 
 def exit_process(exit_code: int) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from egg_mcp.workspace.store import RECOVERY_LOG, DatabaseDamaged, Workspace, database_problem
 
 
-def workspace_health(root: Path, *, start_empty: bool = False) -> list[tuple[str, str, str]]:
+def workspace_health(root: Path, *, start_empty: bool = False, scratch: Path | None = None) -> list[tuple[str, str, str]]:
     """(status, what, detail) lines; status is 'ok', 'warn' or 'fail'."""
     lines: list[tuple[str, str, str]] = []
     root = Path(root).expanduser()
@@ -23,7 +23,7 @@ def workspace_health(root: Path, *, start_empty: bool = False) -> list[tuple[str
             aside = _move_aside(root)
             lines.append(("warn", "workspace db", f"damaged ({problem}); moved to {aside}, starting empty"))
     try:
-        ws = Workspace(root)
+        ws = Workspace(root, scratch)
     except DatabaseDamaged as exc:
         return lines + [("fail", "workspace db", str(exc))]
     try:
@@ -42,8 +42,8 @@ def workspace_health(root: Path, *, start_empty: bool = False) -> list[tuple[str
             lines.append(("warn", "snapshots", f"{len(pinned)} pinned snapshot(s) hold changes the database lost while "
                           f"open (it went back): {pinned[-1]}; compare and restore by hand if needed"))
         if ws.scratch_removed:
-            lines.append(("warn", "scratch", f"removed {len(ws.scratch_removed)} worker folder(s) left by stopped "
-                          f"servers under {root / 'scratch'}"))
+            lines.append(("warn", "scratch", f"removed {len(ws.scratch_removed)} worker or runner folder(s) left by stopped "
+                          f"servers under {ws.scratch}"))
         bad = ws.damaged_artifacts()
         referenced = _referenced(ws)
         missing = [sha for sha in referenced if not (ws.artifacts / sha[:2] / sha).exists()]

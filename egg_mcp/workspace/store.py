@@ -31,11 +31,14 @@ import secrets
 import shutil
 import socket
 import sqlite3
+import stat
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+from egg_mcp.config import default_scratch_dir
 
 log = logging.getLogger(__name__)
 
@@ -138,12 +141,14 @@ class Workspace:
     last_opened: Path | None = None
     """The root of the workspace this process opened last (error texts that have no workspace at hand name it)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, scratch: Path | None = None):
         self.root = Path(root).expanduser()
         self.artifacts = self.root / "artifacts"
         self.artifacts.mkdir(parents=True, exist_ok=True)
         (self.root / "exports").mkdir(exist_ok=True)
-        (self.root / "scratch").mkdir(exist_ok=True)
+        self.scratch = private_scratch(Path(scratch) if scratch is not None else default_scratch_dir(self.root),
+                                       self.root)
+        """Workers' folders (config.default_scratch_dir: outside the workspace unless that cannot be made safe)."""
         self.db_path = self.root / "egg.sqlite3"
         self.snapshots = self.root / "snapshots"
         Workspace.last_opened = self.root
@@ -179,18 +184,22 @@ class Workspace:
         """Worker folders (`scratch/**/worker-*`) left by killed servers: removed at start when no live
         process works in them (its cwd is there) and they are older than SCRATCH_GRACE_S. Without /proc
         nothing can be told apart and nothing is removed."""
-        scratch = self.root / "scratch"
-        if not Path("/proc/self/cwd").exists() or not scratch.is_dir():
-            return
-        found: list[Path] = []
-        for dirpath, dirnames, _ in os.walk(scratch):
-            for name in list(dirnames):
-                if name.startswith("worker-"):
-                    found.append(Path(dirpath) / name)
-                    dirnames.remove(name)  # never walk into a candidate's files
-        if not found:
+        if not Path("/proc/self/cwd").exists():
             return
         live = _live_cwds()
+        self._remove_orphan_scratch(live)
+        found: list[Path] = []
+        # this workspace's scratch, and the folder older versions kept inside the workspace
+        for scratch in dict.fromkeys([self.scratch, self.root / "scratch"]):
+            if not scratch.is_dir():
+                continue
+            for dirpath, dirnames, _ in os.walk(scratch):
+                for name in list(dirnames):
+                    if name.startswith("worker-"):
+                        found.append(Path(dirpath) / name)
+                        dirnames.remove(name)  # never walk into a candidate's files
+        if not found:
+            return
         cutoff = time.time() - SCRATCH_GRACE_S
         for folder in found:
             try:
@@ -201,12 +210,64 @@ class Workspace:
             prefix = str(folder) + os.sep
             if any(cwd == str(folder) or cwd.startswith(prefix) for cwd in live):
                 continue
+            self._remove_runner_dirs(folder, live)
             shutil.rmtree(folder, ignore_errors=True)
             if not folder.exists():
                 self.scratch_removed.append(folder)
         if self.scratch_removed:
             log.warning("workspace %s: removed %d scratch folder(s) left by stopped servers", self.root,
                         len(self.scratch_removed))
+
+    def _remove_orphan_scratch(self, live: set[str]) -> None:
+        """Sibling scratch folders (other workspaces', in `<temp>/egg-mcp-<uid>/`) whose workspace no longer
+        exists: removed when older than SCRATCH_GRACE_S and no live process works in them."""
+        base = self.scratch.parent
+        if not base.name.startswith("egg-mcp-") or not base.is_dir():
+            return
+        cutoff = time.time() - SCRATCH_GRACE_S
+        for folder in base.iterdir():
+            if folder == self.scratch or folder.is_symlink() or not folder.is_dir():
+                continue
+            try:
+                owner = Path((folder / SCRATCH_OWNER_FILE).read_text().strip())
+                if not owner.is_absolute() or owner.exists() or folder.stat().st_mtime > cutoff:
+                    continue
+            except OSError:
+                continue
+            prefix = str(folder) + os.sep
+            if any(cwd == str(folder) or cwd.startswith(prefix) for cwd in live):
+                continue
+            for worker in folder.glob("**/worker-*"):  # their runners' dirs in the temp dir first
+                self._remove_runner_dirs(worker, live)
+            shutil.rmtree(folder, ignore_errors=True)
+            if not folder.exists():
+                self.scratch_removed.append(folder)
+
+    def _remove_runner_dirs(self, folder: Path, live: set[str]) -> None:
+        """The runners' private dirs a dead judge listed in its folder (runner_process.RUNNER_DIRS_FILE): each
+        removed only when it is still a runner's dir of ours (a real dir owned by this user with the folders
+        runner_env makes) and no live process works in it."""
+        try:
+            listed = (folder / RUNNER_DIRS_FILE).read_text().splitlines()
+        except OSError:
+            return
+        for line in dict.fromkeys(listed):
+            path = Path(line)
+            if not path.is_absolute() or ".." in path.parts:
+                continue
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or not all(
+                    (path / sub).is_dir() for sub in ("home", "tmp", "triton_cache")):
+                continue
+            prefix = str(path) + os.sep
+            if any(cwd == str(path) or cwd.startswith(prefix) for cwd in live):
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            if not path.exists():
+                self.scratch_removed.append(path)
 
     def _migrate(self) -> None:
         conn = self._conn()
@@ -572,6 +633,40 @@ def database_changes(path: Path) -> int | None:
     except sqlite3.Error:
         return None
     return int(row[0]) if row else -1
+
+
+SCRATCH_OWNER_FILE = ".workspace"
+"""In a per-workspace scratch folder in the temp dir: the workspace's path."""
+RUNNER_DIRS_FILE = ".runner-dirs"
+"""In a judge's folder: the runners' private dirs it made (outside the folder, in the temp dir), one a line."""
+
+
+def private_scratch(path: Path, workspace: Path) -> Path:
+    """`path` made (0700), when its parents in a shared temp dir are this user's own real dirs; else the
+    workspace's own `scratch` folder (logged): never a folder another user could have planted."""
+    try:
+        base = path.parent
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if base.name.startswith("egg-mcp-"):  # config.default_scratch_dir's per-user folder in the temp dir
+            st = os.lstat(base)
+            if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                raise OSError(f"{base} is not a directory of this user")
+            if stat.S_IMODE(st.st_mode) & 0o077:
+                os.chmod(base, 0o700)
+        path.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            raise OSError(f"{path} is not a directory of this user")
+        if base.name.startswith("egg-mcp-"):  # whose it is: a later start removes it once that workspace is gone
+            owner = path / SCRATCH_OWNER_FILE
+            if not owner.exists():
+                owner.write_text(str(Path(workspace).expanduser().resolve()))
+        return path
+    except OSError as exc:
+        fallback = workspace / "scratch"
+        log.warning("scratch %s unusable (%s): workers' folders go to %s", path, exc, fallback)
+        fallback.mkdir(parents=True, exist_ok=True)
+        return fallback
 
 
 def _live_cwds() -> set[str]:
