@@ -207,8 +207,7 @@ class Workspace:
                     continue
             except OSError:
                 continue
-            prefix = str(folder) + os.sep
-            if any(cwd == str(folder) or cwd.startswith(prefix) for cwd in live):
+            if _in_use(folder, live):
                 continue
             self._remove_runner_dirs(folder, live)
             shutil.rmtree(folder, ignore_errors=True)
@@ -234,8 +233,7 @@ class Workspace:
                     continue
             except OSError:
                 continue
-            prefix = str(folder) + os.sep
-            if any(cwd == str(folder) or cwd.startswith(prefix) for cwd in live):
+            if _in_use(folder, live):
                 continue
             for worker in folder.glob("**/worker-*"):  # their runners' dirs in the temp dir first
                 self._remove_runner_dirs(worker, live)
@@ -712,3 +710,9 @@ def _pid_alive(pid: int) -> bool:
 
 def now() -> float:
     return time.time()
+
+
+def _in_use(folder: Path, live: set[str]) -> bool:
+    """Does a live process work in `folder` or below it (`live`: the working directories of live processes)?"""
+    prefix = str(folder) + os.sep
+    return any(cwd == str(folder) or cwd.startswith(prefix) for cwd in live)
