@@ -158,6 +158,8 @@ async def propose_tiling(
     by_key = {config_key(e.config.values): e for e in estimates}
 
     measured: list[MeasuredConfig] = []
+    baseline = current_config(space)  # the config the source has now: measured first, the one to beat
+    baseline = baseline if all(p.name in baseline for p in tunable) else None
     if not feasible:
         proposal.note = "every config was pruned; see `pruned` for the reasons"
     elif not measure or max_trials == 0:
@@ -165,8 +167,6 @@ async def propose_tiling(
     elif not evaluator.has_gpu():
         proposal.note = "unmeasured: no GPU (analytic ranking only)"
     else:
-        baseline = current_config(space)
-        baseline = baseline if all(p.name in baseline for p in tunable) else None
         measured = await _measure(evaluator, proposal, feasible, space, reference_source, candidate_source,
                                   options, max_trials, time_budget_s - (time.perf_counter() - started), progress,
                                   baseline)
@@ -194,9 +194,8 @@ async def propose_tiling(
     if proposal.rank_correlation is not None:
         proposal.note += (f"; model vs measured rank correlation (Spearman) {proposal.rank_correlation:.2f} over "
                           f"{len(pairs)} configs")
-    now = current_config(space)
-    base = next((m for m in measured if config_key(m.config.values) == config_key(now)), None) \
-        if all(p.name in now for p in tunable) else None
+    base = next((m for m in measured if config_key(m.config.values) == config_key(baseline)), None) \
+        if baseline else None
     if correct and base is not None and not (base.correct and base.median_ms is not None):
         proposal.recommended_reason = (f"the current config did not measure ({base.error_kind or 'no time'}: "
                                        f"{(base.error or '')[:160]}): fix the candidate before tuning it")
