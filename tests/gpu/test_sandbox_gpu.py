@@ -25,6 +25,7 @@ pytestmark = [
 ]
 
 from egg_mcp.sandbox import SandboxReport, runner_env, spawn_prefix  # noqa: E402
+from egg_mcp.sandbox.host import TELL_ARG  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -34,6 +35,8 @@ _RUNNER = textwrap.dedent("""
     t0 = time.perf_counter()
     from egg_mcp.sandbox import confine
     priv, ws, early = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "early"
+    # the launcher tells the namespaces in argv (`--namespaces user,pid,...`), never in the environment
+    namespaces = sys.argv[sys.argv.index("--namespaces") + 1] if "--namespaces" in sys.argv else None
     import threading
     import torch
     torch.cuda.init(); torch.empty(1, device="cuda")  # CUDA before Landlock (error 304 otherwise, H200 host)
@@ -45,12 +48,12 @@ _RUNNER = textwrap.dedent("""
 
     if early:
         pre = before_confine()
-        report = confine(priv)
+        report = confine(priv, namespaces=namespaces)
     t1 = time.perf_counter()
     import triton, triton.language as tl
     if not early:
         pre = before_confine()
-        report = confine(priv)
+        report = confine(priv, namespaces=namespaces)
     later = {}
     def later_thread():  # a thread the candidate starts: created after confine, so inside the domain
         try:
@@ -91,7 +94,7 @@ _RUNNER = textwrap.dedent("""
 @pytest.mark.parametrize("where", ["namespaces", "plain"])
 @pytest.mark.parametrize("when", ["early", "late"])
 def test_confined_runner_launches_triton_and_torch_on_cuda(tmp_path, where, when):
-    prefix = spawn_prefix() if where == "namespaces" else []
+    prefix = spawn_prefix(TELL_ARG) if where == "namespaces" else []
     if where == "namespaces" and not prefix:
         pytest.skip("this host refuses user/PID namespaces (spawn_prefix() == []): see `python -m egg_mcp doctor`")
     priv, ws = tmp_path / "priv", tmp_path / "ws"
