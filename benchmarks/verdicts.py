@@ -99,6 +99,8 @@ async def _run(cases: list[tuple[str, str, str, dict]], quick: bool, out: Path) 
                 "reviews": sorted({f.check for f in result.integrity if f.severity == "review"}),
                 "median_ms": timing.median_ms if timing else None, "method": timing.method if timing else None,
                 "isolated_ms": timing.isolated.median_ms if timing and timing.isolated else None,
+                # why a short call was timed by events (an older package has neither field)
+                "estimate_ms": getattr(timing, "estimate_ms", None), "graph_fallback": getattr(timing, "graph_fallback", None),
                 "timed_calls_audited": (result.judge or {}).get("timed_calls_audited"),
                 "wall_s": round(time.monotonic() - t0, 2), "phase_s": result.phase_s,
                 "summary": result.summary[:300]})

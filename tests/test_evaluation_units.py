@@ -104,3 +104,20 @@ def test_correct_summary_names_the_isolated_reading_and_a_large_write_back_share
     assert "0.0318 ms per call from a clean L2" in text and "costs 8% more" in text
     t.isolated.median_ms = 0.0340  # within 5 %: no write-back remark
     assert "more" not in harness.Evaluation._correct_summary(ev, {}, 5, t, None)
+
+
+def test_correct_summary_says_why_a_short_call_was_timed_by_events():
+    """A two-kernel softmax (0.1 ms) timed by events counts the host's launch gap between its kernels: the
+    summary names the failed graph capture, so the user knows the number is not a graph replay's."""
+    from types import SimpleNamespace
+
+    from egg_mcp.evaluation import harness
+    from egg_mcp.evaluation.api import TimingStats
+
+    ev = SimpleNamespace(findings=[])
+    t = TimingStats(median_ms=0.142, cv=0.23, method="cuda_events", estimate_ms=0.11,
+                    graph_fallback="RuntimeError: operation not permitted when stream is capturing")
+    text = harness.Evaluation._correct_summary(ev, {}, 5, t, None)
+    assert "CUDA graph capture failed (RuntimeError: operation not permitted" in text
+    t.graph_fallback = None
+    assert "graph capture" not in harness.Evaluation._correct_summary(ev, {}, 5, t, None)

@@ -82,6 +82,9 @@ def test_a_graph_that_cannot_be_captured_is_not_tried_again(monkeypatch):
     t, calls = _timer([_stats(0.09), _stats(0.002)], graph="fails")
     stats, extra = t.measure(lambda xs: None, lambda k: [])
     assert calls == {"events": 2, "graph": 1} and "graph_fallback" in extra and stats.remeasured == 1
+    # the reason travels with the reading (verify's summary says it): a short multi-kernel call timed by events
+    # counts its host launch gaps, which a user must be able to see
+    assert stats.graph_fallback == "RuntimeError: capture not allowed" and stats.estimate_ms == 0.01
 
 
 @pytest.mark.parametrize("cv,again", [(timing.DISTURBED_CV, False), (timing.DISTURBED_CV + 1e-4, True)])

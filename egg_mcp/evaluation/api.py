@@ -149,6 +149,10 @@ class TimingStats(BaseModel):
     l2_flushed: bool = True
     input_sets: int = 1
     host_wall_ms: float | None = Field(None, description="host clock over the timed region (cross-check)")
+    estimate_ms: float | None = Field(None, description="the first event reading per call, which picks the method "
+                                      "(a CUDA graph below timing.GRAPH_BELOW_MS)")
+    graph_fallback: str | None = Field(None, description="why a call short enough for a CUDA graph was timed by "
+                                       "events instead (the capture's error)")
     remeasured: int = Field(0, description="readings taken again because they showed an outside disturbance "
                             "(timing.disturbed: a steady middle, a slow tail); this one is the steadiest")
     disturbed_cvs: list[float] | None = Field(None, description="the CVs of the readings that were discarded")

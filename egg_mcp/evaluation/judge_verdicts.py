@@ -157,6 +157,9 @@ class Verdicts:
                        f"{', '.join(f'{100 * c:.1f}%' for c in timing.disturbed_cvs or [])}" if timing.remeasured else "")
             text = (f"Correct on {n}/{n} trials; {timing.median_ms:.4f} ms median (CV {100 * (timing.cv or 0):.2f}%, "
                     f"{timing.method}{retaken}).")
+            if timing.graph_fallback:
+                text += (f" Timed per call by events: the CUDA graph capture failed ({timing.graph_fallback[:160]}), "
+                         "so host launch gaps between its kernels count.")
             if reference_timing is not None and out.get("speedup"):
                 text += f" {out['speedup']:.2f}x vs the reference in eager PyTorch."
             if timing.isolated is not None:

@@ -233,6 +233,8 @@ class GpuTimer:
                 break
             _sleep(pause)
         stats = min(attempts, key=lambda a: a.cv or 0.0)
+        stats.estimate_ms = est
+        stats.graph_fallback = extra.get("graph_fallback")
         if len(attempts) > 1:
             stats.remeasured = len(attempts) - 1
             stats.disturbed_cvs = [round(a.cv or 0.0, 5) for a in attempts if a is not stats]
