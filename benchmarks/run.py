@@ -254,6 +254,13 @@ def suite_verify_latency_light(out: Path, quick: bool) -> dict[str, Any]:
     return run(out, quick, light=True)
 
 
+def suite_verify_sizes(out: Path, quick: bool) -> dict[str, Any]:
+    """verify's overhead (wall - compile - candidate GPU) on a GEMM, level1/23 Softmax full size, a 2 GiB ReLU"""
+    from benchmarks.verify_sizes import suite_verify_sizes as run
+
+    return run(out, quick)
+
+
 def suite_lanes(out: Path, quick: bool) -> dict[str, Any]:
     """CPU + Ray: candidates/hour through a local Ray cluster with two lanes vs one (target >= 1.5x)."""
     from benchmarks.bench_lanes import throughput
@@ -285,6 +292,7 @@ SUITES: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
     "verify_latency": suite_verify_latency,
     "verdicts": _script("verdicts", ["verdicts.py"], 590),
     "verify_latency_light": suite_verify_latency_light,
+    "verify_sizes": suite_verify_sizes,
 }
 
 

@@ -67,6 +67,23 @@ def test_verify_latency_light_runs_the_persistent_path_only(tmp_path):
     assert result["paths"]["persistent"]["back_to_back"]["summary"]["all_correct"]
 
 
+@pytest.mark.slow
+def test_verify_sizes_quick_splits_each_verify_into_compile_gpu_and_overhead(tmp_path):
+    """The CPU form of the sizes suite: three tasks (GEMM, softmax, ReLU) through MCP, every call correct, each
+    wall split into the runner's compile, the candidate's time and the rest, with the phases kept."""
+    run = _load()
+    assert run.main(["verify_sizes", "--quick", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "verify_sizes.json").read_text())["result"]
+    assert list(result["tasks"]) == ["gemm", "softmax_full", "relu_2gb"]
+    for task in result["tasks"].values():
+        summary = task["summary"]
+        assert summary["n"] == 1 and summary["all_correct"], summary
+        for row in task["calls"]["measured"]:
+            assert not row["cached"] and row["phase_s"], row
+            assert abs(row["wall_s"] - row["triton_compile_s"] - row["candidate_gpu_s_at_most"]
+                       - row["overhead_s"]) < 0.002, row
+
+
 def test_guidance_suite_checks_the_issue_18_rules():
     """The GPU guidance suite's checks (benchmarks/guidance_suite.py), on canned texts."""
     from benchmarks import guidance_suite as g
