@@ -238,6 +238,15 @@ def test_bounds_grow_with_the_footprint_above_their_floors():
     assert bounds.derive(0, floor={"tasks": 10}).tasks == 10
 
 
+def test_a_jobs_bounds_take_its_floors_and_grow_with_the_hosts_cores():
+    """The judges' one path (verify's, memcheck's): the payload's floors; a task floor it does not set grows with
+    the cores (it stayed at 256 on a 128-core host when the judge passed the filled-in floors)."""
+    assert bounds.for_job(0, {"bounds_floor": {}}, cpu_count=128).tasks == 64 + 4 * 128
+    assert bounds.for_job(0, {}, cpu_count=128) == bounds.derive(0, cpu_count=128)
+    job = bounds.for_job(2**30, {"bounds_floor": {"memory_bytes": 2**30, "tasks": 96}}, cpu_count=128)
+    assert job.tasks == 96 and job.memory_bytes == 2**30 + bounds.MEMORY_FACTOR * 2**30
+
+
 def test_bounds_from_the_wire_are_validated():
     good = bounds.derive(123)
     assert bounds.Bounds.from_wire(good.to_wire()) == good

@@ -93,18 +93,22 @@ class Bounds:
 FLOOR_KEYS = ("memory_bytes", "file_bytes", "scratch_bytes", "tasks")
 
 
+def _configured(raw: Any) -> dict[str, int]:
+    """The floors `raw` sets: its positive ints under FLOOR_KEYS."""
+    return {key: value for key, value in (raw.items() if isinstance(raw, dict) else ())
+            if key in FLOOR_KEYS and isinstance(value, int) and not isinstance(value, bool) and value > 0}
+
+
 def floors(raw: Any = None) -> dict[str, int]:
     """The floors, with the positive ints of `raw` (the server's configuration, a test's) in place of defaults."""
-    out = {"memory_bytes": MEMORY_FLOOR, "file_bytes": FILE_FLOOR, "scratch_bytes": SCRATCH_FLOOR,
-           "tasks": TASKS_FLOOR}
-    for key, value in (raw.items() if isinstance(raw, dict) else ()):
-        if key in out and isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            out[key] = value
-    return out
+    return {"memory_bytes": MEMORY_FLOOR, "file_bytes": FILE_FLOOR, "scratch_bytes": SCRATCH_FLOOR,
+            "tasks": TASKS_FLOOR, **_configured(raw)}
 
 
-def derive(footprint_bytes: int, cpu_count: int | None = None, floor: dict[str, int] | None = None) -> Bounds:
-    """The bounds of a job whose problem holds `footprint_bytes` (inputs + parameters at the job's sizes)."""
+def derive(footprint_bytes: int, cpu_count: int | None = None, floor: Any = None) -> Bounds:
+    """The bounds of a job whose problem holds `footprint_bytes` (inputs + parameters at the job's sizes).
+    `floor`: the configured floors as sent in a job's payload (`bounds_floor`); a task floor it does not set
+    grows with this host's cores (torch's intra-op pool has a thread per core)."""
     footprint = max(0, int(footprint_bytes))
     cores = cpu_count or os.cpu_count() or 1
     low = floors(floor)
@@ -112,9 +116,15 @@ def derive(footprint_bytes: int, cpu_count: int | None = None, floor: dict[str, 
         memory_bytes=low["memory_bytes"] + MEMORY_FACTOR * footprint,
         file_bytes=max(low["file_bytes"], footprint),
         scratch_bytes=max(low["scratch_bytes"], SCRATCH_FACTOR * footprint),
-        tasks=max(low["tasks"], 64 + 4 * cores) if floor is None or "tasks" not in floor else low["tasks"],
+        tasks=low["tasks"] if "tasks" in _configured(floor) else max(low["tasks"], 64 + 4 * cores),
         footprint_bytes=footprint,
     )
+
+
+def for_job(footprint_bytes: int, payload: Any, cpu_count: int | None = None) -> Bounds:
+    """The bounds of a verify or a memcheck runner (one path for both judges): `derive` over the floors the
+    engine sent in the job's payload (`bounds_floor`: the server's configuration, a test's)."""
+    return derive(footprint_bytes, cpu_count, floor=payload.get("bounds_floor") if isinstance(payload, dict) else None)
 
 
 def footprint_of(module: Any, model: Any, device: str, dtype: Any) -> int:
