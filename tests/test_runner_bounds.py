@@ -269,6 +269,45 @@ def test_footprint_counts_inputs_at_the_task_dtype_and_parameters():
     assert got == 1000 * 1000 * 2 + 10 * 8 + (100 * 10 + 10) * 4
 
 
+REFERENCE = """
+import torch
+import torch.nn as nn
+
+batch_size = 4
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+        self.scale = SCALE
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def get_inputs():
+    return [torch.randn(batch_size, 64)]
+
+
+def get_init_inputs():
+    return [64]
+"""
+
+
+def test_the_footprint_of_a_reference_a_judge_did_not_load(tmp_path):
+    """memcheck's judge holds no reference model: the reference is built on the meta device (no memory), or for
+    real where its constructor needs values (`.item()` fails on meta); the same bytes either way, the job's sizes
+    applied; a reference that does not load gives 0 (the floor applies)."""
+    opts = EvalOptions(size_overrides={"batch_size": 8}).model_dump(mode="json")
+    want = 8 * 64 * 4 + (64 * 64 + 64) * 4
+    meta = bounds.reference_footprint(REFERENCE.replace("SCALE", "2.0"), opts, 1, "cpu", tmp_path / "a")
+    real = bounds.reference_footprint(REFERENCE.replace("SCALE", "torch.ones(1).sum().item()"), opts, 1, "cpu",
+                                      tmp_path / "b")
+    assert meta == real == want
+    assert bounds.reference_footprint("raise ValueError('broken')", opts, 1, "cpu", tmp_path / "c") == 0
+
+
 def test_rlimits_in_a_runner_like_child_name_the_bound(tmp_path):
     """In a child (rlimits are per process): the file bound turns a write into EFBIG that names it, the data
     bound a big allocation into MemoryError that names it; RLIMIT_NPROC is left alone without a user namespace."""

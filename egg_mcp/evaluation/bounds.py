@@ -1,6 +1,6 @@
-"""Resource bounds of one runner (the process that imports candidate code): memory, file size, process count
-and scratch size, derived from the problem's footprint with a floor so honest work (torch, Triton's compiler,
-the interpreter) always fits.
+"""Resource bounds of one runner (the process that imports candidate code: verify's, and memcheck's under
+compute-sanitizer): memory, file size, process count and scratch size, derived from the problem's footprint
+with a floor so honest work (torch, Triton's compiler, the interpreter) always fits.
 
 Two layers, because no single kernel mechanism bounds all four on every host:
 
@@ -145,6 +145,42 @@ def footprint_of(module: Any, model: Any, device: str, dtype: Any) -> int:
     if isinstance(model, torch.nn.Module):
         for t in (*model.parameters(), *model.buffers()):
             total += t.numel() * t.element_size()
+    return total
+
+
+def reference_footprint(source: str, options: Any, init_seed: int, device: str, workdir: Path) -> int:
+    """`footprint_of` for a judge that holds no reference model (memcheck's): the reference imported into
+    `workdir` at the job's sizes, its model built on the meta device (no memory), else on `device` as verify's
+    judge builds it. 0 when the reference does not load (the floor applies; the runner reports the failure)."""
+    import secrets
+
+    import torch
+
+    from egg_mcp.evaluation.api import EvalOptions
+    from egg_mcp.evaluation.modules import import_source
+    from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+
+    opts = EvalOptions.model_validate(options)
+    dtype = DTYPES[opts.dtype]
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        module = import_source(source, workdir / "reference.py", f"egg_reference_{secrets.token_hex(4)}")
+        apply_size_overrides(module, None, opts.size_overrides)
+    except Exception:  # noqa: BLE001 - the runner loads it too and reports why it failed
+        return 0
+    model = None
+    for where in ("meta", device):
+        try:
+            with torch.device(where):
+                problem = Problem(module, where, dtype)
+                model = problem.build(module.Model, problem.init_inputs(init_seed), init_seed)
+            break
+        except Exception:  # noqa: BLE001 - a constructor that needs real values: build it for real
+            continue
+    total = footprint_of(module, model, device, dtype)
+    del model
+    if device == "cuda" and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
     return total
 
 
