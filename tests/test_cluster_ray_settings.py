@@ -92,3 +92,12 @@ def test_a_ray_lane_refuses_a_runner_below_the_servers_floor(ray_cluster):
     r = asyncio.run(main())
     assert r.placement.via == "ray" and r.fault == "harness", (r.verdict, r.summary)
     assert "made_up_layer" in r.error.message and "floor" in r.error.message and r.correctness_trials == 0
+
+
+def test_doctor_says_the_ray_lanes_are_held_to_the_servers_floor(ray_cluster, tmp_path):
+    from egg_mcp import doctor
+    from egg_mcp.config import ServerConfig
+
+    lines = doctor.lane_lines(ServerConfig(workspace=tmp_path, ray_address=ray_cluster.get_runtime_context().gcs_address))
+    assert any(what == "ray cluster" and status == doctor.OK for status, what, _ in lines), lines
+    assert any("held to this server's sandbox floor" in detail for _, _, detail in lines), lines

@@ -386,6 +386,8 @@ def test_doctor_says_which_bound_is_in_force_and_which_is_not(monkeypatch, capsy
     out = capsys.readouterr().out
     assert out.startswith("[ok  ] bounds") and "RLIMIT_FSIZE" in out and "no RLIMIT_AS: CUDA" in out
     assert "cgroup v2" in out and "processes:" in out
+    assert "memcheck's under compute-sanitizer" in out and "Ray lane" in out
+    assert f"{bounds.derive(0).tasks} tasks" in out  # what a judge here derives (bounds.for_job)
     monkeypatch.setattr(host, "_namespaces", lambda: (["user", "pid"], ""))
     monkeypatch.setattr(os, "getuid", lambda: 1000)
     _bounds_lines()

@@ -413,6 +413,8 @@ def host_bounds() -> list[tuple[str, str]]:
     floor = derive(0)
     lines = [("ok", f"per-job bounds, at least: {floor.describe()} (more for large problems: "
                     f"{MEMORY_FACTOR}x the footprint on top of the memory floor)"),
+             ("ok", "on every runner: verify's, and memcheck's under compute-sanitizer (its frontend counted in the "
+                    "runner tree); a Ray lane's runners get them on their node (its cores set the task floor)"),
              ("ok", "file size: RLIMIT_FSIZE in every runner; scratch total: the judge's watchdog"),
              ("ok", "memory: RLIMIT_DATA on interpreter runners; the judge's watchdog (resident memory of the runner "
                     "tree, polled every 0.25 s) on every runner, GPU runners included (no RLIMIT_AS: CUDA)")]
