@@ -379,8 +379,7 @@ def create_server(
     ) -> CommitResult:
         """Finish the stage with a correct candidate and a structured decision. Refused if slower than the last
         committed kernel beyond noise (SEEDS: not the fastest seed), or (GPU with compute-sanitizer) if one
-        memcheck forward finds an out-of-bounds access or its runner goes over verify's resource bounds. A repeat
-        returns the stored outcome.
+        memcheck forward finds an out-of-bounds access. A repeat returns the stored outcome.
         Returns the next stage's brief."""
         async with long_call(ctx, "commit_stage"):  # a GPU commit runs a memcheck forward first
             return _said("commit_stage", await service.commit_stage(task_id, candidate_id, decision, force,
