@@ -98,6 +98,7 @@ def test_doctor_says_the_ray_lanes_are_held_to_the_servers_floor(ray_cluster, tm
     from egg_mcp import doctor
     from egg_mcp.config import ServerConfig
 
-    lines = doctor.lane_lines(ServerConfig(workspace=tmp_path, ray_address=ray_cluster.get_runtime_context().gcs_address))
+    address = ray_cluster.get_runtime_context().gcs_address
+    lines = doctor.lane_lines(ServerConfig(workspace=tmp_path, ray_address=address))
     assert any(what == "ray cluster" and status == doctor.OK for status, what, _ in lines), lines
     assert any("held to this server's sandbox floor" in detail for _, _, detail in lines), lines

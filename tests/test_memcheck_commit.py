@@ -35,7 +35,8 @@ class SanitizingEvaluator(FakeEvaluator):
         self.memchecked.append(candidate_source)
         if "too much host memory" in candidate_source:
             return memcheck_module.over_bound_result(
-                ErrorReport(kind="oom", message="an allocation reached the runner's memory bound (4.1 GiB, RLIMIT_DATA)"),
+                ErrorReport(kind="oom",
+                            message="an allocation reached the runner's memory bound (4.1 GiB, RLIMIT_DATA)"),
                 MemcheckResult(verdict="clean", summary="compute-sanitizer memcheck found no invalid access"))
         if "one past the end" in candidate_source:
             return MemcheckResult(verdict="memory_error", error_count=1, summary="memory_error: ...", errors=[
