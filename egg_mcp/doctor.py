@@ -161,6 +161,8 @@ def lane_lines(config: ServerConfig) -> list[tuple[str, str, str]]:
     out.append((OK, "ray cluster", f"{config.ray_address}: {view['nodes_alive']} node(s) alive "
                 f"({view['nodes_dead']} dead), GPUs {models}; free now: {view['gpus_free']:g} GPU(s)"))
     out.append((OK, "", f"every node needs egg-mcp, torch and triton installed ({EXTRA}); jobs carry their sources"))
+    out.append((OK, "", "each node's runners are held to this server's sandbox floor (below) and get its protected "
+                "paths and runner bounds; a node whose runners lack a layer runs no candidate: run doctor there"))
     return out
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from egg_mcp.evaluation import memcheck as memcheck_module
+from egg_mcp.evaluation.api import ErrorReport
 from egg_mcp.evaluation.memcheck import MemcheckResult, MemoryAccessError
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.workflow.models import StageDecision
@@ -19,6 +20,7 @@ from tests.workspace_fakes import FakeEvaluator, make_service
 
 SEED = (Path(__file__).parent / "fixtures" / "softmax" / "row_per_program.py").read_text()
 BAD = SEED + "\n# writes one past the end (the fake sanitizer says so)\n"
+HOG = SEED + "\n# allocates too much host memory under the sanitizer\n"
 DECISION = StageDecision(summary="seed", changes=["x"], rationale="test")
 
 
@@ -31,6 +33,11 @@ class SanitizingEvaluator(FakeEvaluator):
 
     async def memcheck(self, reference_source, candidate_source, options):
         self.memchecked.append(candidate_source)
+        if "too much host memory" in candidate_source:
+            return memcheck_module.over_bound_result(
+                ErrorReport(kind="oom",
+                            message="an allocation reached the runner's memory bound (4.1 GiB, RLIMIT_DATA)"),
+                MemcheckResult(verdict="clean", summary="compute-sanitizer memcheck found no invalid access"))
         if "one past the end" in candidate_source:
             return MemcheckResult(verdict="memory_error", error_count=1, summary="memory_error: ...", errors=[
                 MemoryAccessError(kernel="softmax_kernel", access="Invalid __global__ write of size 4 bytes",
@@ -80,6 +87,21 @@ def test_a_clean_candidate_commits_with_its_memcheck_and_cost_in_the_reply(tmp_p
     from egg_mcp.surface.summaries import commit_stage as summary
 
     assert "memcheck clean" in summary(result)
+
+
+def test_a_runner_over_its_bound_under_memcheck_refuses_the_commit_naming_the_bound(tmp_path, sanitizer):
+    """over_bound (the memcheck runner is bounded as verify's): refused with the bound named, tried again at the
+    next commit (not cached as final), and a client may skip it with a reason."""
+    ev = SanitizingEvaluator()
+    service = make_service(tmp_path / "ws", ev)
+    tid, (hog,) = run(_task(service, HOG))
+    for _ in range(2):
+        with pytest.raises(WorkflowError, match=r"went over a resource bound.*memory bound \(4\.1 GiB, RLIMIT_DATA\)"):
+            run(service.commit_stage(tid, hog, DECISION))
+    assert len(ev.memchecked) == 2 and service.status(tid).stage == "SEEDS"
+    assert service.candidate(tid, hog).memcheck.status == "over_bound"
+    result = run(service.commit_stage(tid, hog, DECISION, skip_memcheck="the forward needs the memory"))
+    assert result.memcheck.status == "skipped" and result.new_stage == "ALGORITHM"
 
 
 def test_the_opt_out_is_stored_with_its_reason(tmp_path, sanitizer):

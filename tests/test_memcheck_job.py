@@ -6,6 +6,8 @@ its captured output, and a tool that reports nothing is a harness-side diagnosis
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import secrets
 import sys
 from pathlib import Path
@@ -27,8 +29,12 @@ REPORT = """========= COMPUTE-SANITIZER
 =========
 ========= ERROR SUMMARY: 1 error
 """
+CLEAN = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
 FAKE = '''
-import os, subprocess, sys
+import json, os, subprocess, sys
+RECORD = {record!r}
+if RECORD:  # the command it wraps: the runner's argv, as the judge built it
+    open(RECORD, "w").write(json.dumps(sys.argv[1:]))
 args, log = sys.argv[1:], None
 while args and args[0].startswith("--"):
     if args[0] == "--log-file":
@@ -46,25 +52,37 @@ sys.exit(code)
 '''
 
 
-def _memcheck(tmp_path, monkeypatch, mode: str) -> tuple[MemcheckResult, Path]:
+def _fake_tool(tmp_path: Path, mode: str, report: str = REPORT, record: Path | None = None) -> Path:
     tool = tmp_path / "cuda" / "bin" / "compute-sanitizer"
     tool.parent.mkdir(parents=True)
-    tool.write_text(f"#!{sys.executable}\n" + FAKE.format(mode=mode, report=REPORT))
+    tool.write_text(f"#!{sys.executable}\n" + FAKE.format(mode=mode, report=report, record=str(record or "")))
     tool.chmod(0o755)
-    monkeypatch.setenv("EGG_MCP_COMPUTE_SANITIZER", str(tool))
-    payload = {"reference_source": builtin_source("softmax"), "candidate_source": CORRECT,
-               "options": EvalOptions(size_overrides={"batch_size": 8, "dim": 100}).model_dump(mode="json"),
-               "init_seed": secrets.randbits(62), "seed": secrets.randbits(62)}
+    return tool
 
+
+def _payload(candidate: str, **extra) -> dict:
+    return {"reference_source": builtin_source("softmax"), "candidate_source": candidate,
+            "options": EvalOptions(size_overrides={"batch_size": 8, "dim": 100}).model_dump(mode="json"),
+            "init_seed": secrets.randbits(62), "seed": secrets.randbits(62), **extra}
+
+
+def _run_jobs(tmp_path: Path, payloads: list[dict], **engine) -> list:
+    """memcheck_job for each payload on one interpreter engine, side by side."""
     async def main():
-        ev = WorkerEvaluator(scratch_dir=tmp_path / "scratch", force_interpreter=True, spare_workers=0)
+        ev = WorkerEvaluator(scratch_dir=tmp_path / "scratch", force_interpreter=True, spare_workers=0, **engine)
         try:
-            return await ev.run_job("egg_mcp.evaluation.memcheck:memcheck_job", payload, timeout_s=120,
-                                    uses_gpu=True)
+            return await asyncio.gather(*(ev.run_job("egg_mcp.evaluation.memcheck:memcheck_job", p, timeout_s=240,
+                                                     uses_gpu=True) for p in payloads))
         finally:
             await ev.aclose()
 
-    outcome = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def _memcheck(tmp_path, monkeypatch, mode: str) -> tuple[MemcheckResult, Path]:
+    tool = _fake_tool(tmp_path, mode)
+    monkeypatch.setenv("EGG_MCP_COMPUTE_SANITIZER", str(tool))
+    (outcome,) = _run_jobs(tmp_path, [_payload(CORRECT)])
     assert outcome.ok, (outcome.error, outcome.stderr_tail[-2000:])
     assert outcome.sandbox is None, "the memcheck job is a judge: it confines its runner, not itself"
     return MemcheckResult.model_validate(outcome.result), tool
@@ -112,3 +130,98 @@ def test_the_2025_3_report_format_names_kernel_and_address():
     error = result.errors[0]
     assert error.kernel == "k" and error.address == "0x7f89de808000" and error.block == "4,0,0"
     assert "1 bytes after the nearest allocation" in error.detail and "0x7f89de808000" in result.summary
+
+
+# ---------------------------------------------------------------------------- bounds, floor, protected paths
+
+
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory):
+    """Over-bound candidates and an honest one under a tool that reports no error, with the small floors of
+    tests/test_runner_bounds.py (which runs the same candidates through verify): verify's rlimits and watchdog."""
+    from tests.test_runner_bounds import CANDIDATES, FLOOR
+
+    tmp = tmp_path_factory.mktemp("memcheck-bounds")
+    names = ["big_file", "big_allocation", "scratch_fill", "fork_burst", "honest"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EGG_MCP_COMPUTE_SANITIZER", str(_fake_tool(tmp, "log", report=CLEAN)))
+        outcomes = _run_jobs(tmp, [_payload(CANDIDATES[n], bounds_floor=FLOOR) for n in names])
+    for name, outcome in zip(names, outcomes):
+        assert outcome.ok, (name, outcome.error, outcome.stderr_tail[-2000:])
+    return {n: MemcheckResult.model_validate(o.result) for n, o in zip(names, outcomes)}
+
+
+@pytest.mark.slow
+def test_a_write_past_the_file_size_bound_under_memcheck_is_named(bounded):
+    r = bounded["big_file"]
+    assert r.verdict == "over_bound" and r.fault == "candidate", r.summary
+    assert r.error.kind == "resource_limit" and "file-size bound (4 MiB, RLIMIT_FSIZE)" in r.error.message
+    assert r.summary.startswith("over_bound: a file reached the runner's file-size bound") and "memcheck" in r.summary
+
+
+@pytest.mark.slow
+def test_an_allocation_past_the_memory_bound_under_memcheck_is_named(bounded):
+    from egg_mcp.evaluation import bounds
+    from tests.test_runner_bounds import FLOOR
+
+    r = bounded["big_allocation"]
+    assert r.verdict == "over_bound" and r.error.kind == "oom", r.summary
+    data = bounds.data_limit(bounds.derive(0, floor=FLOOR))
+    assert f"memory bound ({bounds.size(data)}, RLIMIT_DATA)" in r.error.message
+
+
+@pytest.mark.slow
+def test_the_watchdog_kills_a_memcheck_runner_over_its_scratch_or_task_bound(bounded):
+    from tests.test_runner_bounds import _with_cmdline
+
+    r = bounded["scratch_fill"]
+    assert r.verdict == "over_bound" and r.error.kind == "resource_limit", r.summary
+    assert "scratch dir, over its bound of 24 MiB" in r.error.message
+    r = bounded["fork_burst"]
+    assert r.verdict == "over_bound" and r.error.kind == "resource_limit", r.summary
+    assert "over its bound of 96" in r.error.message or "RLIMIT_NPROC" in r.error.message
+    assert _with_cmdline(b"sleep\x0061.4242\x00") == []  # the burst died with the runner
+
+
+@pytest.mark.slow
+def test_an_honest_candidate_under_memcheck_fits_verifys_bounds(bounded):
+    r = bounded["honest"]
+    assert r.verdict == "clean", r.summary
+    assert r.sandbox["rlimits"]["file_bytes"] == 4 * 2**20 and r.sandbox["rlimits"]["data_bytes"] >= 1536 * 2**20
+    assert r.bounds.startswith("memory 1.5 GiB") and "96 tasks" in r.bounds
+    assert r.runner_peak.startswith("memory ") and "MiB" in r.runner_peak and " 0 tasks" not in r.runner_peak
+
+
+@pytest.mark.slow
+def test_the_memcheck_runner_gets_the_servers_floor_and_protected_paths(tmp_path, monkeypatch):
+    """The server's protected paths reach the wrapped runner's argv (as a verify runner's), and a runner below the
+    server's sandbox floor is refused before the candidate is sent (the job fails with BelowFloor)."""
+    argv_file = tmp_path / "argv.json"
+    monkeypatch.setenv("EGG_MCP_COMPUTE_SANITIZER", str(_fake_tool(tmp_path, "log", CLEAN, record=argv_file)))
+    workspace = tmp_path / "ws"
+    (clean,) = _run_jobs(tmp_path / "a", [_payload(CORRECT)], protect=[workspace])
+    assert clean.ok and clean.result["verdict"] == "clean", clean.result
+    argv = json.loads(argv_file.read_text())
+    assert str(workspace) in argv[argv.index("--protect") + 1].split(os.pathsep)
+    (refused,) = _run_jobs(tmp_path / "b", [_payload(CORRECT)], sandbox_required=["env_allowlist", "made_up_layer"])
+    assert not refused.ok and refused.error.kind == "BelowFloor", refused.error
+    assert "made_up_layer" in refused.error.message and "floor" in refused.error.message
+
+
+def test_the_engine_sends_its_bound_floors_with_a_memcheck(tmp_path, monkeypatch):
+    """WorkerEvaluator.memcheck (GPU only) puts the engine's bound floors in the job, as evaluate does."""
+    from egg_mcp.evaluation.api import JobOutcome
+    from tests.test_runner_bounds import FLOOR
+
+    ev = WorkerEvaluator(scratch_dir=tmp_path / "scratch", spare_workers=0, bounds_floor=FLOOR)
+    monkeypatch.setattr(ev, "evaluation_mode", lambda device="auto": "gpu")
+    sent = []
+
+    async def run_job(target, payload, **kw):
+        sent.append((target, payload))
+        return JobOutcome(ok=True, result=MemcheckResult(verdict="clean", summary="no error").model_dump())
+
+    monkeypatch.setattr(ev, "run_job", run_job)
+    result = asyncio.run(ev.memcheck(builtin_source("softmax"), CORRECT, EvalOptions()))
+    assert result.verdict == "clean" and sent[0][0] == "egg_mcp.evaluation.memcheck:memcheck_job"
+    assert sent[0][1]["bounds_floor"] == FLOOR

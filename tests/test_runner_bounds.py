@@ -238,6 +238,15 @@ def test_bounds_grow_with_the_footprint_above_their_floors():
     assert bounds.derive(0, floor={"tasks": 10}).tasks == 10
 
 
+def test_a_jobs_bounds_take_its_floors_and_grow_with_the_hosts_cores():
+    """The judges' one path (verify's, memcheck's): the payload's floors; a task floor it does not set grows with
+    the cores (it stayed at 256 on a 128-core host when the judge passed the filled-in floors)."""
+    assert bounds.for_job(0, {"bounds_floor": {}}, cpu_count=128).tasks == 64 + 4 * 128
+    assert bounds.for_job(0, {}, cpu_count=128) == bounds.derive(0, cpu_count=128)
+    job = bounds.for_job(2**30, {"bounds_floor": {"memory_bytes": 2**30, "tasks": 96}}, cpu_count=128)
+    assert job.tasks == 96 and job.memory_bytes == 2**30 + bounds.MEMORY_FACTOR * 2**30
+
+
 def test_bounds_from_the_wire_are_validated():
     good = bounds.derive(123)
     assert bounds.Bounds.from_wire(good.to_wire()) == good
@@ -258,6 +267,45 @@ def test_footprint_counts_inputs_at_the_task_dtype_and_parameters():
     model = torch.nn.Linear(100, 10)
     got = bounds.footprint_of(Module, model, "cpu", torch.float16)
     assert got == 1000 * 1000 * 2 + 10 * 8 + (100 * 10 + 10) * 4
+
+
+REFERENCE = """
+import torch
+import torch.nn as nn
+
+batch_size = 4
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+        self.scale = SCALE
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def get_inputs():
+    return [torch.randn(batch_size, 64)]
+
+
+def get_init_inputs():
+    return [64]
+"""
+
+
+def test_the_footprint_of_a_reference_a_judge_did_not_load(tmp_path):
+    """memcheck's judge holds no reference model: the reference is built on the meta device (no memory), or for
+    real where its constructor needs values (`.item()` fails on meta); the same bytes either way, the job's sizes
+    applied; a reference that does not load gives 0 (the floor applies)."""
+    opts = EvalOptions(size_overrides={"batch_size": 8}).model_dump(mode="json")
+    want = 8 * 64 * 4 + (64 * 64 + 64) * 4
+    meta = bounds.reference_footprint(REFERENCE.replace("SCALE", "2.0"), opts, 1, "cpu", tmp_path / "a")
+    real = bounds.reference_footprint(REFERENCE.replace("SCALE", "torch.ones(1).sum().item()"), opts, 1, "cpu",
+                                      tmp_path / "b")
+    assert meta == real == want
+    assert bounds.reference_footprint("raise ValueError('broken')", opts, 1, "cpu", tmp_path / "c") == 0
 
 
 def test_rlimits_in_a_runner_like_child_name_the_bound(tmp_path):
@@ -338,6 +386,8 @@ def test_doctor_says_which_bound_is_in_force_and_which_is_not(monkeypatch, capsy
     out = capsys.readouterr().out
     assert out.startswith("[ok  ] bounds") and "RLIMIT_FSIZE" in out and "no RLIMIT_AS: CUDA" in out
     assert "cgroup v2" in out and "processes:" in out
+    assert "memcheck's under compute-sanitizer" in out and "Ray lane" in out
+    assert f"{bounds.derive(0).tasks} tasks" in out  # what a judge here derives (bounds.for_job)
     monkeypatch.setattr(host, "_namespaces", lambda: (["user", "pid"], ""))
     monkeypatch.setattr(os, "getuid", lambda: 1000)
     _bounds_lines()

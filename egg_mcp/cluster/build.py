@@ -5,25 +5,29 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from egg_mcp.cluster.lanes import LanePool, local_lanes, visible_gpus
+from egg_mcp.cluster.lanes import LanePool, engine_settings, local_lanes, visible_gpus
 
 log = logging.getLogger(__name__)
 
 
 def build_evaluator(scratch_dir: Path, *, force_interpreter: bool = False, ray_address: str | None = None,
-                    pythonpath: str | None = None, max_lanes: int | None = None, protect=(), sandbox_required=()):
+                    pythonpath: str | None = None, max_lanes: int | None = None, protect=(), sandbox_required=(),
+                    bounds_floor: dict[str, int] | None = None):
     """- `ray_address`: one lane per GPU of that Ray cluster; if the cluster goes away, this host's lanes.
     - GPUs here: a `LanePool` with one lane per visible GPU (one GPU: one lane, same engine as before).
-    - no GPU: the plain `WorkerEvaluator` (interpreter; its CPU slots run jobs side by side)."""
+    - no GPU: the plain `WorkerEvaluator` (interpreter; its CPU slots run jobs side by side).
+    Every engine, a Ray node's too, gets the same `protect`, `sandbox_required` and `bounds_floor`."""
+    settings = engine_settings({"protect": protect, "sandbox_required": sandbox_required,
+                                "bounds_floor": bounds_floor})
     fallback = lambda: local_lanes(Path(scratch_dir) / "lanes", force_interpreter=force_interpreter,  # noqa: E731
-                                   protect=protect, sandbox_required=sandbox_required)
+                                   **settings)
     if ray_address:  # the Ray driver lives in the gateway process: a vanishing cluster cannot end the server
         from egg_mcp.cluster.gateway import Gateway, GatewayLane
         from egg_mcp.cluster.ray_lanes import require_ray
 
         require_ray(import_it=False)  # a clear error naming the extra, before a process is started
         gateway = Gateway.start(ray_address, force_interpreter=force_interpreter, pythonpath=pythonpath,
-                                max_lanes=max_lanes)
+                                max_lanes=max_lanes, engine=settings)
         lanes = [GatewayLane(gateway, i) for i in range(len(gateway.lanes_info))]
         log.info("cluster mode: %d lane(s) on the Ray cluster at %s", len(lanes), ray_address)
         return LanePool(lanes, fallback=fallback, describe_cluster=gateway.describe)
@@ -31,10 +35,9 @@ def build_evaluator(scratch_dir: Path, *, force_interpreter: bool = False, ray_a
     if not gpus:
         from egg_mcp.evaluation.engine import WorkerEvaluator
 
-        return WorkerEvaluator(scratch_dir=scratch_dir, force_interpreter=force_interpreter, protect=protect,
-                               sandbox_required=sandbox_required)
+        return WorkerEvaluator(scratch_dir=scratch_dir, force_interpreter=force_interpreter, **settings)
     return LanePool(local_lanes(Path(scratch_dir) / "lanes", gpus=gpus[:max_lanes] if max_lanes else gpus,
-                                protect=protect, sandbox_required=sandbox_required))
+                                **settings))
 
 
 def describe(evaluator) -> dict | None:

@@ -35,7 +35,7 @@ CLUSTER_EVERY_S = 5.0
 # -- the gateway process --------------------------------------------------------------------------
 
 async def _serve(address: str, force_interpreter: bool, pythonpath: str | None, max_lanes: int | None,
-                 out) -> None:
+                 out, engine: dict[str, Any] | None = None) -> None:
     from egg_mcp.cluster.ray_lanes import ClusterError, connect, describe_cluster
 
     def send(message: dict[str, Any]) -> None:
@@ -43,7 +43,8 @@ async def _serve(address: str, force_interpreter: bool, pythonpath: str | None, 
         out.flush()
 
     try:
-        lanes = connect(address, force_interpreter=force_interpreter, pythonpath=pythonpath, max_lanes=max_lanes)
+        lanes = connect(address, force_interpreter=force_interpreter, pythonpath=pythonpath, max_lanes=max_lanes,
+                        engine=engine)
     except ClusterError as exc:
         send({"type": "error", "message": str(exc)})
         return
@@ -90,10 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interpreter", action="store_true")
     parser.add_argument("--pythonpath")
     parser.add_argument("--max-lanes", type=int)
+    parser.add_argument("--engine", default="{}", help="JSON: the server's settings for every lane's engine "
+                        "(lanes.engine_settings: protected paths, sandbox floor, bound floors)")
     args = parser.parse_args(argv)
+    from egg_mcp.cluster.lanes import engine_settings
+
     out = os.fdopen(os.dup(1), "w")  # the protocol; whatever Ray prints goes to stderr
     os.dup2(2, 1)
-    asyncio.run(_serve(args.address, args.interpreter, args.pythonpath, args.max_lanes, out))
+    asyncio.run(_serve(args.address, args.interpreter, args.pythonpath, args.max_lanes, out,
+                       engine_settings(json.loads(args.engine))))
     return 0
 
 
@@ -117,7 +123,9 @@ class Gateway:
 
     @classmethod
     def start(cls, address: str, *, force_interpreter: bool = False, pythonpath: str | None = None,
-              max_lanes: int | None = None, timeout_s: float = 240.0) -> "Gateway":
+              max_lanes: int | None = None, engine: dict[str, Any] | None = None,
+              timeout_s: float = 240.0) -> "Gateway":
+        """`engine`: the server's settings for every lane's engine (lanes.engine_settings)."""
         from egg_mcp.cluster.ray_lanes import ClusterError
         from egg_mcp.evaluation.engine import PACKAGE_PARENT
 
@@ -125,6 +133,7 @@ class Gateway:
         argv += ["--interpreter"] if force_interpreter else []
         argv += ["--pythonpath", pythonpath] if pythonpath else []
         argv += ["--max-lanes", str(max_lanes)] if max_lanes else []
+        argv += ["--engine", json.dumps(engine)] if engine else []
         env = dict(os.environ)
         env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0,

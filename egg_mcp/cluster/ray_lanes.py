@@ -2,7 +2,9 @@
 
 Ray is imported only here, and only when cluster mode is asked for; without it `require_ray` says
 which extra to install. Each lane is an actor holding one GPU (`num_gpus=1`, pinned to its node, and
-its node's `accelerator_type:<model>` label when Ray found one) and a `WorkerEvaluator` on that node.
+its node's `accelerator_type:<model>` label when Ray found one) and a `WorkerEvaluator` on that node,
+given the settings a local engine gets (`lanes.engine_settings`: the server's sandbox floor, which its
+runners' own reports are checked against there, the protected paths and the runners' bound floors).
 A job goes to it as data (`jobs.py`: sources and options in, a result model as JSON out) and runs
 through `jobs.execute`, the same path a local lane runs: the actor starts our worker process (the
 judge, which starts the confined runner); the Ray worker process never imports a candidate.
@@ -20,7 +22,7 @@ import sys
 import tempfile
 from typing import Any
 
-from egg_mcp.cluster.lanes import CPU_MODEL, LaneLost
+from egg_mcp.cluster.lanes import CPU_MODEL, LaneLost, engine_settings
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +52,14 @@ def require_ray(import_it: bool = True):
 
 
 class NodeLane:
-    """The node side of a lane (a Ray actor): one engine on this node's GPU, created on first use."""
+    """The node side of a lane (a Ray actor): one engine on this node's GPU, created on first use, with the
+    server's settings (`engine`: lanes.engine_settings), so its runners get a local engine's floor, protected
+    paths and bounds."""
 
-    def __init__(self, force_interpreter: bool, model_label: str | None):
+    def __init__(self, force_interpreter: bool, model_label: str | None, engine: dict[str, Any] | None = None):
         self.force_interpreter = force_interpreter
         self.model_label = model_label
+        self.settings = engine_settings(engine)
         self.evaluator = None
 
     def _engine(self):
@@ -62,7 +67,8 @@ class NodeLane:
             from egg_mcp.evaluation.engine import WorkerEvaluator
 
             scratch = tempfile.mkdtemp(prefix="egg-lane-")
-            self.evaluator = WorkerEvaluator(scratch_dir=scratch, force_interpreter=self.force_interpreter)
+            self.evaluator = WorkerEvaluator(scratch_dir=scratch, force_interpreter=self.force_interpreter,
+                                             **self.settings)
         return self.evaluator
 
     async def describe(self) -> dict[str, Any]:
@@ -132,10 +138,12 @@ class RayLane:
 
 
 def connect(address: str, *, force_interpreter: bool = False, pythonpath: str | None = None,
-            max_lanes: int | None = None, timeout_s: float = START_TIMEOUT_S) -> list[RayLane]:
+            max_lanes: int | None = None, engine: dict[str, Any] | None = None,
+            timeout_s: float = START_TIMEOUT_S) -> list[RayLane]:
     """Join the cluster at `address` ('auto': the one this machine belongs to, or a 'host:port' /
     'ray://host:port') and start one lane per GPU (one per node without GPUs). `pythonpath` is put in
-    front of the lanes' PYTHONPATH (tests: this checkout; a real cluster installs egg-mcp on each node)."""
+    front of the lanes' PYTHONPATH (tests: this checkout; a real cluster installs egg-mcp on each node);
+    `engine`: the server's settings for each lane's engine (lanes.engine_settings)."""
     ray = require_ray()
     if not ray.is_initialized():
         try:
@@ -167,7 +175,7 @@ def connect(address: str, *, force_interpreter: bool = False, pythonpath: str | 
             if runtime_env:
                 opts["runtime_env"] = runtime_env
             model = label[len(MODEL_LABEL):] if label else None
-            pending.append(actor_cls.options(**opts).remote(force_interpreter, model))
+            pending.append(actor_cls.options(**opts).remote(force_interpreter, model, engine_settings(engine)))
             if max_lanes is not None and len(pending) >= max_lanes:
                 break
         if max_lanes is not None and len(pending) >= max_lanes:

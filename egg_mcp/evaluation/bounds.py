@@ -1,6 +1,6 @@
-"""Resource bounds of one runner (the process that imports candidate code): memory, file size, process count
-and scratch size, derived from the problem's footprint with a floor so honest work (torch, Triton's compiler,
-the interpreter) always fits.
+"""Resource bounds of one runner (the process that imports candidate code: verify's, and memcheck's under
+compute-sanitizer): memory, file size, process count and scratch size, derived from the problem's footprint
+with a floor so honest work (torch, Triton's compiler, the interpreter) always fits.
 
 Two layers, because no single kernel mechanism bounds all four on every host:
 
@@ -93,18 +93,22 @@ class Bounds:
 FLOOR_KEYS = ("memory_bytes", "file_bytes", "scratch_bytes", "tasks")
 
 
+def _configured(raw: Any) -> dict[str, int]:
+    """The floors `raw` sets: its positive ints under FLOOR_KEYS."""
+    return {key: value for key, value in (raw.items() if isinstance(raw, dict) else ())
+            if key in FLOOR_KEYS and isinstance(value, int) and not isinstance(value, bool) and value > 0}
+
+
 def floors(raw: Any = None) -> dict[str, int]:
     """The floors, with the positive ints of `raw` (the server's configuration, a test's) in place of defaults."""
-    out = {"memory_bytes": MEMORY_FLOOR, "file_bytes": FILE_FLOOR, "scratch_bytes": SCRATCH_FLOOR,
-           "tasks": TASKS_FLOOR}
-    for key, value in (raw.items() if isinstance(raw, dict) else ()):
-        if key in out and isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            out[key] = value
-    return out
+    return {"memory_bytes": MEMORY_FLOOR, "file_bytes": FILE_FLOOR, "scratch_bytes": SCRATCH_FLOOR,
+            "tasks": TASKS_FLOOR, **_configured(raw)}
 
 
-def derive(footprint_bytes: int, cpu_count: int | None = None, floor: dict[str, int] | None = None) -> Bounds:
-    """The bounds of a job whose problem holds `footprint_bytes` (inputs + parameters at the job's sizes)."""
+def derive(footprint_bytes: int, cpu_count: int | None = None, floor: Any = None) -> Bounds:
+    """The bounds of a job whose problem holds `footprint_bytes` (inputs + parameters at the job's sizes).
+    `floor`: the configured floors as sent in a job's payload (`bounds_floor`); a task floor it does not set
+    grows with this host's cores (torch's intra-op pool has a thread per core)."""
     footprint = max(0, int(footprint_bytes))
     cores = cpu_count or os.cpu_count() or 1
     low = floors(floor)
@@ -112,9 +116,15 @@ def derive(footprint_bytes: int, cpu_count: int | None = None, floor: dict[str, 
         memory_bytes=low["memory_bytes"] + MEMORY_FACTOR * footprint,
         file_bytes=max(low["file_bytes"], footprint),
         scratch_bytes=max(low["scratch_bytes"], SCRATCH_FACTOR * footprint),
-        tasks=max(low["tasks"], 64 + 4 * cores) if floor is None or "tasks" not in floor else low["tasks"],
+        tasks=low["tasks"] if "tasks" in _configured(floor) else max(low["tasks"], 64 + 4 * cores),
         footprint_bytes=footprint,
     )
+
+
+def for_job(footprint_bytes: int, payload: Any, cpu_count: int | None = None) -> Bounds:
+    """The bounds of a verify or a memcheck runner (one path for both judges): `derive` over the floors the
+    engine sent in the job's payload (`bounds_floor`: the server's configuration, a test's)."""
+    return derive(footprint_bytes, cpu_count, floor=payload.get("bounds_floor") if isinstance(payload, dict) else None)
 
 
 def footprint_of(module: Any, model: Any, device: str, dtype: Any) -> int:
@@ -135,6 +145,42 @@ def footprint_of(module: Any, model: Any, device: str, dtype: Any) -> int:
     if isinstance(model, torch.nn.Module):
         for t in (*model.parameters(), *model.buffers()):
             total += t.numel() * t.element_size()
+    return total
+
+
+def reference_footprint(source: str, options: Any, init_seed: int, device: str, workdir: Path) -> int:
+    """`footprint_of` for a judge that holds no reference model (memcheck's): the reference imported into
+    `workdir` at the job's sizes, its model built on the meta device (no memory), else on `device` as verify's
+    judge builds it. 0 when the reference does not load (the floor applies; the runner reports the failure)."""
+    import secrets
+
+    import torch
+
+    from egg_mcp.evaluation.api import EvalOptions
+    from egg_mcp.evaluation.modules import import_source
+    from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+
+    opts = EvalOptions.model_validate(options)
+    dtype = DTYPES[opts.dtype]
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        module = import_source(source, workdir / "reference.py", f"egg_reference_{secrets.token_hex(4)}")
+        apply_size_overrides(module, None, opts.size_overrides)
+    except Exception:  # noqa: BLE001 - the runner loads it too and reports why it failed
+        return 0
+    model = None
+    for where in ("meta", device):
+        try:
+            with torch.device(where):
+                problem = Problem(module, where, dtype)
+                model = problem.build(module.Model, problem.init_inputs(init_seed), init_seed)
+            break
+        except Exception:  # noqa: BLE001 - a constructor that needs real values: build it for real
+            continue
+    total = footprint_of(module, model, device, dtype)
+    del model
+    if device == "cuda" and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
     return total
 
 
@@ -367,6 +413,8 @@ def host_bounds() -> list[tuple[str, str]]:
     floor = derive(0)
     lines = [("ok", f"per-job bounds, at least: {floor.describe()} (more for large problems: "
                     f"{MEMORY_FACTOR}x the footprint on top of the memory floor)"),
+             ("ok", "on every runner: verify's, and memcheck's under compute-sanitizer (its frontend counted in the "
+                    "runner tree); a Ray lane's runners get them on their node (its cores set the task floor)"),
              ("ok", "file size: RLIMIT_FSIZE in every runner; scratch total: the judge's watchdog"),
              ("ok", "memory: RLIMIT_DATA on interpreter runners; the judge's watchdog (resident memory of the runner "
                     "tree, polled every 0.25 s) on every runner, GPU runners included (no RLIMIT_AS: CUDA)")]

@@ -168,9 +168,10 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
         return evaluation_result(outcome, state, options)
 
     async def memcheck(self, reference_source: str, candidate_source: str, options: EvalOptions):
-        """One forward of the candidate under compute-sanitizer memcheck (GPU only): a MemcheckResult whose
-        verdict is 'memory_error' (kernel, access, address), 'clean' or 'unavailable'. Not part of verify:
-        the sanitizer slows kernels 10-100x; call it once before a candidate is committed."""
+        """One forward of the candidate under compute-sanitizer memcheck (GPU only), its runner bounded as
+        verify's: a MemcheckResult whose verdict is 'memory_error' (kernel, access, address), 'clean',
+        'over_bound' or 'unavailable'. Not part of verify: the sanitizer slows kernels 10-100x; call it once
+        before a candidate is committed."""
         from egg_mcp.evaluation.memcheck import MemcheckResult
 
         if self.evaluation_mode(options.device) != "gpu":
@@ -178,7 +179,7 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
                                   "interpreter's guarded allocations (part of every verify) cover out-of-bounds writes")
         payload = {"reference_source": reference_source, "candidate_source": candidate_source,
                    "options": options.model_dump(mode="json"), "init_seed": secrets.randbits(62),
-                   "seed": secrets.randbits(62)}
+                   "seed": secrets.randbits(62), "bounds_floor": self.bounds_floor}
         outcome = await self.run_job("egg_mcp.evaluation.memcheck:memcheck_job", payload,
                                      timeout_s=options.compile_timeout_s + 600.0, uses_gpu=True)
         if outcome.ok and outcome.result is not None:

@@ -139,8 +139,8 @@ class Judge(Verdicts):
             self.clock("runner_start")
         self._ask_ready()
         self.clock("import_candidate", message="importing the candidate")
-        self.bounds = bounds.derive(bounds.footprint_of(self.problem.module, self.ref_model, self.device, self.dtype),
-                                    floor=bounds.floors(self.payload.get("bounds_floor")))
+        self.bounds = bounds.for_job(bounds.footprint_of(self.problem.module, self.ref_model, self.device, self.dtype),
+                                     self.payload)
         self.judge_info["bounds"] = self.bounds.describe()
         self.runner.watch(self.bounds)  # memory, tasks and scratch of the runner tree, from here to the kill
         self._ask({"type": "confine", "bounds": self.bounds.to_wire()}, "confined")

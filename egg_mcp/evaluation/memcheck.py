@@ -12,11 +12,16 @@ Where the report comes from: the tool's `--log-file` in the judge's dir (the run
 private dir, cannot write there), else the tool's own stdout/stderr, which the judge captures to a
 file (the runner's prints go there too, so a log file wins when both exist). No report at all is a
 harness-side diagnosis (`fault="harness"`) with the tool's output tail, never the candidate's verdict.
-Why it failed on the H200 (status `unavailable`, sessions 4 and 5): the memcheck judge was itself
-confined (it was not a judge target), so compute-sanitizer's frontend, its child, ran inside the judge's
-Landlock domain (no TCP, no /tmp; the lead's probe shows the frontend writes its report when only the
-target is confined), and its runner's PID namespace got no /proc (Landlock forbids mounts), which
-CUDA needs. The runner also left through os._exit; it now exits normally under a tool.
+Why it failed on the H200 (status `unavailable`): the memcheck judge was itself confined (it was not a
+judge target), so compute-sanitizer's frontend, its child, ran inside the judge's Landlock domain (no
+TCP, no /tmp; a probe showed the frontend writes its report when only the target is confined), and its
+runner's PID namespace got no /proc (Landlock forbids mounts), which CUDA needs. The runner also left
+through os._exit; it now exits normally under a tool.
+
+The runner is bounded as a verify runner is (bounds.py: the same bounds, derived from the reference's
+footprint with the job's floors; its rlimits and the judge's watchdog, which watches the tool's frontend
+too since it is part of the runner tree), held to the server's sandbox floor and given the same protected
+paths. Over a bound, the verdict is `over_bound` naming it (a memory error the tool still reported wins).
 
 A clean report is "no error found", never a verdict of correctness (that comes from verify).
 """
@@ -34,6 +39,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from egg_mcp.evaluation.api import ErrorReport
+
 MEMCHECK_TIMEOUT_S = 300.0
 EXIT_TIMEOUT_S = 60.0
 """the runner's exit (and the tool's report) after the trial"""
@@ -50,13 +57,17 @@ class MemoryAccessError(BaseModel):
 
 
 class MemcheckResult(BaseModel):
-    verdict: str = Field(description="'memory_error', 'clean' (no error found) or 'unavailable'")
+    verdict: str = Field(description="'memory_error', 'clean' (no error found), 'over_bound' (the candidate's runner "
+                         "went over a resource bound; `error` names it) or 'unavailable'")
     summary: str
     errors: list[MemoryAccessError] = Field(default_factory=list)
     error_count: int = 0
+    error: ErrorReport | None = Field(None, description="over_bound: the bound (kind 'oom' or 'resource_limit')")
     tool: str | None = None
     wall_s: float = 0.0
     sandbox: dict[str, Any] | None = None
+    bounds: str | None = Field(None, description="the runner's resource bounds (as verify's result.judge.bounds)")
+    runner_peak: str | None = Field(None, description="the most memory and tasks the judge's watchdog saw")
     fault: str | None = Field(None, description="'harness' when no report came back: the tool or egg-mcp, not the "
                               "candidate")
     report_source: str | None = Field(None, description="'log_file' or 'tool_output': where the report was read")
@@ -136,8 +147,37 @@ def sanitizer_argv(tool: str, log: Path) -> list[str]:
     return [tool, "--tool", "memcheck", "--print-limit", "50", "--launch-timeout", "120", "--log-file", str(log)]
 
 
+BOUND_KINDS = ("oom", "resource_limit")
+"""ErrorReport kinds that name a resource bound (bounds.py), from the watchdog or from the runner's rlimits."""
+
+
+def over_bound(reply: Any) -> ErrorReport | None:
+    """The bound a runner's `failed` reply names (a write past RLIMIT_FSIZE, an allocation past RLIMIT_DATA, a
+    fork past RLIMIT_NPROC), else None."""
+    if not isinstance(reply, dict) or reply.get("type") != "failed" or not isinstance(reply.get("error"), dict):
+        return None
+    try:
+        error = ErrorReport.model_validate(reply["error"])
+    except Exception:  # noqa: BLE001 - a malformed report names no bound
+        return None
+    if error.kind not in BOUND_KINDS:
+        return None
+    return error.model_copy(update={"message": error.message[:2000], "traceback": error.traceback[-6000:]})
+
+
+def over_bound_result(error: ErrorReport, report: MemcheckResult) -> MemcheckResult:
+    """The verdict of a runner that went over a bound under the tool: the bound named, the candidate's fault."""
+    advice = ("Use less host memory in forward (no huge temporaries)" if error.kind == "oom" else
+              "Write no large files and start no processes from candidate code")
+    return report.model_copy(update={
+        "verdict": "over_bound", "fault": "candidate", "error": error, "errors": [], "error_count": 0,
+        "summary": f"over_bound: {error.message.strip().rstrip(':')} (the runner under compute-sanitizer memcheck "
+                   f"has verify's bounds). {advice}, then verify and commit again."})
+
+
 def memcheck_job(payload: dict[str, Any]) -> dict[str, Any]:
     """Worker target (GPU judge) behind WorkerEvaluator.memcheck."""
+    from egg_mcp.evaluation import bounds
     from egg_mcp.evaluation.runner_process import RunnerGone, RunnerProcess
 
     tool = find_compute_sanitizer()
@@ -155,12 +195,17 @@ def memcheck_job(payload: dict[str, Any]) -> dict[str, Any]:
                            wrapper=sanitizer_argv(tool, log), output=output)
     # The tool writes its report after its target exited: never kill it before it ends by itself.
     runner.death_wait_s = EXIT_TIMEOUT_S
+    # verify's bounds, worked out while the runner starts: watched once it is ready, rlimits on `confine`
+    footprint = bounds.reference_footprint(payload["reference_source"], payload["options"], payload["init_seed"],
+                                           "cpu" if mode == "interp" else "cuda", here / f"reference-{token}")
+    limits = bounds.for_job(footprint, payload)
     from egg_mcp.sandbox.floor import BelowFloor, below_floor
 
-    sandbox, code, refused = None, None, None
+    sandbox, code, refused, over = None, None, None, None
     try:
         runner.wait_ready()
-        sandbox = runner.request({"type": "confine"})[0].get("sandbox")
+        runner.watch(limits)
+        sandbox = runner.request({"type": "confine", "bounds": limits.to_wire()})[0].get("sandbox")
         refused = below_floor(sandbox if isinstance(sandbox, dict) else None)
         if refused is not None:  # weaker than the server's floor: the candidate is never loaded
             runner.kill()
@@ -168,16 +213,26 @@ def memcheck_job(payload: dict[str, Any]) -> dict[str, Any]:
         loaded, _ = runner.request({"type": "load", "candidate_source": payload["candidate_source"],
                                     "reference_source": payload["reference_source"],
                                     "options": payload["options"], "init_seed": payload["init_seed"]})
+        over = over_bound(loaded)
         if loaded.get("type") == "loaded":
-            runner.request({"type": "trial", "seed": payload["seed"], "trial": 0, "stage": "memcheck"},
-                           max_blob_bytes=1 << 34)
+            tried, _ = runner.request({"type": "trial", "seed": payload["seed"], "trial": 0, "stage": "memcheck"},
+                                      max_blob_bytes=1 << 34)
+            over = over_bound(tried)
         code = runner.finish(EXIT_TIMEOUT_S)
-    except (RunnerGone, Exception):  # noqa: BLE001 - a crash still leaves the report written so far
+    except RunnerGone as gone:  # the watchdog killed it, or it died of SIGXFSZ: named when it is a bound
+        over = gone.report if gone.report.kind in BOUND_KINDS else None
+        code = runner.finish(EXIT_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - a crash still leaves the report written so far
         code = runner.finish(EXIT_TIMEOUT_S)  # the tool exits by itself once its target is gone
     if refused is not None:
         raise BelowFloor(refused)
+    over = runner.over or over  # the watchdog may also have fired while the runner exited (finish)
     text = log.read_text(errors="replace") if log.exists() else ""
     said = output.read_text(errors="replace")[-200_000:] if output.exists() else ""
-    return result_from_report(text, tool, round(time.monotonic() - started, 3),
-                              sandbox if isinstance(sandbox, dict) else None, tool_output=said,
-                              runner_exit=code).model_dump()
+    result = result_from_report(text, tool, round(time.monotonic() - started, 3),
+                                sandbox if isinstance(sandbox, dict) else None, tool_output=said, runner_exit=code)
+    result.bounds = limits.describe()
+    result.runner_peak = f"memory {bounds.size(runner.peak[0])}, {runner.peak[1]} tasks (polled)"
+    if over is not None and result.verdict != "memory_error":
+        result = over_bound_result(over, result)
+    return result.model_dump()

@@ -190,12 +190,17 @@ class RunnerProcess:
 
     def finish(self, timeout_s: float) -> int | None:
         """Ask the runner to exit by itself (a wrapper such as compute-sanitizer writes its report then);
-        its exit code, or None when it had to be killed."""
+        its exit code, or None when it had to be killed. The watched bounds hold while it exits: over one,
+        it is killed and `over` names the bound."""
         with contextlib.suppress(OSError, wire.WireError):
             wire.send(self.sock, {"type": "exit"})
+        deadline = time.monotonic() + timeout_s
         try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                self._check_bounds()
+                time.sleep(0.05)
+            return self.proc.poll()
+        except RunnerGone:
             return None
         finally:
             self.kill()

@@ -88,7 +88,7 @@ class Commits(ServiceCore):
                 warnings.append(f"only {n_correct} correct seed(s) of the {k} asked for were verified; EGG's seed stage "
                                 "explores k structurally different algorithms before choosing")
         memcheck = await memcheck_gate.check_before_commit(self, row, cand, skip_memcheck)  # last: it is slow
-        if memcheck.status == "memory_error":
+        if memcheck.status in memcheck_gate.REFUSING:
             raise WorkflowError(memcheck_gate.refusal(memcheck, candidate_id))
         new = next_stage(current)
         try:

@@ -1,5 +1,7 @@
 """Memcheck before commit (issue 12): on a GPU with compute-sanitizer, a candidate gets one forward under
-`compute-sanitizer --tool memcheck` before it can be committed; a `memory_error` refuses the commit.
+`compute-sanitizer --tool memcheck` before it can be committed; a `memory_error` refuses the commit, and so
+does `over_bound` (its runner, bounded as verify's, went over a resource bound under the tool; run again at
+the next commit, as a client may skip it with a reason).
 
 Once per candidate: the result is stored in the workspace as a report of kind "memcheck" linked to the
 candidate, so a repeated or retried commit (and `candidate`) reads it back instead of paying again. On
@@ -22,7 +24,7 @@ KIND = "memcheck"
 class MemcheckGate(BaseModel):
     """What the memory check before commit found for one candidate."""
 
-    status: Literal["clean", "memory_error", "unavailable", "skipped", "not_needed"]
+    status: Literal["clean", "memory_error", "over_bound", "unavailable", "skipped", "not_needed"]
     summary: str
     cached: bool = Field(False, description="read back from the workspace (run once per candidate)")
     cost_s: float | None = Field(None, description="wall seconds of the memcheck job, measured here when it ran")
@@ -56,8 +58,16 @@ def _save(service, task_id: str, candidate_id: str, gate: MemcheckGate) -> Memch
     return gate.model_copy(update={"report_id": report_id})
 
 
+REFUSING = ("memory_error", "over_bound")
+"""Statuses that refuse the commit."""
+
+
 def refusal(gate: MemcheckGate, candidate_id: str) -> str:
-    """The commit refusal for a memory_error: which kernel, which addresses, what to fix."""
+    """The commit refusal for a memory_error (which kernel, which addresses, what to fix) or an over_bound."""
+    if gate.status == "over_bound":
+        return (f"commit refused: the memcheck forward of candidate {candidate_id} went over a resource bound: "
+                f"{gate.summary.removeprefix('over_bound: ')} A commit runs the memcheck again; skip_memcheck with a "
+                "reason opts out (stored with the candidate).")
     where = "; ".join(f"{e.get('access')} in kernel {e.get('kernel')} at {e.get('address')} ({e.get('detail')})"
                       for e in gate.errors[:3]) or gate.summary
     return (f"commit refused: compute-sanitizer memcheck found out-of-bounds accesses in candidate {candidate_id}: "
@@ -95,6 +105,8 @@ async def check_before_commit(service, row, cand, skip_reason: str | None) -> Me
     if result.verdict == "memory_error":
         gate = MemcheckGate(status="memory_error", summary=result.summary, cost_s=cost, measured_at=time.time(),
                             errors=[e.model_dump() for e in result.errors[:5]])
+    elif result.verdict == "over_bound":
+        gate = MemcheckGate(status="over_bound", summary=result.summary, cost_s=cost, measured_at=time.time())
     elif result.verdict == "clean":
         gate = MemcheckGate(status="clean", summary=result.summary, cost_s=cost, measured_at=time.time())
     else:

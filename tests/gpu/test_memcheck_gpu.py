@@ -52,13 +52,15 @@ def test_memcheck_names_the_kernel_and_address_of_a_write_past_the_end_and_passe
     bad, good, bad_s, good_s = _run(both, tmp_path)
     print(f"memcheck cost on this GPU: {bad_s:.1f} s (error), {good_s:.1f} s (clean); tool wall {good.wall_s} s; "
           f"report from {bad.report_source}; runner sandbox {(bad.sandbox or {}).get('level')}, "
-          f"wrapped by {(bad.sandbox or {}).get('wrapped_by')}; runner exit {bad.runner_exit}")
+          f"wrapped by {(bad.sandbox or {}).get('wrapped_by')}; runner exit {bad.runner_exit}; bounds {good.bounds}; "
+          f"runner peak under the tool {good.runner_peak}")
     assert bad.verdict == "memory_error", f"{bad.summary}\n--- tool output tail ---\n{bad.tool_output_tail}"
     assert bad.sandbox and bad.sandbox.get("wrapped_by") == "compute-sanitizer", bad.sandbox
     if probe().landlock_abi is not None:
         assert bad.sandbox["level"] in ("landlock", "landlock+ns") and bad.sandbox["fs_confined"], bad.sandbox
     assert bad.errors and bad.errors[0].kernel.startswith("softmax_kernel") and bad.errors[0].address
     assert good.verdict == "clean", f"{good.summary}\n--- tool output tail ---\n{good.tool_output_tail}"
+    assert (good.sandbox or {}).get("rlimits", {}).get("file_bytes"), good.sandbox  # verify's bounds, under the tool
 
 
 def test_verify_guards_catch_a_write_past_the_end_on_the_gpu(tmp_path):
