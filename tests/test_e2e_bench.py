@@ -294,3 +294,33 @@ def test_progress_shows_throughput():
     p.update(ProblemResult(key="a", level="all", name="a", verdict="correct"))
     assert "1/2" in stream.getvalue() and "360/h on 2 lane(s)" in stream.getvalue()
     assert bench.per_hour(0, 5.0) is None and bench.per_hour(3, 3600.0) == 3.0
+
+
+def test_bench_runs_solutions_under_serves_sandbox_floor_and_guards_its_folders(tmp_path, monkeypatch):
+    """`egg-mcp bench` builds the engine serve builds: the same floor (below it nothing runs, with serve's
+    refusal) and no runner grant exposing the workspace, allowed folders or bench's own folders."""
+    from types import SimpleNamespace
+
+    import egg_mcp.cluster.build as build
+    import egg_mcp.sandbox.floor as floor_mod
+
+    probs, sols = _fake_set(tmp_path)
+    config = ServerConfig(workspace=tmp_path / "ws")
+    weak = SimpleNamespace(runs_candidates=False, required=[],
+                           refusal=lambda what="run candidates": f"this server does not {what}: below the floor")
+    monkeypatch.setattr(floor_mod, "floor_for", lambda host, unsafe=None: weak)
+    with pytest.raises(bench.BenchError, match="does not run the solutions: below the floor"):
+        bench.run_bench(probs, sols, tmp_path / "out", config=config, show_progress=False)
+
+    seen = {}
+
+    def fake_build(scratch, **kwargs):
+        seen.update(kwargs)
+        return FakeEvaluator()
+
+    met = SimpleNamespace(runs_candidates=True, required=["env_allowlist", "fs_confined"])
+    monkeypatch.setattr(floor_mod, "floor_for", lambda host, unsafe=None: met)
+    monkeypatch.setattr(build, "build_evaluator", fake_build)
+    bench.run_bench(probs, sols, tmp_path / "out", config=config, show_progress=False)
+    assert seen["sandbox_required"] == ["env_allowlist", "fs_confined"]
+    assert {Path(p) for p in seen["protect"]} >= {tmp_path / "ws", probs, sols, tmp_path / "out"}

@@ -118,11 +118,20 @@ def lane_count(evaluator) -> int:
     return len(lanes) if lanes else 1
 
 
-def _make_evaluator(config: ServerConfig, scratch: Path, ray_address: str | None = None, max_lanes: int | None = None):
+def _make_evaluator(config: ServerConfig, scratch: Path, ray_address: str | None = None, max_lanes: int | None = None,
+                    protect: Iterable[Path] = ()):
+    """The engine serve would build: runners held to the same sandbox floor, and no grant exposing the workspace,
+    the allowed folders or `protect` (bench's own folders). Below the floor nothing runs (BenchError says why)."""
     from egg_mcp.cluster.build import build_evaluator  # lazily: the engine is heavy and optional here
+    from egg_mcp.sandbox import probe
+    from egg_mcp.sandbox.floor import floor_for
 
+    floor = floor_for(probe(), config.unsafe_sandbox_floor)
+    if not floor.runs_candidates:
+        raise BenchError(floor.refusal("run the solutions"))
+    guarded = [config.workspace, *config.readable_roots(), *protect]
     return build_evaluator(scratch, force_interpreter=config.force_interpreter, ray_address=ray_address,
-                           max_lanes=max_lanes)
+                           max_lanes=max_lanes, protect=guarded, sandbox_required=floor.required)
 
 
 async def _aclose(evaluator) -> None:
@@ -144,7 +153,7 @@ def run_bench(problems_dir: Path, solutions_dir: Path, out_dir: Path, *, config:
     own = evaluator is None
     if own:
         evaluator = _make_evaluator(config, config.scratch_dir() / "bench", ray_address or config.ray_address,
-                                    gpus)
+                                    gpus, protect=(problems_dir, solutions_dir, out_dir))
     interpreter = config.force_interpreter or not evaluator.has_gpu()
     todo = pending(items, load_results(out_dir), interpreter=interpreter)
     notes = []
