@@ -102,8 +102,10 @@ class ReferenceAnalysis(BaseModel):
         default_factory=dict, description="floor under each compute type this dtype could use (e.g. fp32 vs tf32)"
     )
     precision_errors: list[PathError] = Field(
-        default_factory=list, description="per compute path, its error against fp32 on this task's GEMM shapes "
-                                          "(analysis.precision.PathError; the ladder is built from them)")
+        default_factory=list, description="per compute path, its error against the fp64 truth at the reference's "
+                                          "output, or per GEMM where that could not run (analysis.precision.PathError; "
+                                          "the ladder is built from them)")
+    precision_method: str = Field("", description="how precision_errors were measured: sizes used, or why per GEMM")
     size_overrides: dict[str, int | list[int]] = Field(default_factory=dict)
     traced_on: str = Field("meta", description="meta (shapes only), cuda or cpu")
     notes: list[str] = Field(default_factory=list)

@@ -2,12 +2,16 @@
 
 A fp32 task checked at 1e-4 does not have to run its dots as IEEE fp32 on CUDA cores: 3xTF32
 (`tl.dot(..., input_precision="tf32x3")`, three TF32 tensor-core products per fp32 product) keeps
-~fp32 accuracy at several times the rate. Which path passes is a measurement, not a rule: the
-analysis worker (which holds torch) emulates each path's input rounding on the CPU on the task's own
-matmul shapes (`measure_path_errors`), and the server (no torch) turns those errors, the policy and
-this GPU's ceilings (`hardware.ceiling`, with provenance) into a ladder (`precision_ladder`).
+~fp32 accuracy at several times the rate. Which path passes is a measurement, not a rule, made where the
+tolerance is applied: at the problem's output. The analysis worker (which holds torch) runs the whole
+reference once in fp64 and once per path with each matmul-like op computed from the path's rounded
+operands (`precision_output.measure_output_errors`: an error one GEMM keeps small can be amplified or damped
+by what follows); the server (no torch) turns those errors, the policy and this GPU's ceilings
+(`hardware.ceiling`, with provenance) into a ladder (`precision_ladder`), a path admissible when its largest
+|err| / (atol + rtol*|ref|) at the output is at most 1/SAFETY.
 
-Emulation method (said in every ladder): a bounded sample of each distinct GEMM of the reference
+Fallback, said in the ladder's method when used (the whole forward cannot run on the CPU within a bound, or
+uses a matmul-like op the emulation does not intercept): a bounded sample of each distinct GEMM of the reference
 (ROWS x COLS outputs at the task's full reduction length K, K capped at K_CAP), inputs drawn like
 KernelBench's (activations ~ N(0,1), weights ~ U(+-1/sqrt(K)), attention probabilities = softmax
 rows); each path rounds its inputs the way Triton's lowering feeds the tensor cores (TF32: the fp32 bits
@@ -24,7 +28,7 @@ accumulation order and for errors compounding across chained ops).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -49,21 +53,53 @@ ROWS = COLS = 32
 K_CAP = 32768
 MAX_SHAPES = 4
 
-METHOD = (f"CPU emulation of each path's input rounding on up to {MAX_SHAPES} of the reference's GEMM shapes "
-          f"({ROWS}x{COLS} outputs at the task's K, K capped at {K_CAP}; activations N(0,1), weights U(+-1/sqrt(K))), "
-          "TF32 operands truncated to 10 mantissa bits as mma.tf32 reads them (3xTF32: hi rounded to nearest, lo truncated), "
-          "fp32 accumulation, compared with the fp32 product computed in fp64; admissible when the worst error "
-          f"is <= 1/{SAFETY:g} of atol + rtol*|ref|")
+METHOD = (f"CPU emulation of each path's operand rounding on up to {MAX_SHAPES} of the reference's GEMM shapes alone "
+          f"({ROWS}x{COLS} outputs at the task's K, capped at {K_CAP}; activations N(0,1), weights U(+-1/sqrt(K))), "
+          "TF32 truncated as mma.tf32 reads it (3xTF32: hi rounded, lo truncated), fp32 accumulation, against the "
+          f"fp64 product; admissible when the worst error is <= 1/{SAFETY:g} of atol + rtol*|ref|")
+
+
+OUTPUT_METHOD = ("judged at the output: the whole reference forward on the CPU in fp64 (the truth) and per path with "
+                 "its matmul-like ops from the path's rounded operands, fp32 accumulation; share = |err| / (atol + "
+                 f"rtol*|truth|) per output element; admissible when the max share <= 1/{SAFETY:g}")
+"""The output method in general; the analysis states its own (sizes used) in `ReferenceAnalysis.precision_method`."""
 
 
 class PathError(BaseModel):
-    """One path's worst error against fp32 over the sampled GEMMs (measured in the analysis worker)."""
+    """One path's worst error against the fp64 truth: at the problem's output (at="output") or over the sampled
+    GEMMs in isolation (at="gemm", the fallback)."""
 
     path: str
     max_abs: float
-    max_rel: float = Field(description="max |err| / max |ref| over each sampled GEMM")
-    needed_atol: list[float] = Field(description="per RTOL_GRID entry r: max(|err| - r*|ref|), the atol this path needs")
-    k: list[int] = Field(description="reduction lengths K sampled")
+    max_rel: float = Field(description="max |err| / max |ref| (over each sampled GEMM, or over the outputs)")
+    needed_atol: list[float] = Field(description="per GEMM: per RTOL_GRID entry r, max(|err| - r*|ref|), the atol this "
+                                                 "path needs (at the output the frontier says it for any policy)")
+    k: list[int] = Field(description="reduction lengths K of the GEMMs measured")
+    at: Literal["gemm", "output"] = "gemm"
+    frontier: list[tuple[float, float]] = Field(
+        default_factory=list, description="at the output: (|err|, |truth|) pairs that bound the max share at any "
+                                          "atol, rtol from above (every element is matched by a pair with no smaller "
+                                          "err and no larger truth)")
+    share_tol: tuple[float, float] | None = Field(None, description="(atol, rtol) the shares below were computed at")
+    max_share_measured: float | None = Field(None, description="max |err| / (atol + rtol*|truth|) at share_tol")
+    p99_share: float | None = Field(None, description="99th percentile of |err| / (atol + rtol*|truth|) at share_tol")
+    mismatched: int = Field(0, description="output elements whose non-finite or integer value differs from the truth")
+
+    def measured_at(self, atol: float, rtol: float) -> bool:
+        """Whether the shares were computed at this tolerance (else the max share is the frontier's bound)."""
+        return self.share_tol is not None and all(
+            abs(x - y) <= 1e-9 * max(abs(x), abs(y), 1e-30) for x, y in zip(self.share_tol, (atol, rtol)))
+
+    def max_share(self, atol: float, rtol: float) -> float:
+        """max |err| / (atol + rtol*|truth|) over the outputs (inf when a non-finite or integer output differs):
+        measured at share_tol, bounded from above by the frontier at any other tolerance."""
+        if self.mismatched:
+            return float("inf")
+        if self.max_share_measured is not None and self.measured_at(atol, rtol):
+            return self.max_share_measured
+        shares = [e / (atol + rtol * r) if atol + rtol * r > 0 else (float("inf") if e else 0.0)
+                  for e, r in self.frontier]
+        return max(shares, default=0.0)
 
 
 class Rung(BaseModel):
@@ -74,18 +110,25 @@ class Rung(BaseModel):
     rate: Ceiling
     max_abs: float | None = None
     max_rel: float | None = None
+    share_max: float | None = Field(None, description="at the output: max |err| / (atol + rtol*|truth|)")
+    share_p99: float | None = None
     admissible: bool
     why: str
 
     def line(self) -> str:
-        err = (f"err {self.max_abs:.2g} abs, {self.max_rel:.2g} rel" if self.max_abs is not None
-               else "error not measured")
+        if self.max_abs is None:
+            err = "error not measured"
+        else:
+            err = f"err {self.max_abs:.2g} abs, {self.max_rel:.2g} rel"
         if self.rate.value is None:
             rate = self.rate.detail
         else:
             where = {"measured": "measured here", "datasheet": "datasheet lead", "derived": "derived lead"}
             rate = f"{self.rate.value / 1e12:.3g} TFLOP/s, {where.get(self.rate.source, self.rate.source)}"
-        return f"{self.path}: {'PASSES' if self.admissible else 'fails'} ({err}; {self.why}); rate {rate}"
+        verdict = "PASSES" if self.admissible else "fails"
+        if self.share_max is not None:  # judged at the output: the share first, the error behind it
+            return f"{self.path}: {verdict} at the output ({self.why}; {err}); rate {rate}"
+        return f"{self.path}: {verdict} ({err}; {self.why}); rate {rate}"
 
 
 class PrecisionLadder(BaseModel):
@@ -115,7 +158,30 @@ def _needed(err: list[float], policy_rtol: float) -> float:
     return err[idx]
 
 
+def _pct(share: float) -> str:
+    if share == float("inf"):
+        return "inf"
+    return f"{100 * share:.0f}%" if share >= 0.1 else f"{100 * share:.2g}%"
+
+
+def _share_text(error: PathError, atol: float, rtol: float) -> str:
+    """The output shares in words: max and p99 of the tolerance, or the frontier's bound at another tolerance."""
+    if error.mismatched:
+        text = f"{error.mismatched} non-finite or integer outputs differ from the truth"
+    elif error.measured_at(atol, rtol) or error.share_tol is None:
+        text = f"share max {_pct(error.max_share(atol, rtol))}"
+        if error.p99_share is not None:
+            text += f", p99 {_pct(error.p99_share)}"
+    else:
+        a, r = error.share_tol
+        text = (f"share max <= {_pct(error.max_share(atol, rtol))} (bound; measured at atol={a:g}, rtol={r:g}: "
+                f"max {_pct(error.max_share_measured or 0.0)}, p99 {_pct(error.p99_share or 0.0)})")
+    return f"{text}, limit {100 / SAFETY:.0f}%"
+
+
 def admits(error: PathError, atol: float, rtol: float) -> tuple[bool, str]:
+    if error.at == "output":
+        return error.max_share(atol, rtol) <= 1 / SAFETY, _share_text(error, atol, rtol)
     need = _needed(error.needed_atol, rtol)
     budget = atol / SAFETY
     used = need / atol if atol else float("inf")
@@ -123,12 +189,17 @@ def admits(error: PathError, atol: float, rtol: float) -> tuple[bool, str]:
 
 
 def precision_ladder(errors: list[PathError], dtype: str, atol: float, rtol: float,
-                     gpu: GpuSpec | None, *, missing: str = NO_GPU) -> PrecisionLadder:
+                     gpu: GpuSpec | None, *, missing: str = NO_GPU, method: str | None = None) -> PrecisionLadder:
     """Pure (server side): the measured errors, the policy and the GPU's ceilings as one ladder.
 
     Without measured errors (no GEMM in the task, or an old analysis) only the task's own dtype path
-    is admissible: nothing is claimed that was not measured."""
+    is admissible: nothing is claimed that was not measured. The task's own path is admissible whatever its
+    measured share (a candidate cannot be more exact than the reference's precision); a share over the
+    limit is said in its line and the note."""
     by_path = {e.path: e for e in errors}
+    tight = False
+    if method is None:
+        method = OUTPUT_METHOD if any(e.at == "output" for e in errors) else METHOD
     paths = task_paths(dtype)
     rungs = []
     for path in paths:
@@ -141,8 +212,13 @@ def precision_ladder(errors: list[PathError], dtype: str, atol: float, rtol: flo
             ok, why = False, "not measured (no GEMM sampled)"
         else:
             ok, why = admits(e, atol, rtol)
+            if path == paths[0] and not ok:
+                ok, why, tight = True, f"the task's own precision, over the limit: {why}", True
+        out = e is not None and e.at == "output"
         rungs.append(Rung(path=path, how=how, rate=rate, admissible=ok, why=why,
-                          max_abs=e.max_abs if e else None, max_rel=e.max_rel if e else None))
+                          max_abs=e.max_abs if e else None, max_rel=e.max_rel if e else None,
+                          share_max=e.max_share(atol, rtol) if out else None,
+                          share_p99=e.p99_share if out else None))
     fastest = max((r for r in rungs if r.admissible),
                   key=lambda r: (r.rate.value or 0.0, -paths.index(r.path)), default=rungs[0])
     if all(r.rate.value is None for r in rungs):
@@ -150,7 +226,10 @@ def precision_ladder(errors: list[PathError], dtype: str, atol: float, rtol: flo
         note = f"no rates ({rungs[0].rate.detail}): the fastest admissible path is named by the usual order of rates"
     else:
         note = ""
-    return PrecisionLadder(rungs=rungs, fastest=fastest.path, note=note)
+    if tight:
+        note = (note + "; " if note else "") + (f"even {rungs[0].path} exceeds the limit at the output: accumulation "
+                                                "order and the reference's own rounding decide; keep its order")
+    return PrecisionLadder(rungs=rungs, fastest=fastest.path, note=note, method=method)
 
 
 def fastest_path(analysis: Any, tolerance: Any, gpu: GpuSpec | None) -> str | None:
@@ -214,26 +293,32 @@ def _tf32_trunc(x: Any) -> Any:
     return (i & ~0x1FFF).view(torch.float32)
 
 
-def _path_product(a: Any, b: Any, path: str, rounding: str | None = None) -> Any:
+def _emulate(product: Any, a: Any, b: Any, path: str, rounding: str | None = None) -> Any:
+    """`product(a, b)` (any op linear in each operand: mm, bmm, conv) as `path` computes it: its operands rounded
+    the way Triton feeds the tensor cores, fp32 accumulation. a and b are fp32."""
     import torch
 
     feed = _tf32_trunc if (rounding or TF32_ROUNDING) == "trunc" else _tf32
     if path == "fp32":
-        return a @ b
+        return product(a, b)
     if path == "tf32":
-        return feed(a) @ feed(b)
+        return product(feed(a), feed(b))
     if path == "tf32x3":  # Triton's F32DotTC: big = cvt.rna(a), small = a - big; small*big + big*small + big*big
         ah, bh = _tf32(a), _tf32(b)
         al, bl = feed(a - ah), feed(b - bh)
-        return ((al @ bh) + (ah @ bl)) + ah @ bh
+        return (product(al, bh) + product(ah, bl)) + product(ah, bh)
     if path in ("bf16", "fp16"):
         dt = torch.bfloat16 if path == "bf16" else torch.float16
-        return a.to(dt).float() @ b.to(dt).float()
+        return product(a.to(dt).float(), b.to(dt).float())
     if path == "fp8":
         f8 = torch.float8_e4m3fn
         sa, sb = a.abs().max().clamp_min(1e-30) / 448, b.abs().max().clamp_min(1e-30) / 448
-        return ((a / sa).to(f8).float() @ (b / sb).to(f8).float()) * (sa * sb)
+        return product((a / sa).to(f8).float(), (b / sb).to(f8).float()) * (sa * sb)
     raise ValueError(f"unknown compute path {path!r}; use one of {', '.join(PATHS)}")
+
+
+def _path_product(a: Any, b: Any, path: str, rounding: str | None = None) -> Any:
+    return _emulate(lambda x, y: x @ y, a, b, path, rounding)
 
 
 def _operands(m: int, n: int, k: int, kind: str, gen: Any) -> tuple[Any, Any]:
@@ -280,3 +365,9 @@ def measure_path_errors(ops: list[Any], dtype: str, seed: int = 0) -> list[PathE
             entry["k"].append(min(k, K_CAP))
     return [PathError(path=p, max_abs=v["abs"], max_rel=v["rel"], needed_atol=v["need"], k=v["k"])
             for p, v in acc.items()]
+
+
+def gemm_fallback(ops: list[Any], dtype: str, why: str) -> tuple[list[PathError], str]:
+    """The per-GEMM measurement and its method, for when the judgement cannot be made at the output (`why`)."""
+    errors = measure_path_errors(ops, dtype)
+    return errors, (f"per GEMM, not at the output ({why}): {METHOD}" if errors else "")

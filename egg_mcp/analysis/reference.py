@@ -15,7 +15,7 @@ from __future__ import annotations
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from egg_mcp.analysis.models import ReferenceAnalysis
 from egg_mcp.analysis.roofline import (
@@ -27,7 +27,7 @@ from egg_mcp.analysis.roofline import (
     fmt_shape,
     roofline_floor,
 )
-from egg_mcp.analysis.precision import measure_path_errors
+from egg_mcp.analysis.precision import gemm_fallback
 from egg_mcp.evaluation.api import TolerancePolicy
 from egg_mcp.hardware import NO_GPU, GpuSpec, gpu_status, spec_for, unknown_gpu_message
 
@@ -55,11 +55,14 @@ def analyze_model(
     size_overrides: dict[str, int | list[int]] | None = None,
     traced_on: str | None = None,
     gpu_missing: str = NO_GPU,
+    precision_probe: Callable[[list[Any]], tuple[list[Any], str]] | None = None,
 ) -> ReferenceAnalysis:
     """Trace `model(*inputs)` once (meta tensors welcome) and describe its workload on `gpu`.
 
     `model` and `inputs` must already be in the task dtype. The floor uses the tensor-core compute
-    type `tolerance` allows (strict policy when None); `floors_ms` quotes the alternatives.
+    type `tolerance` allows (strict policy when None); `floors_ms` quotes the alternatives. The
+    precision ladder's errors come from `precision_probe(traced ops)` (analyze_job's: at the output);
+    without one, per GEMM (this function holds no module to run the whole forward from).
     """
     import torch
 
@@ -88,7 +91,11 @@ def analyze_model(
     out_bytes = sum(t.numel() * t.element_size() for t in outputs)
     min_bytes = in_bytes + out_bytes + param_bytes
 
-    errors = measure_path_errors([r.info for r in raw], dtype)
+    infos = [r.info for r in raw]
+    if precision_probe is None:
+        errors, precision_method = gemm_fallback(infos, dtype, "no module given")
+    else:
+        errors, precision_method = precision_probe(infos)
     compute_type = admissible_compute_type(dtype, tolerance, errors, gpu)
     floor, floors, floor_text = None, {}, f"floor: {gpu_missing}"
     if gpu is not None:
@@ -140,6 +147,7 @@ def analyze_model(
         floor_unavailable=None if floor is not None else gpu_missing,
         floors_ms=floors,
         precision_errors=errors,
+        precision_method=precision_method,
         size_overrides=dict(size_overrides or {}),
         traced_on=traced_on,
         notes=notes,
@@ -216,6 +224,27 @@ def _input_bytes(module: Any) -> int | None:
     return total + sum(p.numel() * p.element_size() for p in model.parameters())
 
 
+def _output_probe(source: str, dtype: str, overrides: dict[str, Any],
+                  tolerance: TolerancePolicy | None) -> Callable[[list[Any]], tuple[list[Any], str]]:
+    """The precision measurement for analyze_model: at the output (`precision_output`), per GEMM when that
+    cannot run (the reason goes into the ladder's method). Its shares are computed at the task's tolerance."""
+    from egg_mcp.analysis.op_classes import TENSOR_CORE_CLASSES
+    from egg_mcp.analysis.precision_output import OutputProbeError, measure_output_errors
+    from egg_mcp.evaluation.api import default_tolerance
+
+    policy = tolerance or default_tolerance("float32" if dtype == "float32" else "float16")
+
+    def probe(ops: list[Any]) -> tuple[list[Any], str]:
+        if not any(op.op_class in TENSOR_CORE_CLASSES for op in ops):
+            return [], ""
+        try:
+            return measure_output_errors(source, dtype, overrides, policy.atol, policy.rtol, ops)
+        except OutputProbeError as exc:
+            return gemm_fallback(ops, dtype, str(exc))
+
+    return probe
+
+
 def analyze_job(payload: dict[str, Any]) -> dict[str, Any]:
     """Worker entry point: payload {reference_source, dtype, size_overrides, gpu_name[, gpu_spec, tolerance]}.
 
@@ -241,11 +270,13 @@ def analyze_job(payload: dict[str, Any]) -> dict[str, Any]:
         gpu = None
 
     module = load_reference_module(source, overrides)
+    probe = _output_probe(source, dtype, overrides, tolerance)
     meta_error: Exception | None = None
     try:
         model, inputs = _build(module, "meta", dtype)
         return analyze_model(model, inputs, gpu=gpu, dtype=dtype, tolerance=tolerance, gpu_missing=gpu_missing,
-                             size_overrides=overrides, traced_on="meta").model_dump(mode="json")
+                             size_overrides=overrides, traced_on="meta",
+                             precision_probe=probe).model_dump(mode="json")
     except AnalysisError:
         raise
     except Exception as exc:  # data-dependent forward, explicit device= in get_inputs, ...
@@ -263,7 +294,7 @@ def analyze_job(payload: dict[str, Any]) -> dict[str, Any]:
     try:
         model, inputs = _build(module, device, dtype)
         result = analyze_model(model, inputs, gpu=gpu, dtype=dtype, tolerance=tolerance, gpu_missing=gpu_missing,
-                               size_overrides=overrides, traced_on=device)
+                               size_overrides=overrides, traced_on=device, precision_probe=probe)
     except Exception as exc:
         raise AnalysisError(
             f"the reference forward failed on meta tensors ({type(meta_error).__name__}: {meta_error}) "

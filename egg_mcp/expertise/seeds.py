@@ -297,8 +297,8 @@ def fusion_opportunities(analysis: ReferenceAnalysis) -> list[str]:
 
 def precision_notes(analysis: ReferenceAnalysis, tolerance: TolerancePolicy, dtype: str,
                     gpu: GpuSpec | None) -> list[str]:
-    """The precision ladder in words: which compute paths pass this tolerance on this task's own GEMM
-    shapes (measured error), what each runs at on this GPU (with provenance), and what the fastest buys."""
+    """The precision ladder in words: which compute paths pass this tolerance at this task's output (or per
+    GEMM where the analysis says why not), what each runs at on this GPU (with provenance), what the fastest buys."""
     compute = admissible_compute_type(dtype, tolerance, analysis.precision_errors, gpu)
     has_dots = bool(analysis.tensor_core_flops)
     head = f"Task dtype {dtype}, tolerance policy {tolerance.name} (atol={fmt_tol(tolerance.atol)}, rtol={fmt_tol(tolerance.rtol)})"
@@ -306,7 +306,8 @@ def precision_notes(analysis: ReferenceAnalysis, tolerance: TolerancePolicy, dty
              else f"{head}: no dots in this problem, so no tensor-core precision path applies."]
     if has_dots and analysis.precision_errors:
         ladder = precision_ladder(analysis.precision_errors, dtype, tolerance.atol, tolerance.rtol, gpu,
-                                  missing=analysis.floor_unavailable or NO_GPU)
+                                  missing=analysis.floor_unavailable or NO_GPU,
+                                  method=analysis.precision_method or None)
         notes.append("Precision ladder (" + ladder.method + "):")
         notes += [f"  {line}" for line in ladder.lines()]
         best = next(r for r in ladder.rungs if r.path == ladder.fastest)

@@ -221,12 +221,12 @@ def _v2(n: int) -> int:
     return (n & -n).bit_length() - 1
 
 
-def derive_quick_sizes(constants: dict[str, int | list[int]]) -> dict[str, int | list[int]]:
+def derive_quick_sizes(constants: dict[str, int | list[int]], target: int = QUICK_TARGET) -> dict[str, int | list[int]]:
     """Small sizes for a check in the CPU interpreter when the problem declares no QUICK_SIZES.
 
     Constants >= QUICK_FROM are shrunk by powers of two, one factor per group of constants that divide one
     another (so `hidden = 4 * dim` style relations written as literals, `in_channels` | `out_channels`, stay
-    true), never below QUICK_MIN, stopping once the group's largest is at most QUICK_TARGET; a constant that a
+    true), never below QUICK_MIN, stopping once the group's largest is at most `target`; a constant that a
     small grouping constant divides (`channels` by `groups = 8`, `num_heads`, `kernel_size`, `stride`) stays a
     multiple of it. Derived expressions
     (`bias_shape = (out_features,)`) follow through size_overrides' refresh. Empty when nothing shrinks."""
@@ -246,7 +246,7 @@ def derive_quick_sizes(constants: dict[str, int | list[int]]) -> dict[str, int |
         values = {k: large[k] for k in group}
         keep = {k: math.lcm(1, *(s for s in small if v % s == 0)) for k, v in values.items()}
         shift = 0
-        while max(values.values()) >> shift > QUICK_TARGET:
+        while max(values.values()) >> shift > target:
             nxt = shift + 1
             if not all(_v2(v) >= nxt and (v >> nxt) >= QUICK_MIN and (v >> nxt) % keep[k] == 0
                        for k, v in values.items()):
