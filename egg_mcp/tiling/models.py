@@ -48,6 +48,7 @@ class KernelFacts(BaseModel):
         default_factory=dict, description="constexpr / launch option (num_warps, num_stages) -> the parameter that "
                                           "sets it at this kernel's launch sites")
     launch_sites: int = 0
+    persistent: bool = Field(False, description="its programs loop over the tiles: the grid's size is its own")
 
 
 class KernelCall(BaseModel):
