@@ -14,7 +14,7 @@ import pytest
 
 from egg_mcp.hardware import spec_for
 from egg_mcp.tiling.dims import normalize_dims
-from egg_mcp.tiling.kernels import kernel_calls
+from egg_mcp.tiling.kernels import kernel_calls, launch_dims
 from egg_mcp.tiling.launches import probe_launches
 from egg_mcp.tiling.model import _estimate_one, call_view, estimate
 from egg_mcp.tiling.space import apply_config, current_config, extract_space, persistent_programs
@@ -24,6 +24,7 @@ H200 = spec_for("H200")
 GRIDS = FIXTURES / "grids"
 REFERENCE = (GRIDS / "reference_matmul.py").read_text()
 DIMS = {"M": 128, "N": 96, "K": 64}  # the reference's sizes
+ROWSUM = ((GRIDS / "reference_rowsum.py").read_text(), "reduction", {"n_rows": 64, "n_cols": 300})
 CPU_SMS = 4  # the SM count the fixtures launch with off the GPU (gemm_persistent's `_num_sms`)
 GPU_AS_RUN = H200.model_copy(update={"sm_count": CPU_SMS})  # the GPU the interpreter's persistent grid was sized for
 SHAPES = {  # fixture -> the configs tried beside the current one
@@ -31,8 +32,10 @@ SHAPES = {  # fixture -> the configs tried beside the current one
     "gemm_flat": [{"BLOCK_M": 16, "BLOCK_N": 64, "GROUP_M": 4}, {"BLOCK_M": 128, "BLOCK_N": 64}],
     "gemm_persistent": [{"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 16}, {"BLOCK_M": 128, "BLOCK_N": 64}],
     "gemm_splitk_atomic": [{"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT_K": 4}, {"BLOCK_M": 64, "SPLIT_K": 1}],
+    "gemm_splitk_reduce": [{"BLOCK_M": 16, "BLOCK_N": 64, "REDUCE_BLOCK": 64}, {"SPLIT_K": 4, "REDUCE_BLOCK": 1024}],
+    "rowsum_rows": [{"BLOCK_M": 1, "BLOCK_N": 128}, {"BLOCK_M": 16, "BLOCK_N": 32}],
 }
-TASKS: dict[str, tuple] = {}  # fixture -> (reference, kind, dims) where not REFERENCE, a GEMM of DIMS
+TASKS = {"rowsum_rows": ROWSUM}  # the others compute REFERENCE, a GEMM of DIMS
 
 
 def _task(shape: str) -> tuple[str, str, dict]:
@@ -138,6 +141,35 @@ def test_split_k_is_a_grid_dimension_of_its_own_not_a_tile_of_m_or_n():
     space = extract_space(_source("gemm_splitk_atomic"), kind="gemm", dims=normalize_dims("gemm", DIMS))
     split = space.param("SPLIT_K")
     assert (split.role, split.axis, split.choices) == ("split", None, [1, 2, 4])
+
+
+def test_a_block_whose_name_says_nothing_gets_its_dimension_from_the_grid():
+    """sum_partials' REDUCE_BLOCK: the grid shows cdiv(M x N, REDUCE_BLOCK) programs, so it tiles n; every value of
+    it used to be priced at a default 1024-element block (the same prediction for all)."""
+    sizes = {"M": 4096, "N": 4096, "K": 512}
+    source = _source("gemm_splitk_reduce")
+    launches = _probe(source, sizes)
+    dims = normalize_dims("gemm", sizes)
+    space = extract_space(source, kind="gemm", dims=dims)
+    space.calls, _ = kernel_calls(space, "gemm", dims, launches)
+    reduce = next(c for c in space.calls if c.kernel == "sum_partials")
+    view = call_view(space, reduce)
+    assert next(p for p in view.params if p.name == "REDUCE_BLOCK").axis == "n"
+    config = current_config(space)
+    times = {b: _estimate_one({**config, "REDUCE_BLOCK": b}, view, H200, reduce.dims, reduce.kind, "float32")
+             for b in (64, 256, 1024)}
+    assert [math.prod(e.grid) for e in times.values()] == [4096 * 4096 // b for b in (64, 256, 1024)]
+    assert len({e.predicted_ms for e in times.values()}) == 3
+
+
+def test_attention_heads_are_read_from_whichever_grid_axis_holds_them():
+    """(cdiv(T, BLOCK_M), B x H) and (B x H, cdiv(T, BLOCK_M)) launch the same programs: BH is the count over
+    the query tiles, not the grid's second entry (read as 8 heads when it was the query tiles)."""
+    record = {"ints": {"T": 512, "H": 8, "C": 768, "D": 64}, "tensors": {"qkv": [2, 512, 2304]},
+              "constexprs": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_D": 64}}
+    assert launch_dims("attention", {**record, "grid": [8, 1024]})["BH"] == 1024
+    assert launch_dims("attention", {**record, "grid": [1024, 8]})["BH"] == 1024
+    assert launch_dims("attention", {**record, "grid": [8192]})["BH"] == 1024
 
 
 TWO_KERNELS = '''import triton

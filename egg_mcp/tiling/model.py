@@ -191,10 +191,11 @@ def _estimate_one(values: dict[str, int], space: CandidateSpace, gpu: GpuSpec, d
 
 
 def call_view(space: CandidateSpace, call: KernelCall) -> CandidateSpace:
-    """The space as one launch sees it: only its own parameters, each with the role and axis of the name the
-    kernel knows it by (LIN_BLOCK_M passed as BLOCK_M tiles the GEMM's M), its fixed launch values as
+    """The space as one launch sees it: only its own parameters, each with the role of the name the kernel knows
+    it by and the dim it tiles there (`kernels.call_axis`), its fixed launch values as
     one-choice parameters, and only its own kernel's facts."""
     from egg_mcp.tiling.dims import axis_for
+    from egg_mcp.tiling.kernels import call_axis
     from egg_mcp.tiling.space import role_of
 
     params: list[TunableParam] = []
@@ -203,10 +204,7 @@ def call_view(space: CandidateSpace, call: KernelCall) -> CandidateSpace:
         if p is None:
             continue
         role = role_of(seen) if role_of(seen) != "other" else p.role
-        axis = axis_for(seen, call.kind, call.dims) or axis_for(name, call.kind, call.dims)
-        if call.dims_from == "task" and seen == name and p.axis:
-            axis = p.axis
-        params.append(p.model_copy(update={"role": role, "axis": axis}))
+        params.append(p.model_copy(update={"role": role, "axis": call_axis(seen, p, call)}))
     names = {q.name for q in params}
     for seen, value in call.fixed.items():
         if seen not in names:

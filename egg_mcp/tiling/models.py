@@ -61,6 +61,9 @@ class KernelCall(BaseModel):
     fixed: dict[str, int] = Field(default_factory=dict, description="values set at the launch that are not tunable")
     precision: str | None = None
     dims_from: str = Field("task", description="'launch' (read from the probe of this launch) or 'task'")
+    grid: list[int] = Field(default_factory=list, description="the grid the probe saw it launched with")
+    axes: dict[str, str] = Field(default_factory=dict,
+                                 description="block the kernel sees -> the dim its grid shows it tiles")
 
 
 class CandidateSpace(BaseModel):
