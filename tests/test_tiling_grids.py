@@ -4,6 +4,7 @@ checked against the grids the same candidates launch when they run in the Triton
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -12,11 +13,13 @@ import sys
 
 import pytest
 
+from egg_mcp.evaluation.api import EvalOptions
 from egg_mcp.hardware import spec_for
 from egg_mcp.tiling.dims import normalize_dims
 from egg_mcp.tiling.kernels import kernel_calls, launch_dims
 from egg_mcp.tiling.launches import probe_launches
 from egg_mcp.tiling.model import _estimate_one, call_view, estimate
+from egg_mcp.tiling.search import propose_tiling
 from egg_mcp.tiling.space import apply_config, current_config, extract_space, persistent_programs
 from tests.conftest import FIXTURES, REPO
 
@@ -151,7 +154,7 @@ def test_a_block_whose_name_says_nothing_gets_its_dimension_from_the_grid():
     launches = _probe(source, sizes)
     dims = normalize_dims("gemm", sizes)
     space = extract_space(source, kind="gemm", dims=dims)
-    space.calls, _ = kernel_calls(space, "gemm", dims, launches)
+    space.calls, notes = kernel_calls(space, "gemm", dims, launches)
     reduce = next(c for c in space.calls if c.kernel == "sum_partials")
     view = call_view(space, reduce)
     assert next(p for p in view.params if p.name == "REDUCE_BLOCK").axis == "n"
@@ -160,6 +163,40 @@ def test_a_block_whose_name_says_nothing_gets_its_dimension_from_the_grid():
              for b in (64, 256, 1024)}
     assert [math.prod(e.grid) for e in times.values()] == [4096 * 4096 // b for b in (64, 256, 1024)]
     assert len({e.predicted_ms for e in times.values()}) == 3
+    assert not any("REDUCE_BLOCK" in n for n in notes)
+
+
+def test_a_grid_the_model_does_not_explain_is_said_in_the_proposal():
+    """The split count renamed K_SLICES (a name the model does not read as a split): the launch has 2x the
+    programs the model counts, and the proposal says so instead of ranking on the wrong count."""
+    source = _source("gemm_splitk_atomic").replace("SPLIT_K", "K_SLICES").replace(', "K_SLICES": [1, 2, 4]', "")
+    proposal = asyncio.run(propose_tiling(_NoGpu(), reference_source=REFERENCE, candidate_source=source,
+                                          options=EvalOptions(), gpu=H200, dims=DIMS, kind="gemm",
+                                          launches=_probe(source)))
+    warning = next(w for w in proposal.warnings if "matmul_splitk" in w and "programs" in w)
+    assert "24 programs" in warning and "grid [4, 3, 2]" in warning and "12" in warning
+
+
+def test_a_persistent_grids_program_count_is_said_to_be_set_at_run_time():
+    """The probe (no GPU) launched the fixture's 4 programs; the model assumes one per SM of the GPU it targets."""
+    sizes = {"M": 4096, "N": 4096, "K": 512}
+    source = _source("gemm_persistent")
+    proposal = asyncio.run(propose_tiling(_NoGpu(), reference_source=REFERENCE, candidate_source=source,
+                                          options=EvalOptions(size_overrides=sizes), gpu=H200, dims=sizes, kind="gemm",
+                                          launches=_probe(source, sizes)))
+    warning = next(w for w in proposal.warnings if w.startswith("matmul_persistent: a persistent grid"))
+    assert "set at run time" in warning and "launched 4 programs" in warning and "assumes 132" in warning
+
+
+def test_a_block_neither_its_name_nor_the_grid_places_is_said_to_be_priced_alike():
+    """BLOCK_K renamed CHUNK in the persistent GEMM: the name says nothing and a persistent grid does not follow the
+    tiles, so the model cannot tell what CHUNK tiles; the reply says every value of it is priced alike."""
+    source = _source("gemm_persistent").replace("BLOCK_K", "CHUNK")
+    dims = normalize_dims("gemm", DIMS)
+    space = extract_space(source, kind="gemm", dims=dims)
+    assert space.param("CHUNK").role == "block" and len(space.param("CHUNK").choices) > 1
+    _, notes = kernel_calls(space, "gemm", dims, _probe(source))
+    assert any(n.startswith("matmul_persistent: neither the name CHUNK nor its grid") and "alike" in n for n in notes)
 
 
 def test_attention_heads_are_read_from_whichever_grid_axis_holds_them():
@@ -170,6 +207,11 @@ def test_attention_heads_are_read_from_whichever_grid_axis_holds_them():
     assert launch_dims("attention", {**record, "grid": [8, 1024]})["BH"] == 1024
     assert launch_dims("attention", {**record, "grid": [1024, 8]})["BH"] == 1024
     assert launch_dims("attention", {**record, "grid": [8192]})["BH"] == 1024
+
+
+class _NoGpu:
+    def has_gpu(self) -> bool:
+        return False
 
 
 TWO_KERNELS = '''import triton

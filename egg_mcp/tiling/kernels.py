@@ -134,6 +134,19 @@ def grid_axes(call: KernelCall, space: CandidateSpace, launched: dict[str, int],
     return out
 
 
+def _blind_blocks(calls: list[KernelCall], space: CandidateSpace) -> list[str]:
+    """Tuned blocks no launch ties to a dim: the model prices every value of them alike, and says so."""
+    notes = []
+    for call in calls:
+        for seen, name in call.params.items():
+            p = space.param(name)
+            if (p is not None and p.applicable and len(p.choices) > 1 and p.role == "block"
+                    and call_axis(seen, p, call) is None):
+                notes.append(f"{call.kernel}: neither the name {seen} nor its grid says which dim it tiles; the model "
+                             f"prices every {name} alike (rank it by measured times, or name it BLOCK_<dim>)")
+    return notes
+
+
 def _params_of(facts: KernelFacts, space: CandidateSpace, single: bool) -> dict[str, str]:
     if single:  # one kernel: every parameter is its own (the source may launch it through an alias)
         return {p.name: p.name for p in space.params}
@@ -175,7 +188,7 @@ def kernel_calls(space: CandidateSpace, kind: str, dims: dict[str, int],
         call.axes = grid_axes(call, space, record.get("constexprs") or {}, fact.persistent)
         calls.append(call)
     if calls:
-        return calls, notes
+        return calls, notes + _blind_blocks(calls, space)
     chosen = space.kernels if single else [k for k in space.kernels if kernel_kind(k) == kind]
     if not chosen and space.kernels:
         chosen = space.kernels[:1]
@@ -190,7 +203,7 @@ def kernel_calls(space: CandidateSpace, kind: str, dims: dict[str, int],
         fixed = {} if single else {o: TRITON_DEFAULTS[o] for o in ("num_warps", "num_stages") if o not in fact.bindings}
         calls.append(KernelCall(kernel=fact.name, kind=kind, dims=dims, params=_params_of(fact, space, single),
                                 fixed=fixed, precision=fact.dot_precision))
-    return calls, notes
+    return calls, notes + _blind_blocks(calls, space)
 
 
 # ------------------------------------------------------------------------------------------ ranks

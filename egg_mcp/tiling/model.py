@@ -245,6 +245,33 @@ def estimate(values: dict[str, int], space: CandidateSpace, *, gpu: GpuSpec, dim
     return est
 
 
+def grid_notes(space: CandidateSpace, gpu: GpuSpec, dtype: str) -> list[str]:
+    """Each probed launch's programs at the source's own config against the model's count of them: where they
+    differ the model does not read that grid (a batch, a split or a block it does not know of), and the proposal
+    says so rather than rank on the wrong count. A persistent grid is sized at run time, which a probe without a
+    GPU cannot show: the count the model assumes is said instead."""
+    values = {p.name: p.current for p in space.params if p.current is not None}
+    notes: list[str] = []
+    for call in space.calls:
+        if not call.grid:
+            continue
+        view = call_view(space, call)
+        counted = math.prod(_estimate_one(values, view, gpu, call.dims, call.kind, dtype).grid or [0])
+        seen = math.prod(call.grid)
+        if any(k.persistent for k in view.kernels):
+            note = (f"{call.kernel}: a persistent grid, its program count set at run time (the probe, without a GPU, "
+                    f"launched {seen} programs, grid {call.grid}); the model assumes {counted} on the {gpu.name}")
+        elif seen != counted:
+            note = (f"{call.kernel}: launched {seen} programs (grid {call.grid}) at the current config where the model "
+                    f"counts {counted} from {call.kind} {call.dims}: it does not read this grid, so its predictions "
+                    f"for {call.kernel} are not to be trusted; rank by measured times")
+        else:
+            continue
+        if note not in notes:
+            notes.append(note)
+    return notes
+
+
 def _no_effect_duplicates(configs: list[dict[str, int]], space: CandidateSpace, kind: str) -> dict[int, str]:
     """Configs that differ from a kept one only in num_stages when nothing is pipelined."""
     if kind == "gemm" or any(k.has_loop for k in space.kernels):
