@@ -70,7 +70,7 @@ def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, di
               est: ConfigEstimate) -> list[tuple[str, str]]:
     from egg_mcp.tiling.costs import (
         DTYPE_BYTES, GEMM_TILE_FIXED_S, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, _ctas_per_sm, _persistent,
-        compute_type, dot_step_parts, rows_redone,
+        compute_type, resident, dot_step_parts, rows_redone,
     )
 
     fired: list[tuple[str, str]] = []
@@ -101,12 +101,12 @@ def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, di
                                "accumulator + score registers per thread (>= 256): spills"))
     c = _ctas_per_sm(gpu, 32 * w, est.regs_per_thread, est.smem_bytes)
     est.ctas_per_sm = c
-    est.occupancy = c * w * 32 / gpu.max_threads_per_sm
     q_blocks = math.ceil(t / bm)
     programs = q_blocks * bh
     est.grid = [q_blocks, bh]
     est.waves = programs / (gpu.sm_count * max(c, 1))
-    _persistent(est, space, gpu, values, programs, c)
+    held = resident(c, _persistent(est, space, gpu, values, programs, c), gpu.sm_count)  # the programs an SM holds
+    est.occupancy = held * w * 32 / gpu.max_threads_per_sm
     est.tail_waste = 1 - t / (q_blocks * bm)
     if fired:
         return fired
@@ -131,14 +131,14 @@ def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, di
     clock = (gpu.sm_clock_mhz or 1500) * 1e6
     t_softmax = bm * bn * (1 / (SFU_PER_SM_PER_CLK * clock) + SOFTMAX_OPS / (128 * clock))
     t_cuda = t_split + t_softmax
-    t_chain = max(t_tensor, t_cuda, (t_tensor + t_cuda) / max(c, 1))  # other programs fill the idle unit
+    t_chain = max(t_tensor, t_cuda, (t_tensor + t_cuda) / held)  # other programs fill the idle unit
     l2_sm = L2_OVER_DRAM * gpu.dram_bytes_per_s / gpu.sm_count
     t_load = 2 * bn * d * nbytes / l2_sm
-    pipeline = {1: 0.6, 2: 0.85}.get((stages - 1) * max(c, 1) + 1, 1.0)
+    pipeline = {1: 0.6, 2: 0.85}.get((stages - 1) * held + 1, 1.0)
     t_step = max(t_chain, t_load) / pipeline
     total_steps = bh * sum(steps)
     per_sm = max(total_steps / gpu.sm_count, max(steps))
-    t_sm = per_sm * t_step + math.ceil(programs / gpu.sm_count) * GEMM_TILE_FIXED_S / max(c, 1)
+    t_sm = per_sm * t_step + math.ceil(programs / gpu.sm_count) * GEMM_TILE_FIXED_S / held
     est.predicted_ms = (t_sm + LAUNCH_OVERHEAD_S) * 1e3
     est.intensity = 4 * bm * bn * d / (2 * bn * d * nbytes)
     if t_softmax > t_tensor:

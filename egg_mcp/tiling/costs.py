@@ -199,3 +199,9 @@ def _persistent(est: ConfigEstimate, space: CandidateSpace, gpu: GpuSpec, values
     est.notes.append(f"persistent grid: {cap} programs loop over {tiles} tiles "
                      f"({math.ceil(tiles / cap)} per program at most)")
     return cap
+
+
+def resident(c: int, launched: int, sm_count: int) -> int:
+    """Programs an SM holds at once: as many as fit (c), but no more than the grid gives it; a persistent grid of
+    one program per SM holds one, however many would fit."""
+    return max(1, min(c, math.ceil(launched / sm_count)))

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 
-from egg_mcp.tiling.dims import _ALIASES, check_kind, next_pow2, normalize_dims
-from egg_mcp.tiling.models import CandidateSpace, KernelCall, KernelFacts
+from egg_mcp.tiling.dims import _ALIASES, axis_for, check_kind, next_pow2, normalize_dims
+from egg_mcp.tiling.models import CandidateSpace, KernelCall, KernelFacts, TunableParam
+from egg_mcp.tiling.source_index import role_of
 
 TRITON_DEFAULTS = {"num_warps": 4, "num_stages": 3}
 
@@ -44,8 +45,10 @@ def _prod(xs) -> int:
     return math.prod(xs) if xs else 1
 
 
-def launch_dims(kind: str, record: dict) -> dict[str, int] | None:
-    """A launch's own dims (canonical names) from its int arguments, else its tensor shapes; None if unknown."""
+def launch_dims(kind: str, record: dict, persistent: bool = False) -> dict[str, int] | None:
+    """A launch's own dims (canonical names) from its int arguments, else its tensor shapes; None if unknown. An
+    attention launch's batch x heads is its program count over its query tiles, on whichever grid axis (or a flat
+    grid) they are; not for a persistent grid, which does not follow the tiles."""
     ints = dict(record.get("ints") or {})
     tensors = [s for s in (record.get("tensors") or {}).values() if s]
     constexprs = record.get("constexprs") or {}
@@ -67,8 +70,11 @@ def launch_dims(kind: str, record: dict) -> dict[str, int] | None:
             t = q[-2]
         if d is None and q is not None:
             d = q[-1]
-        grid = record.get("grid") or []
-        bh = grid[1] if len(grid) >= 2 and grid[1] > 1 else None
+        block_t = next((v for k, v in constexprs.items() if isinstance(v, int) and v > 0
+                        and axis_for(k, "attention", {"T": 1}) == "T"), None)
+        tiles = math.ceil(t / block_t) if t and block_t else 0
+        programs = 0 if persistent else math.prod(record.get("grid") or [0])
+        bh = programs // tiles if tiles and programs and programs % tiles == 0 else None
         if bh is None:
             heads = _int_named(ints, ("H", "n_head", "heads", "num_heads")) or 1
             batch = _int_named(ints, ("B", "Z", "batch")) or (q[0] if q is not None and len(q) >= 4 else 1)
@@ -86,9 +92,59 @@ def launch_dims(kind: str, record: dict) -> dict[str, int] | None:
             return {"n": n}
     if cols is None and tensors:
         cols, rows = tensors[0][-1], _prod(tensors[0][:-1])
+    if rows is None and cols is not None:  # a row kernel passed only its row length: the rows are its tensor's
+        rows = next((_prod(s[:-1]) for s in tensors if s[-1] == cols), None)
     if cols is None:
         return None
     return normalize_dims(kind, {"n_rows": rows or 1, "n_cols": cols})
+
+
+def call_axis(seen: str, param: TunableParam, call: KernelCall) -> str | None:
+    """The dim a block tiles in one launch: what the name the kernel knows it by says (LIN_BLOCK_M passed as
+    BLOCK_M tiles the GEMM's M), else its own name, else what the launch's grid shows (`grid_axes`)."""
+    if call.dims_from == "task" and seen == param.name and param.axis:
+        return param.axis
+    return (axis_for(seen, call.kind, call.dims) or axis_for(param.name, call.kind, call.dims)
+            or call.axes.get(seen))
+
+
+def grid_axes(call: KernelCall, space: CandidateSpace, launched: dict[str, int], persistent: bool) -> dict[str, str]:
+    """Blocks whose names do not say what they tile, read from the grid: G = ceil(d / B) programs along a dim d
+    no named block tiles, when exactly one such dim divides the launch's program count (a reduction's
+    REDUCE_BLOCK over n). A persistent grid does not follow the tiles, so it shows nothing."""
+    programs = math.prod(call.grid) if call.grid else 0
+    if not programs or persistent:
+        return {}
+    named, unnamed = set(), {}
+    for seen, name in call.params.items():
+        p, value = space.param(name), launched.get(seen)
+        if p is None or (role_of(seen) if role_of(seen) != "other" else p.role) != "block":
+            continue
+        axis = axis_for(seen, call.kind, call.dims) or axis_for(name, call.kind, call.dims)
+        if axis:
+            named.add(axis)
+        elif isinstance(value, int) and value > 0:
+            unnamed[seen] = value
+    out = {}
+    for seen, value in unnamed.items():
+        fits = [d for d, n in call.dims.items() if d not in named and 1 < math.ceil(n / value)
+                and programs % math.ceil(n / value) == 0]
+        if len(fits) == 1:
+            out[seen] = fits[0]
+    return out
+
+
+def _blind_blocks(calls: list[KernelCall], space: CandidateSpace) -> list[str]:
+    """Tuned blocks no launch ties to a dim: the model prices every value of them alike, and says so."""
+    notes = []
+    for call in calls:
+        for seen, name in call.params.items():
+            p = space.param(name)
+            if (p is not None and p.applicable and len(p.choices) > 1 and p.role == "block"
+                    and call_axis(seen, p, call) is None):
+                notes.append(f"{call.kernel}: neither the name {seen} nor its grid says which dim it tiles; the model "
+                             f"prices every {name} alike (rank it by measured times, or name it BLOCK_<dim>)")
+    return notes
 
 
 def _params_of(facts: KernelFacts, space: CandidateSpace, single: bool) -> dict[str, str]:
@@ -116,7 +172,7 @@ def kernel_calls(space: CandidateSpace, kind: str, dims: dict[str, int],
         if fact is None:
             continue
         own_kind = kernel_kind(fact) if not single else kind
-        own = launch_dims(own_kind, record)
+        own = launch_dims(own_kind, record, fact.persistent)
         if own is None:
             notes.append(f"{fact.name}: its launch did not show its dims; priced at the task's dims")
             own, own_kind = dims, kind
@@ -126,10 +182,13 @@ def kernel_calls(space: CandidateSpace, kind: str, dims: dict[str, int],
             if option not in fact.bindings:
                 value = record.get(option)
                 fixed[option] = value if isinstance(value, int) else TRITON_DEFAULTS[option]
-        calls.append(KernelCall(kernel=fact.name, kind=own_kind, dims=own, params=_params_of(fact, space, single),
-                                fixed=fixed, precision=fact.dot_precision, dims_from="launch"))
+        call = KernelCall(kernel=fact.name, kind=own_kind, dims=own, params=_params_of(fact, space, single),
+                          fixed=fixed, precision=fact.dot_precision, dims_from="launch",
+                          grid=[int(g) for g in record.get("grid") or []])
+        call.axes = grid_axes(call, space, record.get("constexprs") or {}, fact.persistent)
+        calls.append(call)
     if calls:
-        return calls, notes
+        return calls, notes + _blind_blocks(calls, space)
     chosen = space.kernels if single else [k for k in space.kernels if kernel_kind(k) == kind]
     if not chosen and space.kernels:
         chosen = space.kernels[:1]
@@ -144,7 +203,7 @@ def kernel_calls(space: CandidateSpace, kind: str, dims: dict[str, int],
         fixed = {} if single else {o: TRITON_DEFAULTS[o] for o in ("num_warps", "num_stages") if o not in fact.bindings}
         calls.append(KernelCall(kernel=fact.name, kind=kind, dims=dims, params=_params_of(fact, space, single),
                                 fixed=fixed, precision=fact.dot_precision))
-    return calls, notes
+    return calls, notes + _blind_blocks(calls, space)
 
 
 # ------------------------------------------------------------------------------------------ ranks

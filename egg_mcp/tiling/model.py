@@ -28,7 +28,7 @@ from egg_mcp.tiling.dims import next_pow2
 from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate, KernelCall, TilingConfig, TunableParam
 
 from egg_mcp.tiling.costs import (  # noqa: F401  (re-exported: one set of constants)
-    ACC_SPILL_REGS, DRAM_LATENCY_S, DTYPE_BYTES, FMA_DOT_EFFICIENCY, GEMM_TILE_FIXED_S, KB, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE, SPILL_EFFICIENCY, SPLIT_OPS, TRANSCENDENTAL_OPS, _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, _ctas_per_sm, _is_pow2, SMEM_BYTES_PER_CLK, _persistent, _round_up, compute_type, dot_regs, dot_step_parts, rows_redone,
+    ACC_SPILL_REGS, DRAM_LATENCY_S, DTYPE_BYTES, FMA_DOT_EFFICIENCY, GEMM_TILE_FIXED_S, KB, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE, SPILL_EFFICIENCY, SPLIT_OPS, TRANSCENDENTAL_OPS, _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, _ctas_per_sm, _is_pow2, SMEM_BYTES_PER_CLK, _persistent, resident, _round_up, compute_type, dot_regs, dot_step_parts, rows_redone,
 )
 
 
@@ -114,12 +114,13 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
     threads = 32 * w
     c = _ctas_per_sm(gpu, threads, est.regs_per_thread, est.smem_bytes)
     est.ctas_per_sm = c
-    est.occupancy = c * w * 32 / gpu.max_threads_per_sm
     tm, tn = math.ceil(M / bm), math.ceil(N / bn)
     tiles = tm * tn * k.split
     est.grid = [tiles]
     est.waves = tiles / (gpu.sm_count * max(c, 1))
-    _persistent(est, space, gpu, values, tiles, c)
+    launched = _persistent(est, space, gpu, values, tiles, c)
+    held = resident(c, launched, gpu.sm_count)  # what hides latency: the programs an SM really holds
+    est.occupancy = held * w * 32 / gpu.max_threads_per_sm
     est.tail_waste = 1 - (M * N) / (tm * bm * tn * bn)
     est.intensity = 2 * bm * bn / ((bm + bn) * nbytes)
     if fired:
@@ -134,7 +135,7 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
     eff *= min(1.0, acc / 64) ** 0.35  # few accumulators per thread: too little work per operand load
     row_bytes = bk * nbytes
     eff *= 1.0 if row_bytes >= 128 else 0.85 if row_bytes >= 64 else 0.65
-    s_eff = (s - 1) * max(c, 1) + 1  # co-resident programs hide latency like extra stages
+    s_eff = (s - 1) * held + 1  # co-resident programs hide latency like extra stages
     eff *= {1: 0.45, 2: 0.75, 3: 0.95}.get(s_eff, 1.0)
     k_iters = math.ceil(math.ceil(K / k.split) / bk)
     t_tensor, t_split = dot_step_parts(bm, bn, bk, w, ctype, gpu, est.notes)
@@ -148,7 +149,7 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
                          "K step; use 4 warps or a larger BLOCK_M")
     t_math = (t_tensor + t_split + t_convert) / eff
     t_load = (bm + bn) * bk * nbytes / l2_sm
-    t_tile = GEMM_TILE_FIXED_S / max(c, 1) + k_iters * max(t_math, t_load)
+    t_tile = GEMM_TILE_FIXED_S / held + k_iters * max(t_math, t_load)
     t_compute = math.ceil(tiles / gpu.sm_count) * t_tile
     dram = (M * K + K * N) * nbytes + M * N * nbytes
     if (M * K + K * N) * nbytes > gpu.l2_bytes / 2 and k.group <= 1 and tm > 1:
@@ -159,9 +160,9 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
     est.predicted_ms = (max(t_compute, t_dram) + LAUNCH_OVERHEAD_S) * 1e3
     if t_load > t_math:
         est.notes.append(f"L2-bound tile: operand loads {t_load * 1e9:.0f} ns > math {t_math * 1e9:.0f} ns per K step")
-    if est.waves < 1:
-        est.notes.append(f"only {tiles} tiles for {gpu.sm_count} SMs")
-    elif est.waves % 1 and est.waves < 4:
+    if launched < gpu.sm_count:
+        est.notes.append(f"only {launched} programs for {gpu.sm_count} SMs")
+    elif launched == tiles and est.waves > 1 and est.waves % 1 and est.waves < 4:
         est.notes.append(f"{est.waves:.2f} waves: the last wave is {est.waves % 1:.0%} full")
     return fired
 
@@ -190,10 +191,11 @@ def _estimate_one(values: dict[str, int], space: CandidateSpace, gpu: GpuSpec, d
 
 
 def call_view(space: CandidateSpace, call: KernelCall) -> CandidateSpace:
-    """The space as one launch sees it: only its own parameters, each with the role and axis of the name the
-    kernel knows it by (LIN_BLOCK_M passed as BLOCK_M tiles the GEMM's M), its fixed launch values as
+    """The space as one launch sees it: only its own parameters, each with the role of the name the kernel knows
+    it by and the dim it tiles there (`kernels.call_axis`), its fixed launch values as
     one-choice parameters, and only its own kernel's facts."""
     from egg_mcp.tiling.dims import axis_for
+    from egg_mcp.tiling.kernels import call_axis
     from egg_mcp.tiling.space import role_of
 
     params: list[TunableParam] = []
@@ -202,10 +204,7 @@ def call_view(space: CandidateSpace, call: KernelCall) -> CandidateSpace:
         if p is None:
             continue
         role = role_of(seen) if role_of(seen) != "other" else p.role
-        axis = axis_for(seen, call.kind, call.dims) or axis_for(name, call.kind, call.dims)
-        if call.dims_from == "task" and seen == name and p.axis:
-            axis = p.axis
-        params.append(p.model_copy(update={"role": role, "axis": axis}))
+        params.append(p.model_copy(update={"role": role, "axis": call_axis(seen, p, call)}))
     names = {q.name for q in params}
     for seen, value in call.fixed.items():
         if seen not in names:
@@ -244,6 +243,33 @@ def estimate(values: dict[str, int], space: CandidateSpace, *, gpu: GpuSpec, dim
                   "intensity"):
         setattr(est, field, getattr(heavy, field))
     return est
+
+
+def grid_notes(space: CandidateSpace, gpu: GpuSpec, dtype: str) -> list[str]:
+    """Each probed launch's programs at the source's own config against the model's count of them: where they
+    differ the model does not read that grid (a batch, a split or a block it does not know of), and the proposal
+    says so rather than rank on the wrong count. A persistent grid is sized at run time, which a probe without a
+    GPU cannot show: the count the model assumes is said instead."""
+    values = {p.name: p.current for p in space.params if p.current is not None}
+    notes: list[str] = []
+    for call in space.calls:
+        if not call.grid:
+            continue
+        view = call_view(space, call)
+        counted = math.prod(_estimate_one(values, view, gpu, call.dims, call.kind, dtype).grid or [0])
+        seen = math.prod(call.grid)
+        if any(k.persistent for k in view.kernels):
+            note = (f"{call.kernel}: a persistent grid, its program count set at run time (the probe, without a GPU, "
+                    f"launched {seen} programs, grid {call.grid}); the model assumes {counted} on the {gpu.name}")
+        elif seen != counted:
+            note = (f"{call.kernel}: launched {seen} programs (grid {call.grid}) at the current config where the model "
+                    f"counts {counted} from {call.kind} {call.dims}: it does not read this grid, so its predictions "
+                    f"for {call.kernel} are not to be trusted; rank by measured times")
+        else:
+            continue
+        if note not in notes:
+            notes.append(note)
+    return notes
 
 
 def _no_effect_duplicates(configs: list[dict[str, int]], space: CandidateSpace, kind: str) -> dict[int, str]:

@@ -48,6 +48,7 @@ class KernelFacts(BaseModel):
         default_factory=dict, description="constexpr / launch option (num_warps, num_stages) -> the parameter that "
                                           "sets it at this kernel's launch sites")
     launch_sites: int = 0
+    persistent: bool = Field(False, description="its programs loop over the tiles: the grid's size is its own")
 
 
 class KernelCall(BaseModel):
@@ -60,6 +61,9 @@ class KernelCall(BaseModel):
     fixed: dict[str, int] = Field(default_factory=dict, description="values set at the launch that are not tunable")
     precision: str | None = None
     dims_from: str = Field("task", description="'launch' (read from the probe of this launch) or 'task'")
+    grid: list[int] = Field(default_factory=list, description="the grid the probe saw it launched with")
+    axes: dict[str, str] = Field(default_factory=dict,
+                                 description="block the kernel sees -> the dim its grid shows it tiles")
 
 
 class CandidateSpace(BaseModel):

@@ -14,7 +14,7 @@ from egg_mcp.hardware import GpuSpec, gpu_status, spec_for
 
 STAND_IN_GPU = "H200"
 from egg_mcp.tiling.dims import check_kind, normalize_dims
-from egg_mcp.tiling.model import estimate_all, infer_kind
+from egg_mcp.tiling.model import estimate_all, grid_notes, infer_kind
 from egg_mcp.tiling.kernels import kernel_calls, spearman
 from egg_mcp.tiling.models import (
     ConfigEstimate,
@@ -143,7 +143,8 @@ async def propose_tiling(
     configs, total, truncated = enumerate_configs(space, max_configs=max_configs)
     estimates = estimate_all(configs, space, gpu=gpu, dims=canonical, kind=kind, dtype=options.dtype)
     feasible = [e for e in estimates if e.feasible]
-    warnings = list(space.warnings) + call_notes + ([stand_in] if stand_in else [])
+    warnings = (list(space.warnings) + call_notes + grid_notes(space, gpu, options.dtype)
+                + ([stand_in] if stand_in else []))
     if truncated:
         warnings.append(f"space of {total} configs sampled down to {len(configs)} (seeded, uniform)")
     proposal = TilingProposal(

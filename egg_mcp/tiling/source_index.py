@@ -123,6 +123,27 @@ def _autotune_site(kernel: str, call: ast.Call, top_level: dict[str, ast.AST], w
     return AutotuneSite(kernel=kernel, list_node=node, config_func=func, configs=configs)
 
 
+def _persistent(fn: ast.FunctionDef, calls: list[str]) -> bool:
+    """A kernel whose programs loop over the tiles, so its grid has a program count of its own (per SM), not one
+    program per tile: a loop from the program id striding by a program count (range(pid, tiles, NUM_SMS),
+    tl.range(pid, tiles, tl.num_programs(0))), or any loop in a kernel that counts its programs."""
+    if "num_programs" in calls and any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(fn)):
+        return True
+    assigned = {t.id: n.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
+                for t in n.targets if isinstance(t, ast.Name)}
+
+    def reads(node: ast.AST, test) -> bool:
+        return any(test(x) or (isinstance(x, ast.Name) and x.id in assigned and test(assigned[x.id]))
+                   for x in ast.walk(node))
+
+    pid = lambda x: isinstance(x, ast.Call) and dotted(x.func).endswith("program_id")  # noqa: E731
+    count = lambda x: ((isinstance(x, ast.Call) and dotted(x.func).endswith("num_programs"))  # noqa: E731
+                       or (isinstance(x, ast.Name) and PERSISTENT_NAMES.search(x.id.upper()) is not None))
+    return any(isinstance(n, ast.For) and isinstance(n.iter, ast.Call) and len(n.iter.args) >= 3
+               and dotted(n.iter.func).split(".")[-1] in ("range", "static_range")
+               and reads(n.iter.args[0], pid) and reads(n.iter.args[2], count) for n in ast.walk(fn))
+
+
 def _kernel_facts(fn: ast.FunctionDef, autotuned: bool) -> KernelFacts:
     args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
     calls = sorted({dotted(n.func).split(".", 1)[1] for n in ast.walk(fn)
@@ -144,6 +165,7 @@ def _kernel_facts(fn: ast.FunctionDef, autotuned: bool) -> KernelFacts:
         tl_calls=calls,
         autotuned=autotuned,
         line=fn.lineno,
+        persistent=_persistent(fn, calls),
     )
 
 
@@ -222,7 +244,7 @@ def index_source(source: str) -> SourceIndex:
                 index.launch_names.setdefault(kw.arg, set()).add(kw.value.id)
             else:
                 index.derived[kw.arg] = ast.unparse(kw.value)
-    if any("num_programs" in k.tl_calls and k.has_loop for k in index.kernels):
+    if any(k.persistent for k in index.kernels):
         sized = [n for n in index.constants if PERSISTENT_NAMES.fullmatch(n) or PERSISTENT_NAMES.search(n)]
         if sized:
             name = sized[0]

@@ -26,13 +26,13 @@ DEFAULT_MAX_CONFIGS = 16384
 
 
 def persistent_programs(space: CandidateSpace, sm_count: int, values: dict[str, int] | None = None) -> int | None:
-    """Programs a persistent grid launches (its kernels loop over tiles with tl.num_programs), or None.
+    """Programs a persistent grid launches (its kernels loop over the tiles, `KernelFacts.persistent`), or None.
 
     Read from the module constant the source sizes the grid with: `*_PER_SM` times the SM count, a
     total (`NUM_PROGRAMS`, `GRID_SIZE`) as is, `NUM_SMS` as one program per SM; `values` (a config
     being estimated) wins over the source's value."""
     spec = space.derived.get("persistent_grid")
-    if not spec:
+    if not spec or not any(k.persistent for k in space.kernels):  # another kernel's persistent grid is not this one's
         return None
     name, _, value = spec.partition("=")
     try:

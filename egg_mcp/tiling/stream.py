@@ -66,7 +66,7 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
         _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, DRAM_LATENCY_S,
         DTYPE_BYTES, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE,
         PROGRAM_DISPATCH_S, TRANSCENDENTAL_OPS, WARP_STREAM_BPS, _FUNCTION_OPS, _ctas_per_sm, _persistent, _round_up,
-        LOOP_TRIP_OPS, STREAM_KNEE_P, WARP_ILP,
+        LOOP_TRIP_OPS, STREAM_KNEE_P, WARP_ILP, resident,
     )
 
     fired: list[tuple[str, str]] = []
@@ -164,8 +164,9 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
     t_bandwidth = (per_sm_programs * program_bytes + broadcast_once) / (share * sector)
     chain = iters * passes * DRAM_LATENCY_S + PROGRAM_FIXED_S + _REDUCTIONS[kind] * REDUCTION_STEP_S * math.log2(
         max(w, 1) * 2) * (iters * passes if kind == "softmax" and iters > 1 else 1)
-    rounds = math.ceil(math.ceil(per_sm_programs) / max(c, 1))
-    resident_warps = min(max(c, 1), per_sm_programs) * w
+    held = resident(c, launched, active)  # a persistent grid's SM holds its own programs, not all that fit
+    rounds = math.ceil(math.ceil(per_sm_programs) / held)
+    resident_warps = min(held, per_sm_programs) * w
     if iters > 1:
         # a loop over the row: its loads are not a serial chain (LLVM unrolls short bodies x4 and every resident
         # warp has its trip's loads in flight, benchmarks/tiling_compile_study.py), but each resident warp
