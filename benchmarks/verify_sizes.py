@@ -23,7 +23,6 @@ named.
 from __future__ import annotations
 
 import asyncio
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 
 from benchmarks.verify_latency import CANDIDATE as GEMM_CANDIDATE
 from benchmarks.verify_latency import REFERENCE as GEMM_REFERENCE
+from benchmarks.verify_latency import _p50
 
 SOFTMAX_REFERENCE = '''import torch
 import torch.nn as nn
@@ -144,10 +144,6 @@ QUICK_TASKS = {
     "relu_2gb": (RELU_REFERENCE.format(rows=8, cols=100), RELU_CANDIDATE.format(block=128)),
 }
 TARGET_OVERHEAD_S = 1.5
-
-
-def _p50(values: list[float]) -> float | None:
-    return round(statistics.median(values), 3) if values else None
 
 
 def call_row(structured: dict[str, Any], wall: float) -> dict[str, Any]:

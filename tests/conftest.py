@@ -79,3 +79,13 @@ def softmax_candidate() -> str:
 
 
 __all__ = ["REPO", "FIXTURES", "SANDBOX_OPT_IN_ARGS", "softmax_candidate", "os"]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster faking two GPUs of one accelerator type (the Ray lane tests), one per test module."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, num_gpus=2, resources={"accelerator_type:TEST-GPU": 1}, include_dashboard=False,
+             logging_level="ERROR", log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -33,15 +33,6 @@ OPTS = {ADD_RELU: EvalOptions(device="interpreter", size_overrides={"batch_size"
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, num_gpus=2, resources={"accelerator_type:TEST-GPU": 1}, include_dashboard=False,
-             logging_level="ERROR", log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def pool(ray_cluster):
     """Two lanes for the module (actor and spare start-up paid once); the last test kills one."""
     from egg_mcp.cluster.ray_lanes import connect, describe_cluster

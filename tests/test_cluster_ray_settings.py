@@ -32,15 +32,6 @@ os.execv(rest[0], rest)
 """A wrapper (as ncu wraps a profiling worker) that writes what the engine told its worker into its log."""
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, num_gpus=2, resources={"accelerator_type:TEST-GPU": 1}, include_dashboard=False,
-             logging_level="ERROR", log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.mark.slow
 def test_gateway_lanes_get_the_servers_protected_paths_floor_and_bound_floors(ray_cluster, tmp_path):
     from egg_mcp.cluster.build import build_evaluator
