@@ -77,12 +77,12 @@ def _summary(ops: list[Any]) -> _Cost:
 
 
 def _meta_cost(module: Any, sizes: dict[str, int], dtype: str) -> _Cost:
-    from egg_mcp.analysis.reference import _build
+    from egg_mcp.analysis.reference_build import build_model
     from egg_mcp.analysis.trace import _trace
     from egg_mcp.evaluation.problem import apply_size_overrides
 
     apply_size_overrides(module, None, sizes)
-    model, inputs = _build(module, "meta", dtype)
+    model, inputs = build_model(module, "meta", dtype)
     raw = _trace(model, inputs)[0]
     return _summary([r.info for r in raw])
 
@@ -343,7 +343,7 @@ def measure_output_errors(source: str, dtype: str, overrides: dict[str, Any], at
     OutputProbeError when the forward cannot be judged at the output (the caller falls back per GEMM)."""
     import torch
 
-    from egg_mcp.analysis.reference import _build, load_reference_module
+    from egg_mcp.analysis.reference_build import build_model, load_reference_module
     from egg_mcp.evaluation.problem import apply_size_overrides
     from egg_mcp.problems.loader import module_int_constants
 
@@ -353,7 +353,7 @@ def measure_output_errors(source: str, dtype: str, overrides: dict[str, Any], at
     sizes, cost, where = probe_sizes(module, start, _summary(ops), dtype)
     try:
         apply_size_overrides(module, None, sizes)
-        model, inputs = _build(module, "cpu", dtype)
+        model, inputs = build_model(module, "cpu", dtype)
         truth = _truth(model, inputs)
     except Exception as exc:
         raise OutputProbeError(f"the forward does not run in fp64 on the CPU ({type(exc).__name__}: {exc})") from None

@@ -12,9 +12,6 @@ torch is imported inside the functions that need it: this module is imported by 
 
 from __future__ import annotations
 
-import tempfile
-import uuid
-from pathlib import Path
 from typing import Any, Callable
 
 from egg_mcp.analysis.models import ReferenceAnalysis
@@ -28,6 +25,7 @@ from egg_mcp.analysis.roofline import (
     roofline_floor,
 )
 from egg_mcp.analysis.precision import gemm_fallback
+from egg_mcp.analysis.reference_build import build_model, load_reference_module
 from egg_mcp.evaluation.api import TolerancePolicy
 from egg_mcp.hardware import NO_GPU, GpuSpec, gpu_status, spec_for, unknown_gpu_message
 
@@ -162,60 +160,10 @@ CPU_TRACE_LIMIT_BYTES = 2 * 1024**3
 """Largest inputs + parameters a CPU fallback trace may allocate (the CPU is shared)."""
 
 
-def load_reference_module(source: str, size_overrides: dict[str, int | list[int]] | None = None) -> Any:
-    """Write `source` to a real file (tracebacks and @triton.jit need one) and import it."""
-    workdir = Path(tempfile.mkdtemp(prefix="egg_ref_"))
-    name = f"egg_reference_{uuid.uuid4().hex[:8]}"
-    from egg_mcp.evaluation.modules import import_source
-
-    module = import_source(source, workdir / f"{name}.py", name)
-    for attr in ("Model", "get_inputs", "get_init_inputs"):
-        if not hasattr(module, attr):
-            raise AnalysisError(
-                f"the reference defines no `{attr}`; a KernelBench reference needs class Model, get_inputs() "
-                "and get_init_inputs()"
-            )
-    if size_overrides:  # the rules every evaluation applies (ints, lists of ints; derived constants refreshed)
-        from egg_mcp.evaluation.problem import apply_size_overrides
-
-        try:
-            apply_size_overrides(module, None, dict(size_overrides))
-        except ValueError as exc:
-            raise AnalysisError(str(exc)) from None
-    return module
-
-
-def _torch_dtype(dtype: str) -> Any:
-    import torch
-
-    table = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-    if dtype not in table:
-        raise AnalysisError(f"unsupported dtype {dtype!r}; use one of {', '.join(table)}")
-    return table[dtype]
-
-
-def _build(module: Any, device: str, dtype: str) -> tuple[Any, list[Any]]:
-    import torch
-
-    tdtype = _torch_dtype(dtype)
-    torch.manual_seed(0)
-    with torch.device(device):
-        init = list(module.get_init_inputs())
-        model = module.Model(*init)
-        inputs = list(module.get_inputs())
-    model = model.to(device=device, dtype=tdtype)
-    inputs = [
-        (t.to(device=device, dtype=tdtype) if t.is_floating_point() else t.to(device))
-        if isinstance(t, torch.Tensor) else t
-        for t in inputs
-    ]
-    return model, inputs
-
-
 def _input_bytes(module: Any) -> int | None:
     """Bytes of inputs + parameters, from a meta build (None when even that fails)."""
     try:
-        model, inputs = _build(module, "meta", "float32")
+        model, inputs = build_model(module, "meta", "float32")
     except Exception:
         return None
     import torch
@@ -273,7 +221,7 @@ def analyze_job(payload: dict[str, Any]) -> dict[str, Any]:
     probe = _output_probe(source, dtype, overrides, tolerance)
     meta_error: Exception | None = None
     try:
-        model, inputs = _build(module, "meta", dtype)
+        model, inputs = build_model(module, "meta", dtype)
         return analyze_model(model, inputs, gpu=gpu, dtype=dtype, tolerance=tolerance, gpu_missing=gpu_missing,
                              size_overrides=overrides, traced_on="meta",
                              precision_probe=probe).model_dump(mode="json")
@@ -292,7 +240,7 @@ def analyze_job(payload: dict[str, Any]) -> dict[str, Any]:
                 "(e.g. the problem's QUICK_SIZES) or analyse on a GPU machine"
             )
     try:
-        model, inputs = _build(module, device, dtype)
+        model, inputs = build_model(module, device, dtype)
         result = analyze_model(model, inputs, gpu=gpu, dtype=dtype, tolerance=tolerance, gpu_missing=gpu_missing,
                                size_overrides=overrides, traced_on=device, precision_probe=probe)
     except Exception as exc:
