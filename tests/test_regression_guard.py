@@ -177,6 +177,19 @@ def test_review_flags_beyond_the_floor_and_implausible_speedup(tmp_path):
     assert v["ok"].verdict == "correct"  # review flags never block
 
 
+def test_a_quick_check_at_other_sizes_is_held_to_no_floor(tmp_path):
+    """The task's floor is for its own sizes: a verify at smaller size_overrides would read as below it."""
+    service, fake = _service(tmp_path, {"ok": ("correct", 0.0001, 0.0)}, reference_ms=4.0)
+
+    async def scenario():
+        task = await service.start_task(builtin_source("softmax"))
+        return await service.verify(task.task_id, src("ok"), size_overrides={"batch_size": 64})
+
+    quick = asyncio.run(scenario())
+    assert fake.options[0].roofline_floor_ms is None
+    assert "beyond_floor" not in {f.check for f in quick.result.integrity}
+
+
 def test_review_rule_thresholds():
     assert review_findings(0.41, reference_ms=4.0, floor_ms=0.1) == []  # 9.8x: no flag
     assert [f.check for f in review_findings(0.39, reference_ms=4.0, floor_ms=None)] == ["implausible_speedup"]

@@ -22,7 +22,9 @@ async def profile(service: EggService, task_id: str, candidate_id: str, progress
     notes: list[str] = []
     if sizes is not None:
         opts = opts.model_copy(update={"size_overrides": sizes})
-        notes.append(f"profiled at the size_overrides {sizes}, not the task's sizes")
+        notes.append(f"profiled at the size_overrides {sizes}, not the task's sizes: no floor or roofline (the "
+                     "task's FLOPs, bytes and floor are for its own sizes)")
+        analysis = {}
     service.require_sandbox("run candidates (profile_ncu)")
     try:
         report = await profile_candidate(

@@ -111,7 +111,9 @@ class Verification(ServiceCore):
                 opts = self._options(row)
                 if sizes is not None:
                     opts = opts.model_copy(update={"size_overrides": sizes})
-                eval_opts = self._eval_options(opts, base, roofline_floor_ms=self._floor_ms(self._analysis(row)),
+                # the task's floor holds at the task's sizes: a quick check at other sizes is held to none
+                floor_ms = self._floor_ms(self._analysis(row)) if sizes is None else None
+                eval_opts = self._eval_options(opts, base, roofline_floor_ms=floor_ms,
                                                timing=self.timing_available(),
                                                isolated_timing=self.config.isolated_timing)
                 result = await self.evaluator.evaluate(self._reference(row), source, eval_opts, progress)
