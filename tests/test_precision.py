@@ -94,6 +94,29 @@ def test_without_measured_errors_only_the_policy_rule_applies():
     assert admissible_compute_type("float32", None, errors, H200) == "tf32x3"
 
 
+def test_a_path_this_gpu_does_not_price_falls_back_to_an_admissible_one_it_does(monkeypatch):
+    """A GPU spec without the ladder's fastest path must not fall back to the policy rule's path when the
+    ladder refused that one (here: the policy says tf32 at this loose tolerance, the output check refused it)."""
+    import egg_mcp.analysis.precision as precision
+    from egg_mcp.analysis.precision import PrecisionLadder, Rung
+    from egg_mcp.analysis.roofline import TF32_MIN_TOLERANCE, compute_type_for
+    from egg_mcp.evaluation.api import default_tolerance
+    from egg_mcp.hardware import Ceiling
+
+    loose = default_tolerance("float32").model_copy(update={"atol": TF32_MIN_TOLERANCE, "rtol": TF32_MIN_TOLERANCE})
+    assert compute_type_for("float32", loose) == "tf32"
+
+    def rung(path, ok):
+        return Rung(path=path, how="", rate=Ceiling(key=path, value=1e12, unit="FLOP/s", source="datasheet",
+                                                    detail=""), admissible=ok, why="")
+
+    ladder = PrecisionLadder(rungs=[rung("fp32", True), rung("tf32x3", True), rung("tf32", False)], fastest="tf32x3")
+    monkeypatch.setattr(precision, "precision_ladder", lambda *a, **k: ladder)
+    no_x3 = H200.model_copy(update={"peak_flops": {k: v for k, v in H200.peak_flops.items() if k != "tf32x3"}})
+    assert admissible_compute_type("float32", loose, ["measured"], no_x3) == "fp32"
+    assert admissible_compute_type("float32", loose, ["measured"], H200) == "tf32x3"
+
+
 def test_half_task_ladder_starts_at_its_own_dtype():
     errors = measure_path_errors([ADDMM], "bfloat16")
     ladder = precision_ladder(errors, "bfloat16", 1e-2, 1e-2, H200)

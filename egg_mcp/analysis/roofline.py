@@ -43,8 +43,12 @@ def admissible_compute_type(dtype: str, tolerance: TolerancePolicy | None, error
     if not errors:
         return fallback
     policy = tolerance or default_tolerance("float32" if dtype == "float32" else "float16")
-    path = precision_ladder(errors, dtype, policy.atol, policy.rtol, gpu).fastest
-    return path if gpu is None or path in gpu.peak_flops else fallback
+    ladder = precision_ladder(errors, dtype, policy.atol, policy.rtol, gpu)
+    if gpu is None or ladder.fastest in gpu.peak_flops:
+        return ladder.fastest
+    # this GPU prices no such path: the fastest admissible one it does price, never one the ladder refused
+    priced = [r for r in ladder.rungs if r.admissible and r.path in gpu.peak_flops]
+    return max(priced, key=lambda r: gpu.peak_flops[r.path]).path if priced else fallback
 
 
 def candidate_compute_types(dtype: str) -> list[str]:
