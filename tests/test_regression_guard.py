@@ -170,6 +170,11 @@ def test_review_flags_beyond_the_floor_and_implausible_speedup(tmp_path):
     task, v = asyncio.run(scenario())
     floor_ms = task.analysis["floor"]["floor_ms"]
     assert fake.options[0].roofline_floor_ms == pytest.approx(floor_ms)  # the service hands verify the floor
+    floor = task.analysis["floor"]  # with its path and what set it, for the flag's checks
+    assert fake.options[0].roofline_floor_path == floor["compute_type"]
+    assert fake.options[0].roofline_floor_basis.startswith("set by the minimum bytes at the DRAM rate"
+                                                           if floor["bound"] == "memory" else "set by the FLOPs")
+    assert floor["spec_source"] in fake.options[0].roofline_floor_basis
     fast = {f.check for f in v["fast"].result.integrity}
     assert fast == {"implausible_speedup"} and 0.3 > floor_ms  # 13.3x the reference, above the floor
     below = {f.check: f for f in v["ok"].result.integrity}
@@ -188,6 +193,19 @@ def test_a_quick_check_at_other_sizes_is_held_to_no_floor(tmp_path):
     quick = asyncio.run(scenario())
     assert fake.options[0].roofline_floor_ms is None
     assert "beyond_floor" not in {f.check for f in quick.result.integrity}
+
+
+def test_the_below_floor_flag_names_the_path_and_what_to_check():
+    from egg_mcp.workflow.verify import floor_basis
+
+    memory = floor_basis({"floor_ms": 1.0, "bound": "memory", "compute_type": "fp32",
+                          "spec_source": "datasheet: DRAM 4.3 TB/s lead"})
+    flags = review_findings(0.5, reference_ms=None, floor_ms=1.0, floor_path="fp32", floor_basis=memory)
+    detail = next(f.detail for f in flags if f.check == "beyond_floor")
+    assert "(fp32)" in detail and "minimum bytes at the DRAM rate" in detail and "4.3 TB/s lead" in detail
+    compute = floor_basis({"floor_ms": 1.0, "bound": "compute", "compute_type": "tf32x3", "spec_source": "x"})
+    assert "FLOPs at the tf32x3 rate" in compute and "faster path" in compute
+    assert floor_basis({}) is None
 
 
 def test_review_rule_thresholds():

@@ -83,6 +83,10 @@ class EvalOptions(BaseModel):
     roofline_floor_ms: float | None = Field(
         None, description="physical floor of the reference on this GPU; a faster candidate is flagged for review"
     )
+    roofline_floor_path: str | None = Field(None, description="the compute path the floor assumes (the fastest the "
+                                            "precision ladder admits), named in the flag")
+    roofline_floor_basis: str | None = Field(None, description="what set the floor and where its ceilings come from "
+                                             "(measured here or a datasheet lead), said in the flag")
     baseline_ms: float | None = Field(
         None,
         description="eager reference time on this device (from `baselines`); None: the engine times the reference "

@@ -213,7 +213,9 @@ class Verdicts:
             result["reference_timing"] = reference_timing.model_dump()
             result["speedup"] = baseline_ms / stats.median_ms if stats.median_ms > 0 else None
         self.findings.extend(review_findings(stats.median_ms, reference_ms=baseline_ms,
-                                             floor_ms=self.opts.roofline_floor_ms))
+                                             floor_ms=self.opts.roofline_floor_ms,
+                                             floor_path=self.opts.roofline_floor_path,
+                                             floor_basis=self.opts.roofline_floor_basis))
         result["integrity"] = [f.model_dump() for f in self._unique()]
         result["summary"] = self._correct_summary(result, result["correctness_trials"], stats, reference_timing)
 

@@ -14,7 +14,7 @@ SPEEDUP_REVIEW_FACTOR = 10.0
 
 
 def review_findings(median_ms: float, *, reference_ms: float | None, floor_ms: float | None,
-                    floor_path: str | None = None) -> list[IntegrityFinding]:
+                    floor_path: str | None = None, floor_basis: str | None = None) -> list[IntegrityFinding]:
     """`floor_ms` is the floor of the fastest admissible compute path (`floor_path`, from the precision
     ladder): the flag uses the one roofline verdict (`analysis.verdict`) profile_ncu and the briefs use."""
     out = []
@@ -25,5 +25,6 @@ def review_findings(median_ms: float, *, reference_ms: float | None, floor_ms: f
                    f"{median_ms:.4f} ms): check the result by hand"))
     verdict = roofline_verdict(median_ms, floor_ms, floor_path)
     if verdict.status == "below_floor":
-        out.append(IntegrityFinding(check="beyond_floor", severity="review", detail=verdict.text))
+        detail = verdict.text + (f"; the floor is {floor_basis}" if floor_basis else "")
+        out.append(IntegrityFinding(check="beyond_floor", severity="review", detail=detail))
     return out
