@@ -135,6 +135,9 @@ def verify(r) -> str:
     if r.verdict == "correct" and share is not None:
         parts.append(f"error: max {share.max_share:.1%} of the tolerance (p99 {share.p99_share:.1%}) at {share.path}, "
                      f"over {share.trials} compared calls")
+    elif r.verdict == "correct":
+        parts.append("error: no share of the tolerance (no floating-point output was compared with a tolerance: "
+                     "integers, bools and exact scalars must be equal; or this result was stored before shares were)")
     sizes = (res.options.size_overrides if res.options else None) or {}
     if sizes:
         parts.append(f"evaluated at sizes {sizes}")
