@@ -109,8 +109,7 @@ class Judge(Verdicts):
             if self.runner is not None:
                 self.clock("runner_teardown")
                 if self.runner.bounds is not None:  # what the job used, beside its bounds (judge_info.bounds)
-                    rss, tasks = self.runner.peak
-                    self.judge_info["runner_peak"] = f"memory {bounds.size(rss)}, {tasks} tasks (polled)"
+                    self.judge_info["runner_peak"] = self.runner.peak_text()
                 self.runner.kill()
         if result.get("verdict") == "correct":
             self.clock("timing_reference")

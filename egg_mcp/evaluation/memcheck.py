@@ -240,7 +240,7 @@ def memcheck_job(payload: dict[str, Any]) -> dict[str, Any]:
     result = result_from_report(text, tool, round(time.monotonic() - started, 3),
                                 sandbox if isinstance(sandbox, dict) else None, tool_output=said, runner_exit=code)
     result.bounds = limits.describe()
-    result.runner_peak = f"memory {bounds.size(runner.peak[0])}, {runner.peak[1]} tasks (polled)"
+    result.runner_peak = runner.peak_text()
     if over is not None and result.verdict != "memory_error":
         result = over_bound_result(over, result)
     return result.model_dump()

@@ -92,6 +92,10 @@ class RunnerProcess:
         self.peak = (0, 0)  # the most resident memory and tasks the watchdog saw (judge_info: runner_peak)
 
     # -- resource bounds ---------------------------------------------------------------------------
+    def peak_text(self) -> str:
+        """What the job used, beside its bounds (a verify's judge_info.runner_peak, a memcheck's runner_peak)."""
+        return f"memory {bounds_mod.size(self.peak[0])}, {self.peak[1]} tasks (polled)"
+
     def watch(self, job_bounds: bounds_mod.Bounds) -> None:
         """From now on, every wait for this runner checks its tree's memory and tasks and its private dir's size
         against `job_bounds` (bounds.py); over one, the runner is killed and the wait ends with the bound named."""
