@@ -186,16 +186,14 @@ def create_server(
     workspace = Workspace(config.workspace, config.scratch_dir())
     analysis_evaluator = None
     auto_calibrate = evaluator is None and not config.force_interpreter
-    # no tool or toolchain grant to a runner may expose these (nor any home directory): landlock.grantable
-    protect = [workspace.root, *config.readable_roots()]
     if evaluator is None:
         from egg_mcp.cluster.build import build_evaluator
-        from egg_mcp.sandbox import probe
-        from egg_mcp.sandbox.floor import floor_for
+        from egg_mcp.sandbox.floor import runner_guards
 
         # every runner and confined job checks its own report against the floor too (not only this host's probe);
-        # below the floor the service refuses candidate tools before any job starts (require_sandbox)
-        floor = floor_for(probe(), config.unsafe_sandbox_floor)
+        # below the floor the service refuses candidate tools before any job starts (require_sandbox); no tool
+        # or toolchain grant to a runner may expose `protect` (landlock.grantable)
+        floor, protect = runner_guards(config)
         required = floor.required if floor.runs_candidates else []
         from egg_mcp.evaluation.engine import WorkerEvaluator
 

@@ -123,13 +123,11 @@ def _make_evaluator(config: ServerConfig, scratch: Path, ray_address: str | None
     """The engine serve would build: runners held to the same sandbox floor, and no grant exposing the workspace,
     the allowed folders or `protect` (bench's own folders). Below the floor nothing runs (BenchError says why)."""
     from egg_mcp.cluster.build import build_evaluator  # lazily: the engine is heavy and optional here
-    from egg_mcp.sandbox import probe
-    from egg_mcp.sandbox.floor import floor_for
+    from egg_mcp.sandbox.floor import runner_guards
 
-    floor = floor_for(probe(), config.unsafe_sandbox_floor)
+    floor, guarded = runner_guards(config, protect)
     if not floor.runs_candidates:
         raise BenchError(floor.refusal("run the solutions"))
-    guarded = [config.workspace, *config.readable_roots(), *protect]
     return build_evaluator(scratch, force_interpreter=config.force_interpreter, ray_address=ray_address,
                            max_lanes=max_lanes, protect=guarded, sandbox_required=floor.required)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -115,6 +116,15 @@ def floor_for(host: SandboxReport, unsafe_level: UnsafeLevel | None = None) -> S
     return SandboxFloor(host_level=host.level, host_summary=host.summary(), required=required, missing=missing,
                         weak=weak, unsafe_level=unsafe_level, notes=[n for n in host.notes
                                                                      if not n.startswith("namespaces:")])
+
+
+def runner_guards(config: Any, extra_protect: Any = ()) -> tuple[SandboxFloor, list[Path]]:
+    """How serve (and bench) hold an engine's runners: the floor on this host, and the paths no tool or toolchain
+    grant may expose (the workspace, the allowed folders, `extra_protect`; every home directory besides)."""
+    from egg_mcp.sandbox.host import probe
+
+    floor = floor_for(probe(), config.unsafe_sandbox_floor)
+    return floor, [Path(config.workspace).expanduser(), *config.readable_roots(), *map(Path, extra_protect)]
 
 
 def required_from_env(raw: str | None) -> list[str]:
