@@ -153,8 +153,8 @@ class TimingStats(BaseModel):
     l2_flushed: bool = True
     input_sets: int = 1
     host_wall_ms: float | None = Field(None, description="host clock over the timed region (cross-check)")
-    estimate_ms: float | None = Field(None, description="the first event reading per call, which picks the method "
-                                      "(a CUDA graph below timing.GRAPH_BELOW_MS)")
+    estimate_ms: float | None = Field(None, description="the call's GPU time (launch gaps hidden), which picks the "
+                                      "method (a CUDA graph below timing.GRAPH_BELOW_MS)")
     graph_fallback: str | None = Field(None, description="why a call short enough for a CUDA graph was timed by "
                                        "events instead (the capture's error)")
     remeasured: int = Field(0, description="readings taken again because they showed an outside disturbance "

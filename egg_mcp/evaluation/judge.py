@@ -223,18 +223,24 @@ class Judge(Verdicts):
             raise Rejected(self._runner_died(gone.report)) from None
         except wire.WireError as exc:
             raise Rejected(self._protocol(str(exc))) from None
+        kind = self._reply(message, expect)
+        if kind == "confined":
+            self.sandbox = message.get("sandbox") if isinstance(message.get("sandbox"), dict) else None
+        return (message, blobs) if max_blob_bytes else message
+
+    def _reply(self, message: dict[str, Any], expect: str, counted: bool = False) -> str:
+        """Every answer's first reading: its findings; the candidate's failure, or an error in the runner's harness
+        code, ends the evaluation as such (never as a protocol breach); any other type than `expect` is one."""
         self._collect(message.get("findings", []))
         kind = message.get("type")
         if kind == "failed":
-            raise Rejected(self._candidate_failed(message))
+            raise Rejected(self._candidate_failed(message, counted=counted))
         if kind == "runner_error":
             raise Rejected(self._harness_fault(f"the runner's harness code raised {message.get('kind')}: "
                                                f"{str(message.get('message'))[:300]}", str(message.get("traceback"))))
         if kind != expect:
             raise Rejected(self._protocol(f"expected a '{expect}' message, got {str(kind)[:40]!r}"))
-        if kind == "confined":
-            self.sandbox = message.get("sandbox") if isinstance(message.get("sandbox"), dict) else None
-        return (message, blobs) if max_blob_bytes else message
+        return kind
 
     def _collect(self, findings: Any) -> None:
         if not isinstance(findings, list) or len(findings) > 500:
@@ -320,15 +326,11 @@ class Judge(Verdicts):
             raise Rejected(self._runner_died(gone.report, counted=True)) from None
         except wire.WireError as exc:
             raise Rejected(self._protocol(str(exc))) from None
-        self._collect(message.get("findings", []))
         if trial == 0 and stage == "correctness":
             self.judge_info.update(runner_reports(message))  # the runner's words: shown, never used
             if self.runner.mode == "gpu":
                 teach_launchers(message.get("kernel_signatures"))  # for the spares: validated, build hints only
-        if message.get("type") == "failed":
-            raise Rejected(self._candidate_failed(message, counted=True))
-        if message.get("type") != "outputs":
-            raise Rejected(self._protocol(f"expected outputs, got {str(message.get('type'))[:40]!r}"))
+        self._reply(message, "outputs", counted=True)
         self._note_launches(message.get("launches"))
         try:
             got = wire.decode_output(message.get("structure"), message.get("values"), blobs)

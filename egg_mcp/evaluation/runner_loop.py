@@ -15,6 +15,7 @@ from typing import Any
 from egg_mcp.evaluation import launchers, wire
 from egg_mcp.evaluation.bounds import over_bound_note
 from egg_mcp.evaluation.candidate_side import CandidateFailed
+from egg_mcp.evaluation.errors import error_kind
 from egg_mcp.evaluation.failures import _failure
 
 
@@ -48,6 +49,12 @@ def serve(sock: socket.socket, side: Any) -> None:
             if over_bound_note(exc) is not None:  # a bound the candidate's use ran into, wherever it surfaced
                 wire.send(sock, {"type": "failed", **_failure("runtime_error", exc, side.candidate_path,
                                                               "The candidate's runner"), "findings": side.new_findings()})
+                continue
+            if error_kind(exc) == "oom":  # the GPU (or host) filled up in harness code: the run did not fit, say so
+                wire.send(sock, {"type": "failed", **_failure(
+                    "oom", exc, side.candidate_path, f"The runner ran out of memory in the harness's {kind!r} step "
+                    "(the candidate's buffers and the harness's input sets and output copies together did not fit)"),
+                    "findings": side.new_findings()})
                 continue
             wire.send(sock, {"type": "runner_error", "kind": type(exc).__name__, "message": str(exc)[:2000],
                              "traceback": traceback.format_exc()[-6000:]})
