@@ -55,6 +55,16 @@ _perf_counter = time.perf_counter
 _cuda_synchronize = torch.cuda.synchronize
 
 
+PREVIOUS_OUTPUT_BYTES = 256 << 20
+
+
+def keep_recent(previous: list[torch.Tensor], new: list[torch.Tensor], cap: int = PREVIOUS_OUTPUT_BYTES) -> None:
+    """Append this call's outputs; drop the oldest while more than `cap` bytes are kept (never this call's)."""
+    previous.extend(new)
+    while len(previous) > len(new) and sum(t.numel() * t.element_size() for t in previous) > cap:
+        previous.pop(0)
+
+
 class CandidateFailed(Exception):
     def __init__(self, message: dict[str, Any]):
         super().__init__(message.get("summary", ""))
@@ -259,10 +269,11 @@ class CandidateSide:
         structure, leaves = wire.flatten_output(out)  # every part, nested (tuples, lists, dicts); judged as data
         outs = [o for _, o in leaves]
         # Earlier outputs are kept alive, so a fresh allocation can never reuse their address: an output
-        # at the same address as an earlier one is a buffer the candidate kept between calls.
+        # at the same address as an earlier one is a buffer the candidate kept between calls. Kept up to
+        # PREVIOUS_OUTPUT_BYTES (at least the last call's): at 6 GiB per output, keeping every trial's filled the GPU.
         reused = any(isinstance(o, torch.Tensor) and o.numel() and any(
             _overlaps(o, p) for p in self.previous_outputs) for o in outs)
-        self.previous_outputs.extend(o for o in outs if isinstance(o, torch.Tensor))
+        keep_recent(self.previous_outputs, [o for o in outs if isinstance(o, torch.Tensor)])
         for i, o in leaves:
             if isinstance(o, torch.Tensor) and type(o) not in (torch.Tensor, torch.nn.Parameter):
                 self.finding("tensor_subclass", f"{i} is a {type(o).__module__}.{type(o).__name__}, not a "

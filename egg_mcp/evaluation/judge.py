@@ -31,6 +31,7 @@ from egg_mcp.evaluation.api import ErrorReport, EvalOptions, IntegrityFinding, T
 from egg_mcp.evaluation.compare import compare_outputs
 from egg_mcp.evaluation.compile_clock import runner_reports
 from egg_mcp.evaluation.failures import _failure, classify, env_info
+from egg_mcp.evaluation.gpu_cache import release_cached
 from egg_mcp.evaluation.judge_held import HeldReference
 from egg_mcp.evaluation.judge_verdicts import Verdicts, timing_cross_check  # noqa: F401  (re-exported)
 from egg_mcp.evaluation.modules import import_source
@@ -342,6 +343,8 @@ class Judge(Verdicts):
         shares: dict[str, tuple[float, float]] = {}
         mismatch = compare_outputs(got, expected, self.opts.tolerance.atol, self.opts.tolerance.rtol,
                                    notes=self.notes, to_expected_device=True, shares=shares)
+        del got, expected, leaves
+        release_cached()  # the runner's next step needs what this trial's comparison peaked at (gpu_cache.py)
         self._note_shares(shares)
         if mismatch is not None:
             mismatch.trial = trial + 1
@@ -420,6 +423,7 @@ class Judge(Verdicts):
         tol = self.opts.tolerance
         findings, error = timed_checks.audit_findings(audited, values, self._expected_raw,
                                                       timed_checks.trial_rules(tol.atol, tol.rtol))
+        release_cached()  # the audited seeds' reference outputs
         if error is not None:
             raise Rejected(self._protocol(error))
         self.findings.extend(findings)

@@ -16,6 +16,7 @@ from egg_mcp.evaluation import launchers, wire
 from egg_mcp.evaluation.bounds import over_bound_note
 from egg_mcp.evaluation.candidate_side import CandidateFailed
 from egg_mcp.evaluation.errors import error_kind
+from egg_mcp.evaluation.gpu_cache import release_cached
 from egg_mcp.evaluation.failures import _failure
 
 
@@ -38,11 +39,14 @@ def serve(sock: socket.socket, side: Any) -> None:
             if kind in ("trial", "time"):  # answered with values as bytes
                 header, blobs = side.trial(cmd) if kind == "trial" else side.time(cmd)
                 wire.send(sock, header, blobs)
+                del header, blobs
+                release_cached()  # the judge needs the GPU memory this step peaked at (gpu_cache.py)
                 continue
             handler = handlers.get(str(kind))
             if handler is None:
                 raise ValueError(f"unknown runner command {kind!r}")
             wire.send(sock, handler(cmd))
+            release_cached()
         except CandidateFailed as failed:
             wire.send(sock, {"type": "failed", **failed.message, "findings": side.new_findings()})
         except BaseException as exc:  # noqa: BLE001 - a runner-side bug: reported as such, not as the candidate's

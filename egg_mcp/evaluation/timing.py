@@ -351,7 +351,8 @@ class GpuTimer:
         Raises RuntimeError when the profiler is missing or does not see one group of kernels per call."""
         if _profile is None:
             raise RuntimeError("torch.profiler is not available in this torch build")
-        sets = [make_inputs(k) for k in range(3)]
+        first = make_inputs(0)  # three rotating sets when they fit in L2, else one (each flushed anyway): at a 6 GiB
+        sets = [first] + [make_inputs(k) for k in range(1, 3 if tensor_bytes(first) < self.l2_bytes else 1)]
         for _ in range(2):
             fn(sets[0])
         flush_rows = self._kernel_rows(lambda: [self._flush() for _ in range(2)])

@@ -1,0 +1,31 @@
+"""Give a process's cached CUDA blocks back between the steps of a large verify.
+
+The judge and its runner share one GPU and run at the same time (the judge computes a trial's reference while the
+runner runs the candidate). PyTorch's caching allocator keeps every freed block reserved for its own process, so at
+large sizes each process held its peak for the whole job: a softmax over a 6 GiB input ran out of memory on the
+140 GB H200 with the runner holding 54.7 GiB (benchmarks/results/h200_2026-12-02/verify_sizes_0b272d0.json).
+Released only when a step left at least RELEASE_ABOVE_BYTES cached (small problems keep their warm cache).
+"""
+
+from __future__ import annotations
+
+import torch
+
+RELEASE_ABOVE_BYTES = 1 << 30
+
+# Trusted references, taken before any candidate code is imported (the runner imports this module first).
+_initialized = torch.cuda.is_initialized
+_reserved = torch.cuda.memory_reserved
+_allocated = torch.cuda.memory_allocated
+_empty_cache = torch.cuda.empty_cache
+
+
+def release_cached(min_bytes: int = RELEASE_ABOVE_BYTES) -> int:
+    """Return the cached, unused CUDA blocks to the driver when they add up to min_bytes; the bytes given back."""
+    if not _initialized():
+        return 0
+    cached = _reserved() - _allocated()
+    if cached < min_bytes:
+        return 0
+    _empty_cache()
+    return cached
