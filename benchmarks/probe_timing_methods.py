@@ -83,7 +83,7 @@ def load(case: dict, workdir: Path):
     import torch
 
     from egg_mcp.evaluation.harness import Problem, apply_size_overrides
-    from egg_mcp.evaluation.modules import import_source
+    from egg_mcp.problems.modules import import_source
 
     ref = import_source(case["reference"], workdir / "ref_mod.py", f"probe_ref_{os.getpid()}")
     cand = import_source(case["candidate"], workdir / "cand_mod.py", f"probe_cand_{os.getpid()}")

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from egg_mcp.calibration.models import Calibration  # noqa: E402
+from egg_mcp.hardware.calibration_record import Calibration  # noqa: E402
 from egg_mcp.hardware import apply_calibration, spec_for  # noqa: E402
 from egg_mcp.tiling.kernels import spearman  # noqa: E402
 from egg_mcp.tiling.model import _estimate_one, call_view, estimate  # noqa: E402

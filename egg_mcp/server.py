@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from egg_mcp import __version__
 from egg_mcp.config import ServerConfig
-from egg_mcp.evaluation.api import Evaluator
+from egg_mcp.contract import Evaluator
 from egg_mcp.hardware import GpuSpec, detect_gpu
 from egg_mcp.profiling.compact import CompactProfile, fit_reply
 from egg_mcp.profiling.models import ProfileReport
@@ -52,7 +52,7 @@ from egg_mcp.workflow.models import (
 )
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.service import EggService, WorkflowError
-from egg_mcp.workflow.stages import Stage
+from egg_mcp.stages import Stage
 from egg_mcp.workspace.faults import tool_error_text
 from egg_mcp.workspace.store import Workspace, WorkspaceError
 

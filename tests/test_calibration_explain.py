@@ -15,7 +15,7 @@ import pytest
 
 from egg_mcp.calibration import explain as ex
 from egg_mcp.calibration import matmul, ncu_gemm, sampler
-from egg_mcp.calibration.models import Calibration
+from egg_mcp.hardware.calibration_record import Calibration
 from egg_mcp.calibration.peaks import device_peaks
 from egg_mcp.calibration.run import describe
 
@@ -56,11 +56,25 @@ def test_datasheet_peaks_name_the_clock_they_assume():
 
 
 def test_load_sampler_summarises_clock_power_and_reasons_after_the_ramp():
-    readings = iter([{"sm_clock_mhz": 1980}] + [
-        {"sm_clock_mhz": 1590 + 15 * (i % 3), "power_w": 690.0 + i % 2, "power_source": "NVML instantaneous power",
-         "power_limit_w": 700.0, "throttle_reasons": ["sw_power_cap"] if i % 2 else []} for i in range(10_000)])
-    with sampler.LoadSampler(lambda: next(readings), interval_s=0.002, settle_s=0.01) as s:
-        time.sleep(0.12)
+    """The fake GPU ramps by time, as a real one does (1980 MHz for the first settle_s, then steady readings), and
+    the test waits for readings rather than for a fixed time: a sampler thread that starts late on a loaded machine
+    changes how many readings there are, never what they say (a fixed sleep and a ramp by call order failed about
+    one run in three on a loaded 2-core machine)."""
+    settle_s = 0.01
+    count = iter(range(10**9))
+
+    def read():
+        i = next(count)
+        if time.monotonic() - s.started < settle_s:
+            return {"sm_clock_mhz": 1980}
+        return {"sm_clock_mhz": 1590 + 15 * (i % 3), "power_w": 690.0 + i % 2, "power_source": "NVML instantaneous power",
+                "power_limit_w": 700.0, "throttle_reasons": ["sw_power_cap"] if i % 2 else []}
+
+    s = sampler.LoadSampler(read, interval_s=0.002, settle_s=settle_s)
+    with s:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and sum(t >= settle_s for t, _ in s.readings) < 12:
+            time.sleep(0.005)
     got = s.summary()
     assert got["samples"] >= 10 and got["min_mhz"] == 1590 and got["max_mhz"] == 1620  # the 1980 ramp dropped
     assert got["median_mhz"] in (1590, 1605, 1620) and got["throttle_reasons"] == ["sw_power_cap"]

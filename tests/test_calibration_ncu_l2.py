@@ -18,7 +18,7 @@ import pytest
 
 from egg_mcp.calibration import explain as ex
 from egg_mcp.calibration import ncu_gemm
-from egg_mcp.calibration.models import Calibration
+from egg_mcp.hardware.calibration_record import Calibration
 from egg_mcp.calibration.run import describe
 from egg_mcp.profiling.ncu_csv import render_raw_csv
 

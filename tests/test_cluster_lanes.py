@@ -12,7 +12,7 @@ import pytest
 
 from egg_mcp.cluster import jobs
 from egg_mcp.cluster.lanes import LaneLost, LanePool, LocalLane
-from egg_mcp.evaluation.api import EvalOptions, EvalResult, JobOutcome, TimingStats
+from egg_mcp.contract import EvalOptions, EvalResult, JobOutcome, TimingStats
 from tests.workspace_fakes import FakeEvaluator
 
 REF_A, REF_B = "# reference A\n", "# reference B\n"

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from egg_mcp.cluster.lanes import LanePool
-from egg_mcp.evaluation.api import EvalOptions
+from egg_mcp.contract import EvalOptions
 from egg_mcp.evaluation.engine import WorkerEvaluator
 from tests.conftest import FIXTURES, REPO
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from egg_mcp.cluster.lanes import LanePool
-from egg_mcp.evaluation.api import EvalOptions
+from egg_mcp.contract import EvalOptions
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.sandbox.floor import REQUIRED_VAR
 from egg_mcp.sandbox.landlock import PROTECT_VAR

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from egg_mcp.evaluation.engine import LogCapture, WorkerEvaluator
+from egg_mcp.evaluation.engine import WorkerEvaluator
+from egg_mcp.evaluation.engine_results import LogCapture
 
 
 def run(coro_fn, tmp_path, **kwargs):

@@ -17,7 +17,7 @@ from egg_mcp.analysis.precision import (
     precision_ladder,
 )
 from egg_mcp.analysis.roofline import admissible_compute_type
-from egg_mcp.calibration.models import Calibration
+from egg_mcp.hardware.calibration_record import Calibration
 from egg_mcp.hardware import NO_GPU, apply_calibration, spec_for
 
 H200 = spec_for("H200")
@@ -100,7 +100,7 @@ def test_a_path_this_gpu_does_not_price_falls_back_to_an_admissible_one_it_does(
     import egg_mcp.analysis.precision as precision
     from egg_mcp.analysis.precision import PrecisionLadder, Rung
     from egg_mcp.analysis.roofline import TF32_MIN_TOLERANCE, compute_type_for
-    from egg_mcp.evaluation.api import default_tolerance
+    from egg_mcp.contract import default_tolerance
     from egg_mcp.hardware import Ceiling
 
     loose = default_tolerance("float32").model_copy(update={"atol": TF32_MIN_TOLERANCE, "rtol": TF32_MIN_TOLERANCE})

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from egg_mcp.config import ServerConfig
-from egg_mcp.evaluation.api import BaselineResult, ErrorReport, EvalResult, JobOutcome, MismatchReport, TimingStats
+from egg_mcp.contract import BaselineResult, ErrorReport, EvalResult, JobOutcome, MismatchReport, TimingStats
 from egg_mcp.evaluation.interleaved import paired_verdict, sign_test_p
 from egg_mcp.workflow.compare import compare_candidates, source_diff
 from egg_mcp.workflow.models import StageDecision
@@ -112,7 +112,7 @@ def test_seed_next_step_counts_correct_seeds_and_briefs_count_commits(tmp_path):
 
 def test_seed_brief_describes_the_timing_verify_takes(tmp_path):
     from egg_mcp.expertise.seeds import judging_rules
-    from egg_mcp.evaluation.api import STRICT_FP32
+    from egg_mcp.contract import STRICT_FP32
 
     speed = next(r for r in judging_rules(STRICT_FP32, None, 5) if r.startswith("Speed"))
     assert "L2 flushed between runs" not in speed

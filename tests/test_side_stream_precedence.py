@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from egg_mcp.evaluation.api import IntegrityFinding, MismatchReport
+from egg_mcp.contract import IntegrityFinding, MismatchReport
 from egg_mcp.evaluation.judge_verdicts import Verdicts
 
 

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.evaluation.api import EvalOptions, JobOutcome
+from egg_mcp.contract import EvalOptions, JobOutcome
 from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.tiling.dims import normalize_dims
 from egg_mcp.tiling.model import estimate, estimate_all, infer_kind
 from egg_mcp.tiling.plan import config_key, next_configs, round_sizes, simulate_search
+from egg_mcp.tiling.rewrite import apply_config
 from egg_mcp.tiling.search import propose_tiling
-from egg_mcp.tiling.space import apply_config, enumerate_configs, extract_space
+from egg_mcp.tiling.space import enumerate_configs, extract_space
 
 REPO = Path(__file__).resolve().parents[1]
 H200 = GPU_TABLE["H200"]

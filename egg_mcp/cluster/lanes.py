@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from egg_mcp.cluster import jobs
-from egg_mcp.evaluation.api import (
+from egg_mcp.contract import (
     BaselineResult, EvalOptions, EvalResult, JobOutcome, Placement, ProgressFn,
 )
 

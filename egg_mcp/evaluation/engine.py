@@ -25,24 +25,11 @@ import time
 from typing import Any
 
 from egg_mcp.evaluation import confinement
-from egg_mcp.evaluation.api import BaselineResult, EvalOptions, EvalResult, JobOutcome, ProgressFn
-from egg_mcp.evaluation.engine_drive import (  # noqa: F401  (re-exported for older importers)
-    KILL_MARGIN_S,
-    RESULT_GRACE_S,
-    STARTUP_ALLOWANCE_S,
-    JobDriver,
-    _JobState,
-)
+from egg_mcp.contract import BaselineResult, EvalOptions, EvalResult, JobOutcome, ProgressFn
+from egg_mcp.evaluation.engine_drive import JobDriver, _JobState
 from egg_mcp.evaluation.engine_judges import JudgePool, judge_mode_from
-from egg_mcp.evaluation.engine_pool import (  # noqa: F401  (re-exported)
-    JUDGE_POOL,
-    MAX_RESULT_LINE,
-    PACKAGE_PARENT,
-    RUNNER_POOL,
-    WorkerPool,
-    _Worker,
-)
-from egg_mcp.evaluation.engine_results import LogCapture, evaluation_result  # noqa: F401  (LogCapture re-exported)
+from egg_mcp.evaluation.engine_pool import JUDGE_POOL, RUNNER_POOL, WorkerPool, _Worker
+from egg_mcp.evaluation.engine_results import evaluation_result
 from egg_mcp.evaluation.worker import TARGET_PATTERN
 
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from egg_mcp.evaluation.api import ErrorReport, JobOutcome, ProgressFn
+from egg_mcp.contract import ErrorReport, JobOutcome, ProgressFn
 from egg_mcp.evaluation.engine_pool import _Worker
 from egg_mcp.evaluation.engine_results import _death_report, _reset_capture
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from egg_mcp.evaluation.api import JobOutcome
+from egg_mcp.contract import JobOutcome
 from egg_mcp.evaluation.engine_pool import JUDGE_POOL, _Worker
 from egg_mcp.evaluation.judge_held import reference_key
 

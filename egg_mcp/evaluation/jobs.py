@@ -45,7 +45,7 @@ def timing_probe(payload: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from egg_mcp.evaluation.harness import load_module
-    from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+    from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
     from egg_mcp.evaluation.timing import GpuTimer
     from egg_mcp.problems.builtin import builtin_source
 

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import torch
 
-from egg_mcp.evaluation.api import IsolatedTiming, TimingStats
+from egg_mcp.contract import IsolatedTiming, TimingStats
 
 GRAPH_BELOW_MS = 0.2
 """Calls whose GPU time (`GpuTimer.estimate_ms`: launch gaps hidden) is shorter than this are timed by CUDA-graph
@@ -402,17 +402,24 @@ class GpuTimer:
                 if str(e.device_type()).endswith("CUDA") and e.duration_ns() > 0]
         return sorted(rows, key=lambda r: r[1])
 
-    def host_synced_ms(self, fn: Callable[[list], Any], inputs: list, runs: int = 5) -> float:
-        """Median host time of fn + device-wide synchronize: work on side streams/threads shows up here."""
-        times = []
+    def host_synced(self, fn: Callable[[list], Any], inputs: list, runs: int = 5) -> tuple[float, float]:
+        """(median host ms, median event ms) of the same synchronised calls: work on side streams or threads shows
+        as host time the current stream's events do not see. Both are read from the same calls, so a GPU shared
+        with other processes slows both alike (against the timed median alone, a correct candidate read as
+        `side_stream` when three engines shared one H200)."""
+        host, events = [], []
         for _ in range(runs):
+            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
             self._flush()
             _synchronize()
             t0 = _perf_counter()
+            start.record()
             fn(inputs)
+            end.record()
             _synchronize()
-            times.append((_perf_counter() - t0) * 1e3)
-        return statistics.median(times)
+            host.append((_perf_counter() - t0) * 1e3)
+            events.append(start.elapsed_time(end))
+        return statistics.median(host), statistics.median(events)
 
 
 def split_calls(rows: list[tuple[str, int, int]], signature: str, prelude: set[str]) -> list[dict[str, float]]:

@@ -15,11 +15,11 @@ import socket
 from typing import Any, Literal
 
 from egg_mcp.config import ServerConfig, derived_run_timeout
-from egg_mcp.evaluation.api import BaselineResult, EvalOptions, EvalResult, Evaluator, ProgressFn
+from egg_mcp.contract import BaselineResult, EvalOptions, EvalResult, Evaluator, ProgressFn
 from egg_mcp.hardware import GpuSpec, spec_for
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.models import CandidateSummary, CommittedStage, StageDecision, TaskOptions
-from egg_mcp.workflow.stages import NEXT_STEP, Stage, allowed, refusal
+from egg_mcp.stages import NEXT_STEP, Stage, allowed, refusal
 from egg_mcp.workspace.repo import QUICK_PREFIX, CandidateRow, CommitRow, Repository, TaskRow
 from egg_mcp.workspace.store import ArtifactError, Workspace, _pid_alive
 

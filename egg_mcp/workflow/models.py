@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AllowInfNan, BaseModel, Field, Strict, StrictStr
 
-from egg_mcp.evaluation.api import BaselineResult, EvalResult, TolerancePolicy, Verdict
+from egg_mcp.contract import BaselineResult, EvalResult, TolerancePolicy, Verdict
 from egg_mcp.workflow.memcheck_gate import MemcheckGate
 
 

@@ -10,7 +10,7 @@ import sqlite3
 from egg_mcp.analysis.probes import CHECK as PROBE_CHECK
 from egg_mcp.analysis.probes import describe as describe_probes
 from egg_mcp.analysis.probes import scan as scan_probes
-from egg_mcp.evaluation.api import ErrorReport, EvalResult, IntegrityFinding, ProgressFn
+from egg_mcp.contract import ErrorReport, EvalResult, IntegrityFinding, ProgressFn
 from egg_mcp.problems.loader import ProblemError, check_candidate_contract
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.checks import reuse_blocker
@@ -25,7 +25,7 @@ from egg_mcp.workflow.core import (
     _ratio,
 )
 from egg_mcp.workflow.models import VerifyResult
-from egg_mcp.workflow.stages import Stage
+from egg_mcp.stages import Stage
 from egg_mcp.workspace.faults import StorageFault, plain_cause, storage_cause
 from egg_mcp.workspace.repo import QUICK_PREFIX, CandidateRow, TaskRow
 

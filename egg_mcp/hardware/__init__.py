@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
-    from egg_mcp.calibration.models import Calibration
+    from egg_mcp.hardware.calibration_record import Calibration
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +264,7 @@ def lookup(name: str | None) -> GpuSpec | None:
 
 def gpu_for(name: str | None, uuid: str | None = None, workspace_root: Path | None = None) -> GpuSpec | None:
     """Datasheet leads for `name`, overlaid with this GPU's calibration when one is stored."""
-    from egg_mcp.calibration.store import load
+    from egg_mcp.hardware.calibration_store import load
 
     spec = spec_for(name)
     calibration = load(workspace_root, uuid)

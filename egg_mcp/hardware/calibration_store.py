@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from egg_mcp.calibration.models import Calibration
+from egg_mcp.hardware.calibration_record import Calibration
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from egg_mcp.evaluation.derived import refresh_derived
+from egg_mcp.problems.derived import refresh_derived
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

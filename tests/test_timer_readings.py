@@ -1,4 +1,4 @@
-"""The estimate that picks the timing method is the call's GPU time: each sample's call is enqueued behind a spin
+"""The timer's own readings. The estimate that picks the timing method is the call's GPU time: each sample's call is enqueued behind a spin
 kernel sized from the host's enqueue time, so launch gaps (host jitter) cannot flip a 0.1 ms call between a CUDA
 graph and per-call events (on the H200 a two-kernel softmax read 0.11-0.38 ms without the spin, 0.100-0.103 ms
 with it). Faked CUDA entry points here (no GPU)."""
@@ -68,3 +68,13 @@ def test_per_call_run_count_pays_for_a_host_bound_call(monkeypatch):
     t._flush = lambda: None
     stats = t._measure_events(lambda xs: None, lambda k: [], [], 1 << 30, 0.3, None)
     assert stats.n_runs == max(timing.MIN_RUNS, round(timing.TARGET_TOTAL_MS / 3.0))
+
+
+def test_the_synced_calls_read_host_and_events_from_the_same_calls(monkeypatch):
+    """host_synced reads the host clock and the current stream's events around the same synchronised calls, so the
+    side_stream check holds host time against event time of the same moment: a GPU shared with other processes
+    slows both, work escaping the timed stream only the host's."""
+    t, log = _fake_cuda(monkeypatch, host_step_ms=2.5)
+    host, events = t.host_synced(lambda xs: log.append("call"), [], runs=3)
+    assert abs(host - 2.5) < 1e-9 and events == 0.1
+    assert log.count("call") == 3 and log.count("record") == 6
