@@ -227,3 +227,21 @@ def test_profile_ncu_runs_at_the_size_overrides_it_is_given(tmp_path):
             await profile(svc, tid, cid, size_overrides={"cols": 3})
 
     asyncio.run(main())
+
+
+def test_a_quick_check_is_a_column_and_the_note_stays_the_users(tmp_path):
+    """The sizes of a quick check live in candidates.quick_sizes (task_status lists them), not in a prefix of the
+    user's note; a full-size verify of the same source with the same note is its own row."""
+    async def main():
+        svc = _service(tmp_path, gpu=True)
+        tid = (await svc.start_task("softmax", k_seeds=2)).task_id
+        quick = await svc.verify(tid, SEED_A, note="try A", size_overrides={"dim": 37})
+        full = await svc.verify(tid, SEED_A, note="try A")
+        rows = {r["id"]: r for r in svc.ws.query("SELECT id, note, quick_sizes FROM candidates")}
+        assert rows[quick.candidate_id]["note"] == "try A" and rows[quick.candidate_id]["quick_sizes"] == '{"dim": 37}'
+        assert rows[full.candidate_id]["note"] == "try A" and rows[full.candidate_id]["quick_sizes"] is None
+        listed = {c.candidate_id: c for c in svc.status(tid).candidates_in_stage}
+        assert listed[quick.candidate_id].quick_sizes == {"dim": 37} and listed[full.candidate_id].quick_sizes is None
+        assert "1 of 2 seeds verified correct" in full.next_step  # the quick check is not counted
+
+    asyncio.run(main())
