@@ -187,7 +187,7 @@ def create_server(
     analysis_evaluator = None
     auto_calibrate = evaluator is None and not config.force_interpreter
     if evaluator is None:
-        from egg_mcp.cluster.build import build_evaluator
+        from egg_mcp.cluster.build import build_engine, build_evaluator
         from egg_mcp.sandbox.floor import runner_guards
 
         # every runner and confined job checks its own report against the floor too (not only this host's probe);
@@ -195,8 +195,6 @@ def create_server(
         # or toolchain grant to a runner may expose `protect` (landlock.grantable)
         floor, protect = runner_guards(config)
         required = floor.required if floor.runs_candidates else []
-        from egg_mcp.evaluation.engine import WorkerEvaluator
-
         # a plain engine (no GPU), one lane per visible GPU, or lanes on a Ray cluster (config.ray_address)
         evaluator = build_evaluator(workspace.scratch, force_interpreter=config.force_interpreter,
                                     ray_address=config.ray_address, protect=protect, sandbox_required=required)
@@ -204,10 +202,9 @@ def create_server(
         # behind queued interpreter verifies holding every CPU slot of the main engine; in cluster mode it
         # goes to the cluster's lanes with the other jobs (CPU-only jobs never wait for a busy lane).
         if not config.ray_address:
-            analysis_evaluator = WorkerEvaluator(scratch_dir=workspace.scratch,
-                                                 force_interpreter=config.force_interpreter, spare_workers=0,
-                                                 burst_spares=0, max_cpu_jobs=2, protect=protect,
-                                                 sandbox_required=required)
+            analysis_evaluator = build_engine(workspace.scratch, force_interpreter=config.force_interpreter,
+                                              spare_workers=0, burst_spares=0, max_cpu_jobs=2, protect=protect,
+                                              sandbox_required=required)
     if gpu is None and not config.force_interpreter:
         gpu = detect_gpu(workspace_root=workspace.root)
         lanes = getattr(evaluator, "lanes", None)

@@ -111,13 +111,13 @@ def engine_settings(raw: Any = None) -> dict[str, Any]:
 def local_lanes(scratch_dir: Path, *, force_interpreter: bool = False, gpus: list[tuple[str, str]] | None = None,
                 **engine_kwargs) -> list[LocalLane]:
     """One lane per visible GPU (its engine's workers see only that GPU); without a GPU one CPU lane."""
-    from egg_mcp.evaluation.engine import WorkerEvaluator
+    from egg_mcp.cluster.build import build_engine  # lazily: build imports this module
 
     gpus = [] if force_interpreter else (visible_gpus() if gpus is None else gpus)
     if not gpus:
-        ev = WorkerEvaluator(scratch_dir=scratch_dir, force_interpreter=True, **engine_kwargs)
+        ev = build_engine(scratch_dir, force_interpreter=True, **engine_kwargs)
         return [LocalLane(ev, device_index=None, device_model=CPU_MODEL)]
-    return [LocalLane(WorkerEvaluator(scratch_dir=Path(scratch_dir) / f"gpu{dev}", device=dev, **engine_kwargs),
+    return [LocalLane(build_engine(Path(scratch_dir) / f"gpu{dev}", device=dev, **engine_kwargs),
                       device_index=int(dev), device_model=model) for dev, model in gpus]
 
 

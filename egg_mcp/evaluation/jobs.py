@@ -1,4 +1,8 @@
-"""Small trusted job targets: health checks for the worker machinery (and the tests of it)."""
+"""Small trusted job targets: health checks for the worker machinery (and the tests of it).
+
+They live in the package, not under tests/: a worker runs only targets named `egg_mcp.<module>:<function>`
+(worker.TARGET_PATTERN, checked by the engine and again by the worker), and the benchmarks run them on GPU hosts
+(benchmarks/bench_verify.py: environment, timing_probe; bench_lanes.py, bench_lane_spares.py: echo)."""
 
 from __future__ import annotations
 
