@@ -3,7 +3,7 @@ in-sample for any run the model was calibrated on).
 
     python benchmarks/tiling_model_recheck.py RESULT.json [--ran-with softmax=1.25,norm=2.0,reduction=2.0,elementwise=1.5]
 
-Result files written after batch 8 store every config (`configs`: time, registers, spills): the spill
+Result files that store every config (`configs`: time, registers, spills): the spill
 verdicts are read from them, and the search is replayed with the current model's ranking on the
 recorded times (best found within 8 and 16 trials vs the exhaustive best).
 Older files keep only the configs where model and compiler disagreed, so the compiler's verdict on

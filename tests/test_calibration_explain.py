@@ -359,9 +359,10 @@ def test_ncu_without_the_elapsed_rollup_is_asked_again_and_zero_busy_is_no_readi
 
 
 def test_one_ncu_launch_at_its_own_clock_explains_what_the_nvml_window_cannot():
-    # the H200 bf16 row of benchmarks/results/h200_2026-12-01_s6/calibrate_ncu.json: NVML's window said 1.53 GHz
-    # and the sustained rate 681 TFLOP/s (69 % of the datasheet vs 78 % predicted: unexplained that way); the
-    # profiled launch itself: 1.2e12 FLOP... in 1.37744 ms at ncu's 1607.7 MHz with the pipe 93.27 % busy
+    # the H200 bf16 row of benchmarks/results/archive/h200_2026-12-01_0f0ae24-6438ad0/calibrate_ncu_3753365.json:
+    # NVML's window said 1.53 GHz and the sustained rate 681 TFLOP/s (69 % of the datasheet vs 78 % predicted:
+    # unexplained that way); the profiled launch itself: 1.2e12 FLOP... in 1.37744 ms at ncu's 1607.7 MHz with the
+    # pipe 93.27 % busy
     row = {**_bf16_row(798.7e12), "amount": 2 * 8192 ** 3}
     pipe = {"busy_pct": 93.27, "busy_active_pct": 96.84, "clock_mhz": 1607.67, "kernel_ms": 1.37744}
     share = ex.ncu_launch_share(row, row["peak"], 1830, pipe)

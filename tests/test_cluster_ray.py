@@ -19,6 +19,8 @@ from egg_mcp.contract import EvalOptions
 from egg_mcp.evaluation.engine import WorkerEvaluator
 from tests.conftest import FIXTURES, REPO
 
+pytestmark = pytest.mark.xdist_group("ray")  # one worker runs every Ray module: one local cluster at a time
+
 PROBLEMS = FIXTURES / "bench" / "problems" / "level1"
 SOLUTIONS = FIXTURES / "bench" / "solutions"
 ADD_RELU = (PROBLEMS / "2_AddRelu.py").read_text()

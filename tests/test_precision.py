@@ -124,9 +124,9 @@ def test_half_task_ladder_starts_at_its_own_dtype():
 
 
 def test_after_calibration_floors_use_upper_bounds_of_each_path():
-    # the H200 calibration (benchmarks/results/h200_2026-12-01_s6/calibrate.json): the plain Triton 3xTF32 GEMM
-    # (35.5) and cuBLAS's SGEMM (51.1) are not what the paths can reach: the guidance run flagged a 3xTF32 kernel
-    # "below the floor" of the fp32 path it had beaten
+    # the H200 calibration (benchmarks/results/archive/h200_2026-12-01_0f0ae24-6438ad0/calibrate_3753365.json):
+    # the plain Triton 3xTF32 GEMM (35.5) and cuBLAS's SGEMM (51.1) are not what the paths can reach: the guidance
+    # run flagged a 3xTF32 kernel "below the floor" of the fp32 path it had beaten
     def row(key, value):
         return {"key": key, "value": value, "unit": "FLOP/s", "best_ms": 1.0, "median_ms": 1.0, "amount": 1e12,
                 "method": f"{key} probe"}

@@ -203,8 +203,9 @@ def _upper_bounds(spec: GpuSpec) -> None:
     """Floors need an upper bound of each path's rate, and two calibration rows are not one: cuBLAS's IEEE
     SGEMM (mm_fp32_ieee, 76 % of the FMA peak on the H200) runs below what an IEEE Triton kernel can approach
     (the FMA peak, fp32_fma), and the calibration's 3xTF32 GEMM is a plain Triton kernel (a lower bound)
-    while 3xTF32 can run at the TF32 ceiling / 3. Found on the H200 (benchmarks/results/h200_2026-12-01_s6/
-    guidance_c708d43.json): a 3xTF32 kernel called "below the floor" of the fp32 path it beat."""
+    while 3xTF32 can run at the TF32 ceiling / 3. Found on the H200
+    (benchmarks/results/archive/h200_2026-12-01_0f0ae24-6438ad0/guidance_c708d43.json): a 3xTF32 kernel
+    called "below the floor" of the fp32 path it beat."""
     flops = spec.peak_flops
     for key, bound, why in (("fp32", flops.get("fp32_fma"), "the FMA peak"),
                             ("tf32x3", flops["tf32"] / 3 if flops.get("tf32") else None,
