@@ -187,7 +187,8 @@ def create_server(
     analysis_evaluator = None
     auto_calibrate = evaluator is None and not config.force_interpreter
     if evaluator is None:
-        from egg_mcp.cluster.build import build_engine, build_evaluator
+        from egg_mcp.cluster.build import build_evaluator
+        from egg_mcp.cluster.lanes import build_engine
         from egg_mcp.sandbox.floor import runner_guards
 
         # every runner and confined job checks its own report against the floor too (not only this host's probe);

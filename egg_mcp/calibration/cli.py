@@ -11,7 +11,7 @@ from egg_mcp.config import ServerConfig
 
 
 async def _calibrate(config: ServerConfig, quick: bool, ncu: bool = False):
-    from egg_mcp.cluster.build import build_engine
+    from egg_mcp.cluster.lanes import build_engine
 
     evaluator = build_engine(config.scratch_dir(), force_interpreter=config.force_interpreter, spare_workers=0)
     try:

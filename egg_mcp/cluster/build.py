@@ -1,5 +1,5 @@
 """Where evaluators are built: `build_evaluator` (what `serve` and `bench` evaluate with: a plain engine, a pool
-of this host's GPU lanes, or Ray lanes) and `build_engine` (one engine, no lanes: the server's analysis engine,
+of this host's GPU lanes, or Ray lanes); `cluster.lanes.build_engine` (one engine, no lanes: the server's analysis engine,
 `calibrate`, each lane's own engine). `build_engine` is the package's one call of the `WorkerEvaluator`
 constructor."""
 
@@ -9,20 +9,12 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from egg_mcp.cluster.lanes import LanePool, engine_settings, local_lanes, visible_gpus
+from egg_mcp.cluster.lanes import LanePool, build_engine, engine_settings, local_lanes, visible_gpus
 
 if TYPE_CHECKING:
     from egg_mcp.evaluation.engine import WorkerEvaluator
 
 log = logging.getLogger(__name__)
-
-
-def build_engine(scratch_dir: Path | str, **options: Any) -> WorkerEvaluator:
-    """One `WorkerEvaluator` (keywords as its constructor's: force_interpreter, device, spare_workers, max_cpu_jobs,
-    protect, sandbox_required, bounds_floor, ...). Imported lazily: the engine is heavy and optional here."""
-    from egg_mcp.evaluation.engine import WorkerEvaluator
-
-    return WorkerEvaluator(scratch_dir=scratch_dir, **options)
 
 
 def build_evaluator(scratch_dir: Path, *, force_interpreter: bool = False, ray_address: str | None = None,

@@ -111,7 +111,6 @@ def engine_settings(raw: Any = None) -> dict[str, Any]:
 def local_lanes(scratch_dir: Path, *, force_interpreter: bool = False, gpus: list[tuple[str, str]] | None = None,
                 **engine_kwargs) -> list[LocalLane]:
     """One lane per visible GPU (its engine's workers see only that GPU); without a GPU one CPU lane."""
-    from egg_mcp.cluster.build import build_engine  # lazily: build imports this module
 
     gpus = [] if force_interpreter else (visible_gpus() if gpus is None else gpus)
     if not gpus:
@@ -329,3 +328,11 @@ class LanePool:
             log.error("no fallback lanes: %s", exc)
             self.lanes = []
         log.warning("every cluster lane is gone: serving on %d local lane(s)", len(self.lanes))
+
+
+def build_engine(scratch_dir: Path | str, **options: Any) -> Any:
+    """One `WorkerEvaluator` (keywords as its constructor's: force_interpreter, device, spare_workers, max_cpu_jobs,
+    protect, sandbox_required, bounds_floor, ...). Imported lazily: the engine is heavy and optional here."""
+    from egg_mcp.evaluation.engine import WorkerEvaluator
+
+    return WorkerEvaluator(scratch_dir=scratch_dir, **options)

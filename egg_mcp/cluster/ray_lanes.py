@@ -64,7 +64,7 @@ class NodeLane:
 
     def _engine(self):
         if self.evaluator is None:
-            from egg_mcp.cluster.build import build_engine
+            from egg_mcp.cluster.lanes import build_engine
 
             scratch = tempfile.mkdtemp(prefix="egg-lane-")
             self.evaluator = build_engine(scratch, force_interpreter=self.force_interpreter, **self.settings)
