@@ -38,7 +38,7 @@ ORDER = ("trial", "verify", "verify", "trial")
 TOLERANCE = 0.01
 ROUNDS = {"gemm": 3}
 """ABBA rounds per case. The bf16 GEMM is power-bound: its clock moves and one reading's CV is 4-5 %, so one
-ABBA round's ratio swings by about 1 % (session 6: 1.0108 in time, 1.0016 in cycles); three rounds, each
+ABBA round's ratio swings by about 1 % (1.0108 in time, 1.0016 in cycles on the H200); three rounds, each
 cancelling a linear drift, average that out. The others read within 0.5 % CV: one round."""
 
 

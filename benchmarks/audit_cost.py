@@ -43,7 +43,7 @@ def _child(variant: str, profile: bool) -> dict:
     from verify_latency import CANDIDATE, FULL, REFERENCE
 
     from egg_mcp.evaluation import candidate_side
-    from egg_mcp.evaluation.api import EvalOptions
+    from egg_mcp.contract import EvalOptions
 
     if variant == "no_host_audit":
         from egg_mcp.evaluation.host_audit import HostAudit
@@ -128,7 +128,7 @@ def _warm_child(rounds: int = 3) -> dict:
     from verify_latency import CANDIDATE, FULL, REFERENCE
 
     from egg_mcp.evaluation import candidate_side, timed_checks, wire
-    from egg_mcp.evaluation.api import EvalOptions
+    from egg_mcp.contract import EvalOptions
 
     torch.set_grad_enabled(False)
     side = candidate_side.CandidateSide(Path(tempfile.mkdtemp(prefix="audit-cost-")), interpreter=False)

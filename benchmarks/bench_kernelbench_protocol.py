@@ -59,7 +59,7 @@ KB_PROTOCOL = textwrap.dedent('''
 
 
 async def ours(reference: str, candidate: str, overrides: dict, interpreter: bool, scratch: Path) -> dict:
-    from egg_mcp.evaluation.api import EvalOptions, LOOSE
+    from egg_mcp.contract import EvalOptions, LOOSE
     from egg_mcp.evaluation.engine import WorkerEvaluator
 
     ev = WorkerEvaluator(scratch_dir=scratch, force_interpreter=interpreter)

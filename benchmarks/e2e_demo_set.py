@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from egg_mcp.e2e.demo import KERNELS_DIR, PLANS  # noqa: E402
+from egg_mcp.e2e.demo_plan import KERNELS_DIR, PLANS  # noqa: E402
 from egg_mcp.problems.builtin import builtin_source  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from egg_mcp.evaluation.api import JobOutcome
+from egg_mcp.contract import JobOutcome
 from egg_mcp.evaluation.engine import WorkerEvaluator
 
 

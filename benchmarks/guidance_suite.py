@@ -46,11 +46,11 @@ CALIBRATION_WAIT_S = 90.0
 TILING_FULL, TILING_QUICK = (6, 40.0), (3, 25.0)  # propose_tiling (max_trials, time_budget_s) per problem
 TILING_MIN_S = 15.0  # the least a propose_tiling run is given (probe + one compile round + 3 timed configs)
 MAX_WALL_S = 230.0
-"""The suite's budget (~4 min on the H200): optional steps not started by then are recorded as skipped. Time
-by step (session 5's quick run, H200): calibration wait 10 s, start_task + seeds + two verifies ~55 s per
-problem, profile_ncu ~8-20 s each (profiling_bench_h200.json: 8 s per single-kernel profile), propose_tiling up to
-its time budget. Estimate: 10 + 2 x (55 + 30) = ~180 s of checks, then the two propose_tiling runs share the
-rest (~25 s each), ~4 min in all; both modes differ only in the tiling trials."""
+"""The suite's budget (~4 min on the H200): optional steps not started by then are recorded as skipped. Time by step
+(the quick run at 0d6468e, H200): calibration wait 10 s, start_task + seeds + two verifies ~55 s per problem,
+profile_ncu ~8-20 s each (benchmarks/results/archive/h200_2026-11-30/profiling_bench_h200.json: 8 s per single-kernel
+profile), propose_tiling up to its time budget. Estimate: 10 + 2 x (55 + 30) = ~180 s of checks, then the two
+propose_tiling runs share the rest (~25 s each), ~4 min in all; both modes differ only in the tiling trials."""
 
 
 def variants(candidate: str) -> dict[str, str]:

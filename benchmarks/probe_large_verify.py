@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from benchmarks.verify_sizes import FULL_TASKS
-from egg_mcp.evaluation.api import EvalOptions
+from egg_mcp.contract import EvalOptions
 from egg_mcp.evaluation.engine import WorkerEvaluator
 
 

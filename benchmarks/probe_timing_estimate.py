@@ -37,7 +37,7 @@ for idle in (0.0, 2.0, 5.0):
         print(f"idle {idle}s {label:6s} clock {clk} est_samples {out} median {statistics.median(out):.4f} host_enqueue {host}", flush=True)
 
 async def verifies():
-    from egg_mcp.evaluation.api import EvalOptions
+    from egg_mcp.contract import EvalOptions
     from egg_mcp.evaluation.engine import WorkerEvaluator
     ev = WorkerEvaluator(scratch_dir=Path(tempfile.mkdtemp()), spare_workers=1)
     await ev.start_pool()

@@ -2,9 +2,9 @@
 
     python benchmarks/probe_timing_methods.py OUT.json [case,case,...]
 
-bench_ncu_agreement (batch 6) found verify's time 2.6-7.9 % above ncu's `gpu__time_duration` for
-17-266 us kernels and 14-42 % below it for 1.5-3.6 us kernels. Two suspects, both tested here in one
-run per case against ncu on the same kernel:
+bench_ncu_agreement (benchmarks/results/archive/h200_2026-11-30/ncu_agreement_h200_graph_200us.json) found
+verify's time 2.6-7.9 % above ncu's `gpu__time_duration` for 17-266 us kernels and 14-42 % below it for
+1.5-3.6 us kernels. Two suspects, both tested here in one run per case against ncu on the same kernel:
   * dirty L2: our flush zeroes a 2xL2 buffer, so the timed kernel first writes back up to an L2 of
     dirty lines; in graph replay each call writes back the previous call's output. ncu starts every
     launch from a flushed, clean L2. A *read* flush (a reduction over the buffer) leaves it clean.
@@ -22,8 +22,8 @@ Methods:
   cupti_graph_read   one graph of [read flush, call] x N under the profiler, the same per call
   cupti_graph_rot    one graph of [call] x N over rotating input sets (steady state, per kernel)
 `PROBE_METHODS=a,b` limits the run to some methods (current is always measured). The cupti_*_read
-columns of benchmarks/results/timing_methods_h200_cupti.json predate the split_calls grouping (the
-flush's memset split each call in two there).
+columns of benchmarks/results/archive/h200_2026-11-30/timing_methods_h200_cupti.json predate the
+split_calls grouping (the flush's memset split each call in two there).
 The child mode (`--child CASE N`) runs the case's forward N times for ncu.
 """
 
@@ -83,7 +83,7 @@ def load(case: dict, workdir: Path):
     import torch
 
     from egg_mcp.evaluation.harness import Problem, apply_size_overrides
-    from egg_mcp.evaluation.modules import import_source
+    from egg_mcp.problems.modules import import_source
 
     ref = import_source(case["reference"], workdir / "ref_mod.py", f"probe_ref_{os.getpid()}")
     cand = import_source(case["candidate"], workdir / "cand_mod.py", f"probe_cand_{os.getpid()}")

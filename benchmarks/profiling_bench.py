@@ -24,11 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # egg_mcp and benchmarks.engine_jobs
 
-from egg_mcp.evaluation.api import EvalOptions  # noqa: E402
+from egg_mcp.contract import EvalOptions  # noqa: E402
 from egg_mcp.profiling import runner  # noqa: E402
 from benchmarks.engine_jobs import evaluator, run_job  # noqa: E402
 from egg_mcp.profiling.metrics import metrics_for_stage  # noqa: E402
-from egg_mcp.workflow.stages import Stage  # noqa: E402
+from egg_mcp.stages import Stage  # noqa: E402
 
 
 def _kinds():

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from egg_mcp.evaluation.api import EvalOptions  # noqa: E402
+from egg_mcp.contract import EvalOptions  # noqa: E402
 from egg_mcp.profiling import runner  # noqa: E402
 from benchmarks.engine_jobs import run_job  # noqa: E402
 from egg_mcp.profiling.metrics import ALL_METRICS  # noqa: E402

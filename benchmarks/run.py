@@ -131,7 +131,7 @@ def suite_tiling_agreement(out: Path, quick: bool) -> dict[str, Any]:
     from benchmarks import agreement
     from benchmarks.engine_jobs import evaluator
     from egg_mcp.calibration.sampler import LoadSampler, nvml_reader
-    from egg_mcp.evaluation.api import EvalOptions, default_tolerance
+    from egg_mcp.contract import EvalOptions, default_tolerance
 
     read = _host_nvml_reader(nvml_reader)
 

@@ -2,7 +2,8 @@
 TTGIR (warpsPerCTA) and the HMMA / HGMMA instructions per warp in the SASS, per (BLOCK_M, BLOCK_N, num_warps).
 Compiled on the CPU (Triton ships ptxas and cuobjdump), no GPU:
 
-    python benchmarks/tiling_attn_layouts.py [--out benchmarks/results/tiling/attn_layouts_sm90.json]
+    python benchmarks/tiling_attn_layouts.py --out OUT.json
+    (recorded: benchmarks/results/archive/tiling/attn_layouts_sm90.json)
 
 Run it under the Triton the H200 ran (3.6.0), e.g. from a venv with `pip install triton==3.6.0`. The tiling model's
 mma.sync terms (tiling/attention.py: mma_sync_operand_regs, columns_redone) cite its output: HMMA x warps against
@@ -29,7 +30,7 @@ def main() -> None:
     from triton.compiler import ASTSource
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "tiling" / "attn_layouts_sm90.json"))
+    parser.add_argument("--out", required=True, help="output JSON (a new file, named by date and commit)")
     args = parser.parse_args()
     fns = lift(KB / "mingpt_attention_triton.py", ("attn_kernel",))
     rows = []

@@ -34,13 +34,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from egg_mcp.evaluation.api import EvalOptions, ErrorReport, JobOutcome, default_tolerance  # noqa: E402
+from egg_mcp.contract import EvalOptions, ErrorReport, JobOutcome, default_tolerance  # noqa: E402
 from egg_mcp.hardware import GPU_TABLE  # noqa: E402  (the H200 datasheet leads: the model's target)
 from egg_mcp.tiling.dims import normalize_dims  # noqa: E402
 from egg_mcp.tiling.model import estimate_all  # noqa: E402
 from egg_mcp.tiling.plan import config_key, simulate_search  # noqa: E402
+from egg_mcp.tiling.rewrite import apply_config  # noqa: E402
 from egg_mcp.tiling.search import propose_tiling  # noqa: E402
-from egg_mcp.tiling.space import apply_config, enumerate_configs, extract_space  # noqa: E402
+from egg_mcp.tiling.space import enumerate_configs, extract_space  # noqa: E402
 
 KERNELS = REPO / "benchmarks" / "tiling_kernels"
 CASES = {

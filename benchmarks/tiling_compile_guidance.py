@@ -1,7 +1,8 @@
 """What Triton's compiler makes of the guidance suite's tiling spaces: registers, spills and shared memory per
 config, compiled for sm_90 on the CPU (no GPU; Triton ships ptxas and cuobjdump).
 
-    python benchmarks/tiling_compile_guidance.py [--out benchmarks/results/tiling/compile_study_guidance.json]
+    python benchmarks/tiling_compile_guidance.py --out OUT.json
+    (recorded: benchmarks/results/archive/tiling/compile_study_guidance.json)
 
 Needs only `triton` (no torch): the kernels are lifted out of the candidate files with `ast`. Run it under the
 Triton the H200 ran (3.6.0, guidance_6438ad0.json's provenance), e.g. from a venv with `pip install triton==3.6.0`.
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     import triton
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "tiling" / "compile_study_guidance.json"))
+    parser.add_argument("--out", required=True, help="output JSON (a new file, named by date and commit)")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     attn = lift(KB / "mingpt_attention_triton.py", ("linear_kernel", "attn_kernel"))

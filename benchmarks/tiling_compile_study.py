@@ -1,12 +1,14 @@
 """Why rowsum_a ranks badly: compile its configs for sm_90 on the CPU (no GPU) and test Little's law on them.
 
-    python3 benchmarks/tiling_compile_study.py [--out benchmarks/results/tiling/compile_study_rowsum_a.json]
+    python3 benchmarks/tiling_compile_study.py --out OUT.json
+    (recorded: benchmarks/results/archive/tiling/compile_study_rowsum_a.json)
 
 Triton compiles a kernel to PTX and cubin without a GPU (ptxas ships with it); the cubin's register count and
 the SASS of the column loop are read with the bundled cuobjdump. For every config of the stored H200 run of
-rowsum_a (benchmarks/results/tiling/batch9_tiling_bench.json; H200 times, triton 3.6 there, this machine's
-Triton here) it records: registers here vs on the H200, the global loads in the loop body per thread (LDG count
-and bytes: LLVM unrolls small loop bodies, so those loads are in flight together) and resident warps per SM.
+rowsum_a (benchmarks/results/archive/tiling/tiling_bench_2026-11-30_layernorm_a_rowsum_a.json; H200 times, triton
+3.6 there, this machine's Triton here) it records: registers here vs on the H200, the global loads in the loop body
+per thread (LDG count and bytes: LLVM unrolls small loop bodies, so those loads are in flight together) and
+resident warps per SM.
 The per-warp streaming rate of the tiling model (tiling/costs.py WARP_STREAM_BPS) is derived here:
 `per_warp_rate_gbs`, the median over unspilled configs with <= 16 resident warps per SM of per-SM bytes / H200
 time / resident warps. Then Little's law: bytes in flight per SM = resident threads x loop bytes per thread; the time it predicts
@@ -32,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from egg_mcp.tiling.kernels import spearman  # noqa: E402
 
-STORED = REPO / "benchmarks" / "results" / "tiling" / "batch9_tiling_bench.json"
+STORED = REPO / "benchmarks" / "results" / "archive" / "tiling" / "tiling_bench_2026-11-30_layernorm_a_rowsum_a.json"
 SIGNATURE = {"x_ptr": "*fp32", "y_ptr": "*fp32", "n_rows": "i32", "n_cols": "i32", "stride_x": "i32",
              "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
 DIVISIBLE = (0, 1, 2, 3, 4)  # what Triton's launcher specialises at these sizes (pointers, 8192, 8192, 8192)
@@ -121,7 +123,8 @@ def study(limit: int | None = None) -> dict:
     return {
         "per_warp_rate_gbs": round(median / 1e9, 3) if median else None, "per_warp_rate_configs": len(limited),
         "triton_here": __import__("triton").__version__,
-        "h200_run_triton": "not recorded in the run; benchmarks/results/README.md names 3.6 for those sessions",
+        "h200_run_triton": "not recorded in the run; benchmarks/results/archive/h200_2026-11-30/README.md names 3.6 "
+                           "for those runs",
         "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                                      text=True).stdout.strip(),
         "label": "offline: H200 times from the stored run; registers and SASS compiled for sm_90 on this CPU machine",
@@ -137,7 +140,7 @@ def study(limit: int | None = None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "tiling" / "compile_study_rowsum_a.json"))
+    parser.add_argument("--out", required=True, help="output JSON (a new file, named by date and commit)")
     parser.add_argument("--limit", type=int, default=None, help="first N configs only (a quick check)")
     args = parser.parse_args(argv)
     result = study(args.limit)

@@ -1,5 +1,6 @@
 """Offline replay (CPU) of the guidance suite's recorded propose_tiling trials: the model at this commit, re-run
-on the configs the H200 measured (benchmarks/results/h200_2026-12-01_s6/guidance_*.json, `tiling.measured`).
+on the configs the H200 measured (benchmarks/results/archive/h200_2026-12-01_0f0ae24-6438ad0/guidance_*.json,
+`tiling.measured`).
 
     python3 benchmarks/tiling_guidance_replay.py [GUIDANCE.json ...]
 
@@ -23,24 +24,25 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from egg_mcp.calibration.models import Calibration  # noqa: E402
+from egg_mcp.hardware.calibration_record import Calibration  # noqa: E402
 from egg_mcp.hardware import apply_calibration, spec_for  # noqa: E402
 from egg_mcp.tiling.kernels import spearman  # noqa: E402
 from egg_mcp.tiling.model import _estimate_one, call_view, estimate  # noqa: E402
 from egg_mcp.tiling.models import KernelCall  # noqa: E402
 from egg_mcp.tiling.space import extract_space  # noqa: E402
 
-S6 = REPO / "benchmarks" / "results" / "h200_2026-12-01_s6"
-GUIDANCE = [S6 / "guidance_6438ad0.json"]
-CALIBRATION = S6 / "calibrate_3753365.json"
+RUNS = REPO / "benchmarks" / "results" / "archive" / "h200_2026-12-01_0f0ae24-6438ad0"
+GUIDANCE = [RUNS / "guidance_6438ad0.json"]
+CALIBRATION = RUNS / "calibrate_3753365.json"
 KB = REPO / "benchmarks" / "problems" / "kernelbench"
 CANDIDATES = {"kb76_gemm_add_relu": "gemm_add_relu_triton.py", "kb43_mingpt_attention": "mingpt_attention_triton.py"}
 LABEL = ("offline replay (CPU) of propose_tiling trials recorded on the H200 by benchmarks/run.py guidance; the times "
          "are the H200's, only the model is re-run")
 
 
-def h200_spec(calibration: Path = CALIBRATION):
+def h200_spec(calibration: Path | None = None):
     """The H200's spec with the stored calibration applied, as the server used it there."""
+    calibration = CALIBRATION if calibration is None else calibration
     cal = Calibration.model_validate(json.loads(calibration.read_text())["result"]["calibration"])
     return apply_calibration(spec_for("NVIDIA H200"), cal)
 
@@ -81,15 +83,16 @@ def replay_problem(record: dict, gpu) -> dict | None:
             "rho_now_n": len(ok), "rows": rows}
 
 
-COMPILED = REPO / "benchmarks" / "results" / "tiling" / "compile_study_guidance.json"
+COMPILED = REPO / "benchmarks" / "results" / "archive" / "tiling" / "compile_study_guidance.json"
 
 
-def compile_agreement(gpu, path: Path = COMPILED) -> dict:
+def compile_agreement(gpu, path: Path | None = None) -> dict:
     """The model's shared memory and programs per SM against Triton's own sm_90 build of every config of the two
     candidates' spaces (tiling_compile_guidance.py): a check on configs the H200 never ran (held out)."""
     from egg_mcp.tiling.attention import attention_smem
     from egg_mcp.tiling.costs import _ctas_per_sm, _round_up, dot_regs
 
+    path = COMPILED if path is None else path
     study = json.loads(path.read_text())
     out: dict = {"file": str(path.relative_to(REPO)), "triton": study["triton"]}
     for r in study["rows"]:

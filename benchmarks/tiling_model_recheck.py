@@ -3,7 +3,7 @@ in-sample for any run the model was calibrated on).
 
     python benchmarks/tiling_model_recheck.py RESULT.json [--ran-with softmax=1.25,norm=2.0,reduction=2.0,elementwise=1.5]
 
-Result files written after batch 8 store every config (`configs`: time, registers, spills): the spill
+Result files that store every config (`configs`: time, registers, spills): the spill
 verdicts are read from them, and the search is replayed with the current model's ranking on the
 recorded times (best found within 8 and 16 trials vs the exhaustive best).
 Older files keep only the configs where model and compiler disagreed, so the compiler's verdict on
@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from egg_mcp.hardware import GPU_TABLE  # noqa: E402
-from egg_mcp.tiling import model  # noqa: E402
+from egg_mcp.tiling import costs, model  # noqa: E402
 from egg_mcp.tiling.dims import normalize_dims  # noqa: E402
 from egg_mcp.tiling.plan import config_key, simulate_search  # noqa: E402
 from egg_mcp.tiling.space import enumerate_configs, extract_space  # noqa: E402
@@ -36,16 +36,16 @@ from tiling_bench import CASES, KERNELS  # noqa: E402
 @contextmanager
 def flat_live_model(values: dict[str, float]):
     """The model as it was before looping and single-block rows had separate factors."""
-    saved = dict(model._LIVE_PER_ELEMENT), dict(model._LIVE_PER_ELEMENT_LOOPING)
-    model._LIVE_PER_ELEMENT.update(values)
-    model._LIVE_PER_ELEMENT_LOOPING.update(values)
+    saved = dict(costs._LIVE_PER_ELEMENT), dict(costs._LIVE_PER_ELEMENT_LOOPING)
+    costs._LIVE_PER_ELEMENT.update(values)
+    costs._LIVE_PER_ELEMENT_LOOPING.update(values)
     try:
         yield
     finally:
-        model._LIVE_PER_ELEMENT.clear()
-        model._LIVE_PER_ELEMENT.update(saved[0])
-        model._LIVE_PER_ELEMENT_LOOPING.clear()
-        model._LIVE_PER_ELEMENT_LOOPING.update(saved[1])
+        costs._LIVE_PER_ELEMENT.clear()
+        costs._LIVE_PER_ELEMENT.update(saved[0])
+        costs._LIVE_PER_ELEMENT_LOOPING.clear()
+        costs._LIVE_PER_ELEMENT_LOOPING.update(saved[1])
 
 
 def current_estimates(name: str, dims: dict | None = None):

@@ -1,19 +1,19 @@
 """Offline replay (CPU) of the stored H200 tiling timings: the current tiling model's rank correlation per case.
 
-    python3 benchmarks/tiling_rank_replay.py [--out benchmarks/results/tiling/rank_replay] [--before FILE.json]
-    python3 benchmarks/tiling_rank_replay.py --search RUN/tiling_search.json [--out OUT] [--before OUT_EARLIER.json]
+    python3 benchmarks/tiling_rank_replay.py --out OUT [--before FILE.json]   (writes OUT.json, OUT.md)
+    python3 benchmarks/tiling_rank_replay.py --search RUN/tiling_search.json --out OUT [--before OUT_EARLIER.json]
 
 `--search` replays a `run.py tiling_search` run instead (the 12 cases timed through GpuTimer, 11-17 configs
 each, see search_replay below).
 
 No GPU is used: every time comes from a stored `tiling_bench.py` run on the H200
-(benchmarks/results/tiling/batch*_tiling_bench.json); only the model is re-run, here, at this commit.
+(benchmarks/results/archive/tiling/tiling_bench_*.json); only the model is re-run, here, at this commit.
 Per case (the latest stored run of each of the ten cases):
-  * runs that stored every config's time (`configs`, batches 9-10): Spearman's rho of predicted vs measured
-    time over the configs the model calls feasible and that ran correct, the exhaustive best's rank in the
-    model's ranking, the replayed search (best found within 8 / 16 trials over the exhaustive best), and how
-    flat the measured times are (share of configs within 2 / 5 / 10 % of the best: a flat plateau bounds
-    what any rank correlation can read);
+  * runs that stored every config's time (`configs`: layernorm_a, rowsum_a, biasgelu_a/b): Spearman's rho of
+    predicted vs measured time over the configs the model calls feasible and that ran correct, the exhaustive
+    best's rank in the model's ranking, the replayed search (best found within 8 / 16 trials over the exhaustive
+    best), and how flat the measured times are (share of configs within 2 / 5 / 10 % of the best: a flat plateau
+    bounds what any rank correlation can read);
   * older runs kept only the exhaustive best and the best the search found: the exhaustive best's rank in
     the current model's ranking (and in the ranking of the model of that run), and whether the top 8 hold it.
 `--before FILE.json` (this script's output at an earlier commit) adds the earlier numbers beside each case.
@@ -42,16 +42,18 @@ from egg_mcp.tiling.plan import config_key, simulate_search  # noqa: E402
 from egg_mcp.tiling.space import enumerate_configs, extract_space  # noqa: E402
 from tiling_bench import CASES, KERNELS  # noqa: E402
 
-RESULTS = REPO / "benchmarks" / "results" / "tiling"
+RESULTS = REPO / "benchmarks" / "results" / "archive" / "tiling"
+"""The stored tiling_bench.py runs (tiling_bench_<date>_<cases>.json)."""
 SEARCH_LABEL = ("offline replay (CPU) of recorded H200 measurements: the times are the H200's, measured through "
                 "GpuTimer by benchmarks/tiling_search.py; only the model is re-run")
 LABEL = ("offline replay (CPU) of stored H200 timings: the times are the H200's, measured by "
          "benchmarks/tiling_bench.py in the files named per case; only the model is re-run")
 
 
-def stored_files(results: Path = RESULTS) -> list[Path]:
-    """The stored tiling_bench runs, oldest first (batchN_tiling_bench.json)."""
-    return sorted(results.glob("batch*_tiling_bench.json"), key=lambda p: int(p.name[5:].split("_")[0]))
+def stored_files(results: Path | None = None) -> list[Path]:
+    """The stored tiling_bench runs in `results` (default RESULTS), by name: tiling_bench_<date>_<cases>.json.
+    Which run of a case wins does not depend on that order (stored_cases prefers per-config records)."""
+    return sorted((RESULTS if results is None else results).glob("tiling_bench_*.json"))
 
 
 def stored_cases(files: list[Path] | None = None) -> dict[str, tuple[str, dict]]:
@@ -252,11 +254,12 @@ def _engine_probe(payload: dict) -> list[dict] | None:
     return (outcome.result or {}).get("launches") if outcome.ok else None
 
 
-def search_replay(path: Path, run_probe=_engine_probe) -> dict:
+def search_replay(path: Path, run_probe=_engine_probe, files: list[Path] | None = None) -> dict:
     """Replay of a `tiling_search.json` (H200 times through GpuTimer): per case the rho recorded when it ran and
-    the current model's, over the same correct configs, with the mis-ordered pairs (all / > 2 % apart measured)."""
+    the current model's, over the same correct configs, with the mis-ordered pairs (all / > 2 % apart measured).
+    `files`: the stored exhaustive runs to compare the measured order with (default stored_files())."""
     data = json.loads(Path(path).read_text())
-    exhaustive = {case: (file, rec) for case, (file, rec) in stored_cases().items() if rec.get("configs")}
+    exhaustive = {case: (file, rec) for case, (file, rec) in stored_cases(files).items() if rec.get("configs")}
     cases = []
     for record in data.get("cases", []):
         rows = [r for r in record.get("configs") or [] if r.get("measured_ms") is not None]
@@ -335,11 +338,11 @@ def search_markdown(result: dict, before: dict | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(RESULTS / "rank_replay"), help="output path without extension")
+    parser.add_argument("--out", required=True, help="output path without extension (named by date and commit)")
     parser.add_argument("--before", help="this script's JSON from an earlier commit, shown beside each case")
     parser.add_argument("files", nargs="*", type=Path,
                         help="tiling_bench.json files to replay after the stored ones (a new tiling_exhaustive run); "
-                             "default: benchmarks/results/tiling/batch*_tiling_bench.json")
+                             "default: benchmarks/results/archive/tiling/tiling_bench_*.json")
     parser.add_argument("--search", type=Path, help="a tiling_search.json (run.py tiling_search) to replay instead")
     args = parser.parse_args(argv)
     before = json.loads(Path(args.before).read_text()) if args.before else None

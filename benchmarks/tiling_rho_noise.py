@@ -1,9 +1,10 @@
 """How much of the tiling model's rank correlation the timing noise can explain (offline, CPU; issue 18).
 
-    python3 benchmarks/tiling_rho_noise.py [--out benchmarks/results/tiling/rho_noise_s9] [RUN/tiling_search.json ...]
+    python3 benchmarks/tiling_rho_noise.py --out OUT [RUN/tiling_search.json ...]   (writes OUT.json, OUT.md)
 
-For every case of the recorded `run.py tiling_search` runs on the H200 (default: the two session-7 runs,
-b4a4599 and 42095a3; the times are the H200's, GpuTimer with a CV per config; only the model is re-run here):
+For every case of the recorded `run.py tiling_search` runs on the H200 (default: the two runs at b4a4599 and
+42095a3 in benchmarks/results/archive/h200_2026-12-01_b4a4599-ae198ae/; the times are the H200's, GpuTimer with a
+CV per config; only the model is re-run here):
   * rho: Spearman's rho of the current model's predicted time vs the measured time (as tiling_rank_replay);
   * noise-tied pairs: config pairs whose measured times differ by less than K (= 2) times their combined timing
     standard deviation (sqrt((cv1 m1)^2 + (cv2 m2)^2)): pairs no measurement of this precision can order;
@@ -33,8 +34,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from egg_mcp.tiling.kernels import spearman  # noqa: E402
 
-RUNS = [REPO / "benchmarks/results/h200_2026-12-01_s7/tiling_search/tiling_search.json",
-        REPO / "benchmarks/results/h200_2026-12-01_s7/tiling_search_42095a3/tiling_search.json"]
+RUNS = [REPO / "benchmarks/results/archive/h200_2026-12-01_b4a4599-ae198ae/tiling_search/tiling_search.json",
+        REPO / "benchmarks/results/archive/h200_2026-12-01_b4a4599-ae198ae/tiling_search_42095a3/tiling_search.json"]
 K_SIGMA = 2.0
 
 
@@ -184,8 +185,9 @@ def markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(REPO / "benchmarks/results/tiling/rho_noise_s9"))
-    parser.add_argument("runs", nargs="*", type=Path, help="tiling_search.json files (default: the two s7 runs)")
+    parser.add_argument("--out", required=True, help="output path without extension (named by date and commit)")
+    parser.add_argument("runs", nargs="*", type=Path,
+                        help="tiling_search.json files (default: RUNS, the b4a4599 and 42095a3 runs)")
     args = parser.parse_args(argv)
     result = run(args.runs or RUNS)
     out = Path(args.out)

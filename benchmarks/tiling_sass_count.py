@@ -1,15 +1,17 @@
 """SASS instructions per element of the bias+GELU tiling kernel, compiled for sm_90 on the CPU (no GPU).
 
-    python3 benchmarks/tiling_sass_count.py [--out benchmarks/results/tiling/sass_bias_gelu.json]
-    python3 benchmarks/tiling_sass_count.py --kb76 [--out benchmarks/results/tiling/compile_kb76_tf32x3.json]
+    python3 benchmarks/tiling_sass_count.py --out OUT.json
+    python3 benchmarks/tiling_sass_count.py --kb76 --out OUT.json
+
+(the recorded outputs: benchmarks/results/archive/tiling/sass_bias_gelu.json and compile_kb76_tf32x3.json)
 
 Where the stream model's erf cost comes from (tiling/costs.py `_FUNCTION_OPS`): benchmarks/tiling_kernels/bias_gelu.py
 (bf16, erf GELU) and the same kernel with the GELU removed (y = x + bias) are compiled with `compile_sm90` of
 benchmarks/tiling_compile_study.py at a few tile shapes; per config the cubin's registers and the SASS instruction
 count (NOPs excluded; the kernel has no loop, so each instruction issues once per thread) over elements per thread.
 `--kb76`: the registers and spill stack ptxas gives each config of KernelBench 76's tf32x3 GEMM+bias+ReLU that the
-H200 run benchmarks/results/h200_2026-12-01_s7/tiling_search measured, beside its measured time and the model's
-register count (tiling/costs.py dot_regs): what the analytic count misses.
+H200 run benchmarks/results/archive/h200_2026-12-01_b4a4599-ae198ae/tiling_search measured, beside its measured time
+and the model's register count (tiling/costs.py dot_regs): what the analytic count misses.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def count(fn, bm: int, bn: int, warps: int) -> dict:
             "instructions_per_element": round(instructions / per_thread, 2)}
 
 
-SEARCH_RUN = REPO / "benchmarks/results/h200_2026-12-01_s7/tiling_search/tiling_search.json"
+SEARCH_RUN = REPO / "benchmarks/results/archive/h200_2026-12-01_b4a4599-ae198ae/tiling_search/tiling_search.json"
 KB76 = REPO / "benchmarks/problems/kernelbench/gemm_add_relu_triton.py"
 
 
@@ -100,12 +102,11 @@ def kb76_registers() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(REPO / "benchmarks/results/tiling/sass_bias_gelu.json"))
+    parser.add_argument("--out", required=True, help="output JSON (a new file, named by date and commit)")
     parser.add_argument("--kb76", action="store_true", help="KernelBench 76's tf32x3 GEMM configs instead")
     args = parser.parse_args(argv)
     if args.kb76:
-        out = args.out if args.out != parser.get_default("out") else str(
-            REPO / "benchmarks/results/tiling/compile_kb76_tf32x3.json")
+        out = args.out
         result = kb76_registers()
         Path(out).write_text(json.dumps(result, indent=1) + "\n")
         for row in result["configs"]:

@@ -29,13 +29,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from egg_mcp.evaluation.api import default_tolerance  # noqa: E402
+from egg_mcp.contract import default_tolerance  # noqa: E402
 from egg_mcp.hardware import GPU_TABLE  # noqa: E402
 from egg_mcp.tiling.dims import normalize_dims  # noqa: E402
 from egg_mcp.tiling.kernels import kernel_calls, spearman  # noqa: E402
 from egg_mcp.tiling.model import estimate_all  # noqa: E402
 from egg_mcp.tiling.plan import config_key  # noqa: E402
-from egg_mcp.tiling.space import apply_config, current_config, enumerate_configs, extract_space  # noqa: E402
+from egg_mcp.tiling.rewrite import apply_config  # noqa: E402
+from egg_mcp.tiling.space import current_config, enumerate_configs, extract_space  # noqa: E402
 from tiling_bench import CASES as TILING_CASES, KERNELS, SMOKE_SIZES  # noqa: E402
 
 KB = REPO / "benchmarks" / "problems" / "kernelbench"

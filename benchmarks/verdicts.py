@@ -80,7 +80,7 @@ def _expect(name: str, gpu: bool) -> str | None:
 
 
 async def _run(cases: list[tuple[str, str, str, dict]], quick: bool, out: Path) -> list[dict]:
-    from egg_mcp.evaluation.api import EvalOptions
+    from egg_mcp.contract import EvalOptions
     from egg_mcp.evaluation.engine import WorkerEvaluator
 
     ev = WorkerEvaluator(scratch_dir=Path(__import__("tempfile").mkdtemp(prefix="verdicts-")), spare_workers=1,

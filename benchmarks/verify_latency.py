@@ -96,7 +96,8 @@ PATHS = ("oneshot", "persistent")
 LIGHT_TILE = {"bm": 64, "bn": 64, "bk": 32, "prec": "ieee"}
 """The second kernel (suite verify_latency_light, persistent judge only): the same GEMM with 64x64x32 tiles.
 Its own compile is 0.5-0.7 s against 2.4-2.8 s for 128x128x32, and it runs at 1.6 ms against 2.0
-(benchmarks/results/h200_2026-12-01_s7/latency_probe.json): how much of a verify is the kernel's own compile."""
+(benchmarks/results/archive/h200_2026-12-01_b4a4599-ae198ae/latency_probe.json): how much of a verify is the kernel's
+own compile."""
 
 
 class SwitchEvaluator:

@@ -1,10 +1,6 @@
-"""egg-mcp: an MCP server that turns a coding LLM into a staged, measured Triton kernel engineer."""
+"""egg-mcp: an MCP server that turns a coding LLM into a staged, measured Triton kernel engineer.
+
+The console entry point is `egg_mcp.cli:main` (pyproject.toml); the package root holds only the version, so importing
+any part of the package never loads the command line."""
 
 __version__ = "0.1.0"
-
-
-def main() -> None:
-    """Console entry point (`egg-mcp`)."""
-    from egg_mcp.cli import main as cli_main
-
-    cli_main()

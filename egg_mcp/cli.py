@@ -16,8 +16,6 @@ from egg_mcp.config import ServerConfig
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
-from egg_mcp.transport import UNAUTHORIZED_BODY, BearerTokenMiddleware  # noqa: E402,F401 - re-exported
-
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace", type=Path, help="workspace directory (default: user data dir or $EGG_MCP_WORKSPACE)")

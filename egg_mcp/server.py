@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from egg_mcp import __version__
 from egg_mcp.config import ServerConfig
-from egg_mcp.evaluation.api import Evaluator
+from egg_mcp.contract import Evaluator
 from egg_mcp.hardware import GpuSpec, detect_gpu
 from egg_mcp.profiling.compact import CompactProfile, fit_reply
 from egg_mcp.profiling.models import ProfileReport
@@ -52,7 +52,7 @@ from egg_mcp.workflow.models import (
 )
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.service import EggService, WorkflowError
-from egg_mcp.workflow.stages import Stage
+from egg_mcp.stages import Stage
 from egg_mcp.workspace.faults import tool_error_text
 from egg_mcp.workspace.store import Workspace, WorkspaceError
 
@@ -188,6 +188,7 @@ def create_server(
     auto_calibrate = evaluator is None and not config.force_interpreter
     if evaluator is None:
         from egg_mcp.cluster.build import build_evaluator
+        from egg_mcp.cluster.lanes import build_engine
         from egg_mcp.sandbox.floor import runner_guards
 
         # every runner and confined job checks its own report against the floor too (not only this host's probe);
@@ -195,8 +196,6 @@ def create_server(
         # or toolchain grant to a runner may expose `protect` (landlock.grantable)
         floor, protect = runner_guards(config)
         required = floor.required if floor.runs_candidates else []
-        from egg_mcp.evaluation.engine import WorkerEvaluator
-
         # a plain engine (no GPU), one lane per visible GPU, or lanes on a Ray cluster (config.ray_address)
         evaluator = build_evaluator(workspace.scratch, force_interpreter=config.force_interpreter,
                                     ray_address=config.ray_address, protect=protect, sandbox_required=required)
@@ -204,10 +203,9 @@ def create_server(
         # behind queued interpreter verifies holding every CPU slot of the main engine; in cluster mode it
         # goes to the cluster's lanes with the other jobs (CPU-only jobs never wait for a busy lane).
         if not config.ray_address:
-            analysis_evaluator = WorkerEvaluator(scratch_dir=workspace.scratch,
-                                                 force_interpreter=config.force_interpreter, spare_workers=0,
-                                                 burst_spares=0, max_cpu_jobs=2, protect=protect,
-                                                 sandbox_required=required)
+            analysis_evaluator = build_engine(workspace.scratch, force_interpreter=config.force_interpreter,
+                                              spare_workers=0, burst_spares=0, max_cpu_jobs=2, protect=protect,
+                                              sandbox_required=required)
     if gpu is None and not config.force_interpreter:
         gpu = detect_gpu(workspace_root=workspace.root)
         lanes = getattr(evaluator, "lanes", None)

@@ -51,13 +51,21 @@ def _cuda_available() -> bool:
         return False
 
 
+def pytest_addoption(parser):
+    parser.addoption("--network", action="store_true",
+                     help="also run the tests marked `network` (they fetch third-party clients from a registry)")
+
+
 def pytest_collection_modifyitems(config, items):
-    if _cuda_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    """GPU tests skip without CUDA; tests that need the network run only with --network (the README's test
+    command needs none)."""
+    offline = not config.getoption("--network")
+    no_gpu = not _cuda_available()
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "gpu" in item.keywords and no_gpu:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+        if "network" in item.keywords and offline:
+            item.add_marker(pytest.mark.skip(reason="needs the network: run with --network"))
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ addresses (127.0.0.1 .. 127.0.0.K) so both the per-client and the total connecti
 with 127.0.0.1 shared with the authenticated client on purpose.
 
 Used by tests/test_http_limits.py and as a benchmark:
-    python -m tests.http_flood --flood 20000 --clients 4 --calls 50 --out benchmarks/results/...json
+    python -m tests.http_flood --flood 20000 --clients 4 --calls 50 \
+        --out benchmarks/results/cpu_<date>/http_slow_client_flood_latency_<commit>.json
 """
 
 from __future__ import annotations

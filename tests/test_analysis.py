@@ -7,8 +7,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from egg_mcp.analysis.reference import FLOPS_PER_ELEMENT, AnalysisError, analyze_job, analyze_model
-from egg_mcp.evaluation.api import LOOSE, STRICT_FP32
+from egg_mcp.analysis.op_classes import FLOPS_PER_ELEMENT
+from egg_mcp.analysis.reference import AnalysisError, analyze_job, analyze_model
+from egg_mcp.contract import LOOSE, STRICT_FP32
 from egg_mcp.hardware import spec_for
 from egg_mcp.problems.builtin import builtin_source
 

@@ -14,7 +14,7 @@ import pytest
 
 import egg_mcp
 from egg_mcp.analysis.reference import AnalysisError, analyze_reference
-from egg_mcp.evaluation.api import LOOSE, ErrorReport, JobOutcome
+from egg_mcp.contract import LOOSE, ErrorReport, JobOutcome
 from egg_mcp.hardware import spec_for
 from egg_mcp.problems.builtin import builtin_source
 

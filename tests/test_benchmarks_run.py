@@ -113,7 +113,7 @@ def test_tiling_search_reports_rho_per_case_and_overall(tmp_path):
     sys.path.insert(0, str(REPO / "benchmarks"))
     import tiling_search as ts
 
-    from egg_mcp.evaluation.api import JobOutcome
+    from egg_mcp.contract import JobOutcome
     from egg_mcp.tiling.launches import probe_launches
 
     def fake_run_job(target, payload, timeout_s, uses_gpu):

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from egg_mcp.evaluation.api import LOOSE, STRICT_FP32
+from egg_mcp.contract import LOOSE, STRICT_FP32
 from egg_mcp.expertise import briefs
 from egg_mcp.expertise.briefs import BRIEF_STAGES, BriefFacts, list_briefs, prompts_dir, render_brief
-from egg_mcp.workflow.stages import Stage
+from egg_mcp.stages import Stage
 
 ROLE_KEYS = {
     "code": ["source", "changes", "expected_effect"],

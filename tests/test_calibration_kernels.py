@@ -69,7 +69,7 @@ def test_clock_sampling_and_clock_adjusted_peak():
 
 
 def test_report_states_the_clock_adjusted_peak_and_old_records_still_load():
-    from egg_mcp.calibration.models import Calibration
+    from egg_mcp.hardware.calibration_record import Calibration
     from egg_mcp.calibration.run import describe
 
     fma = {"key": "fp32_fma", "unit": "FLOP/s", "value": 55.6e12, "best_ms": 0.64, "median_ms": 0.65,

@@ -1,5 +1,5 @@
 """Issue 14: the L2 ceiling beside ncu's peak for the unit that carries it (`calibrate --ncu`; CPU, ncu's CSV
-canned, and the real H200 launch of session 8).
+canned, and the real H200 launch recorded at 5ca66b1).
 
 The L2 probe's launch is profiled in the same ncu job as the GEMMs, after them. ncu's rate of the L2 slices'
 SM-read sectors and its share of ncu's sustained peak give that path's peak; the l2_read row is compared with it
@@ -18,7 +18,7 @@ import pytest
 
 from egg_mcp.calibration import explain as ex
 from egg_mcp.calibration import ncu_gemm
-from egg_mcp.calibration.models import Calibration
+from egg_mcp.hardware.calibration_record import Calibration
 from egg_mcp.calibration.run import describe
 from egg_mcp.profiling.ncu_csv import render_raw_csv
 
@@ -38,7 +38,8 @@ SM_READ_METRICS = (ncu_gemm.SM_READ_RATE, ncu_gemm.SM_READ_PCT, ncu_gemm.RETURN_
 S8_SM_READ = {ncu_gemm.SM_READ_RATE: "255575189155.11", ncu_gemm.SM_READ_PCT: "79.58", ncu_gemm.RETURN_BUSY: "79.63",
               ncu_gemm.RETURN_BUSY_MIN: "78.82", ncu_gemm.RETURN_BUSY_MAX: "80.51", ncu_gemm.L2_CLOCK: "1708267654.48",
               ncu_gemm.XBAR2L1_PCT: "24.33", ncu_gemm.DRAM_PCT: "8.59"}
-"""The H200 values of session 8 (benchmarks/results/h200_2026-12-01_s8/l2_full/l2_full.csv)."""
+"""The H200 values of the probe's launch under ncu --set full at 5ca66b1 (tests/data/calibration_h200/l2_full.csv, from
+benchmarks/results/archive/h200_2026-12-01_5ca66b1-3a5ca05/l2_full/)."""
 S8_PEAK = 32 * 255575189155.11 / 0.7958
 
 
@@ -137,11 +138,11 @@ def test_a_failed_l2_reading_leaves_the_row_without_a_peak_and_says_why():
     assert plain["explained"] is False and "--ncu" in plain["reason"] and "SM-read path" in plain["reason"]
 
 
-S8_CSV = Path(__file__).resolve().parents[1] / "benchmarks/results/h200_2026-12-01_s8/l2_full/l2_full.csv"
+S8_CSV = Path(__file__).resolve().parent / "data" / "calibration_h200" / "l2_full.csv"
 S7_ROW = 7845300986209.484  # calibrate_ncu_42095a3.json: the l2_read row, 415236096 bytes per launch
 
 
-def test_the_h200_launch_of_session_8_explains_the_row_by_the_sm_read_path():
+def test_the_recorded_h200_launch_explains_the_row_by_the_sm_read_path():
     """The real ncu CSV (`--set full`, the probe's launch) through the product's own parser: the SM-read path's
     peak 10.28 TB/s at the 1.71 GHz L2 clock; the s7 row 7.85 TB/s is 76.3 % of it with the return path 79.6 %
     busy in the same launch: explained, with the numbers."""

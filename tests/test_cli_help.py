@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from egg_mcp.cli import UNAUTHORIZED_BODY, build_parser
+from egg_mcp.cli import build_parser
+from egg_mcp.transport import UNAUTHORIZED_BODY
 
 
 def _help(*argv: str) -> str:

@@ -2,7 +2,8 @@
 
 Needs node + npm (CI has node 20). The inspector is installed once per session into a temporary
 folder (`npm install --prefix`), or taken from $EGG_MCP_INSPECTOR (path to its `mcp-inspector` bin).
-Skipped cleanly when npm, the registry or the package is unavailable.
+Runs only with `pytest --network` (it fetches the Inspector from npm's registry); skipped cleanly when npm,
+the registry or the package is unavailable.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def _check_session(inspector: list[str], target: list[str]) -> None:
     assert "seeds_code" in prompts
 
 
+@pytest.mark.network
 def test_inspector_over_stdio(inspector, tmp_path):
     server = [sys.executable, "-m", "egg_mcp", "serve", "--workspace", str(tmp_path / "ws"), "--interpreter"]
     _check_session(inspector, server)
@@ -79,6 +81,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.network
 def test_inspector_over_http(inspector, tmp_path):
     port = _free_port()
     token = "inspector-token-0123456789"  # every HTTP mode needs one (issue 28)

@@ -12,7 +12,7 @@ import pytest
 
 from egg_mcp.cluster import jobs
 from egg_mcp.cluster.lanes import LaneLost, LanePool, LocalLane
-from egg_mcp.evaluation.api import EvalOptions, EvalResult, JobOutcome, TimingStats
+from egg_mcp.contract import EvalOptions, EvalResult, JobOutcome, TimingStats
 from tests.workspace_fakes import FakeEvaluator
 
 REF_A, REF_B = "# reference A\n", "# reference B\n"
@@ -275,11 +275,11 @@ def test_an_engine_told_of_queued_jobs_starts_spares_for_them(tmp_path):
     ev = WorkerEvaluator(scratch_dir=tmp_path, force_interpreter=True, spare_workers=1, burst_spares=3,
                          protect_server_memory=False)
     scheduled: list[str] = []
-    ev._track = lambda coro, mode=None: (scheduled.append(mode), coro.close())  # no process is started
-    assert ev._spare_target("interp") == 1
+    ev.pool._track = lambda coro, mode=None: (scheduled.append(mode), coro.close())  # no process is started
+    assert ev.pool._spare_target("interp") == 1
     ev.expect_jobs(2)
-    assert ev._spare_target("interp") == 3 and scheduled == ["interp"] * 3
+    assert ev.pool._spare_target("interp") == 3 and scheduled == ["interp"] * 3
     ev.expect_jobs(9)
-    assert ev._spare_target("interp") == 4  # burst_spares caps it
+    assert ev.pool._spare_target("interp") == 4  # burst_spares caps it
     ev.expect_jobs(0)
-    assert ev._spare_target("interp") == 1
+    assert ev.pool._spare_target("interp") == 1

@@ -15,9 +15,11 @@ import time
 import pytest
 
 from egg_mcp.cluster.lanes import LanePool
-from egg_mcp.evaluation.api import EvalOptions
+from egg_mcp.contract import EvalOptions
 from egg_mcp.evaluation.engine import WorkerEvaluator
 from tests.conftest import FIXTURES, REPO
+
+pytestmark = pytest.mark.xdist_group("ray")  # one worker runs every Ray module: one local cluster at a time
 
 PROBLEMS = FIXTURES / "bench" / "problems" / "level1"
 SOLUTIONS = FIXTURES / "bench" / "solutions"

@@ -13,16 +13,19 @@ import sys
 import pytest
 
 from egg_mcp.cluster.lanes import LanePool
-from egg_mcp.evaluation.api import EvalOptions
+from egg_mcp.contract import EvalOptions
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.sandbox.floor import REQUIRED_VAR
 from egg_mcp.sandbox.landlock import PROTECT_VAR
 from tests.conftest import REPO
 from tests.test_runner_bounds import CANDIDATES, FLOOR, QUICK
 
+pytestmark = pytest.mark.xdist_group("ray")  # one worker runs every Ray module: one local cluster at a time
+
 OPTIONS = EvalOptions(device="interpreter", size_overrides=QUICK, correctness_trials=2, run_timeout_s=120.0)
 TOOL = f'''#!{sys.executable}
 import json, os, sys
+
 args = sys.argv[1:]
 log = args[args.index("--log-file") + 1]
 open(log, "w").write(json.dumps({{k: os.environ.get(k) for k in ({PROTECT_VAR!r}, {REQUIRED_VAR!r})}}))

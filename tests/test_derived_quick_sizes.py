@@ -135,7 +135,7 @@ def test_list_constants_shrink_and_take_list_overrides(tmp_path):
 def test_a_list_override_reaches_the_reference_as_its_own_kind():
     import types
 
-    from egg_mcp.evaluation.problem import apply_size_overrides
+    from egg_mcp.problems.problem import apply_size_overrides
 
     module = types.ModuleType("ref")
     module.layer_sizes, module.shape, module.batch_size = [400, 800], (3, 224, 224), 16

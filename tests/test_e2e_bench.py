@@ -12,8 +12,9 @@ import pytest
 
 from egg_mcp.config import ServerConfig
 from egg_mcp.e2e import bench
-from egg_mcp.e2e.bench import BenchError, ProblemResult, aggregate, discover, fast_p, geomean, summarise
-from egg_mcp.evaluation.api import BaselineResult, EvalResult, TimingStats
+from egg_mcp.e2e.bench import BenchError, ProblemResult, aggregate, discover
+from egg_mcp.e2e.bench_results import fast_p, geomean, summarise
+from egg_mcp.contract import BaselineResult, EvalResult, TimingStats
 from tests.conftest import FIXTURES, REPO
 
 BENCH = FIXTURES / "bench"

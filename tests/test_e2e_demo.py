@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import anyio
 import pytest
 
-from egg_mcp.e2e import demo
+from egg_mcp.e2e import demo, demo_plan
 from egg_mcp.e2e.demo import DemoPlan, DemoReport, _Driver, carry_tunables, render_table, set_constant
 from tests.conftest import REPO
 
-SOFTMAX = demo.KERNELS_DIR / "softmax"
+SOFTMAX = demo_plan.KERNELS_DIR / "softmax"
 
 
 # -- the shipped kernels ------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from egg_mcp.evaluation.api import ErrorShare, EvalResult
+from egg_mcp.contract import ErrorShare, EvalResult
 from egg_mcp.evaluation.compare import compare_outputs
 from egg_mcp.surface import summaries
 

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from egg_mcp.evaluation.engine import LogCapture, WorkerEvaluator
+from egg_mcp.evaluation.engine import WorkerEvaluator
+from egg_mcp.evaluation.engine_results import LogCapture
 
 
 def run(coro_fn, tmp_path, **kwargs):
@@ -105,7 +106,7 @@ def test_queued_jobs_warm_several_spares_in_parallel_and_the_surplus_is_trimmed(
 
     async def scenario(ev):
         nonlocal in_flight, peak, spawned
-        real_spawn = ev._spawn
+        real_spawn = ev.pool._spawn
 
         async def counting_spawn(*args, **kwargs):
             nonlocal in_flight, peak, spawned
@@ -117,14 +118,14 @@ def test_queued_jobs_warm_several_spares_in_parallel_and_the_surplus_is_trimmed(
             finally:
                 in_flight -= 1
 
-        ev._spawn = counting_spawn
+        ev.pool._spawn = counting_spawn
         jobs = [ev.run_job("egg_mcp.evaluation.jobs:echo", {"i": i, "sleep_s": 0.2}, timeout_s=120, uses_gpu=True)
                 for i in range(5)]
         outcomes = await asyncio.gather(*jobs)
         await ev.wait_pool_ready()
-        ev._schedule_refill("interp")  # idle now: the burst's surplus goes
+        ev.pool.schedule_refill("interp")  # idle now: the burst's surplus goes
         await ev.wait_pool_ready()
-        return outcomes, len(ev._pool.get("interp", []))
+        return outcomes, len(ev.pool.spares.get("interp", []))
 
     outcomes, idle_spares = run(scenario, tmp_path, spare_workers=1, burst_spares=3)
     assert all(o.ok for o in outcomes), [o.error for o in outcomes]
@@ -181,15 +182,15 @@ def test_a_surplus_spare_being_disposed_does_not_stand_in_for_a_replacement(tmp_
             dying.set()
             await release.wait()
 
-        ev._spawn, ev._dispose = fake_spawn, slow_dispose
-        ev._pool["interp"] = [FakeWorker()]  # the standing spare, ready
-        ev._track(ev._refill("interp"), "interp")  # a burst's spare arrives after the burst ended: surplus
+        ev.pool._spawn, ev.pool.dispose = fake_spawn, slow_dispose
+        ev.pool.spares["interp"] = [FakeWorker()]  # the standing spare, ready
+        ev.pool._track(ev.pool._refill("interp"), "interp")  # a burst's spare arrives after the burst ended: surplus
         await asyncio.wait_for(dying.wait(), 5)
-        _, pooled = await ev._take_worker("interp", None)  # a job takes the ready spare meanwhile
+        _, pooled = await ev.pool.take("interp", None)  # a job takes the ready spare meanwhile
         await asyncio.sleep(0.05)
         release.set()
         await asyncio.sleep(0.05)
-        spares = len(ev._pool.get("interp", []))
+        spares = len(ev.pool.spares.get("interp", []))
         await ev.aclose()
         return pooled, spares
 

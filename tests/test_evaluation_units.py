@@ -81,7 +81,7 @@ def test_split_calls_reports_a_call_without_kernels_as_empty():
 
 
 def test_isolated_timing_is_opt_in_and_carried_in_the_result():
-    from egg_mcp.evaluation.api import EvalOptions, EvalResult
+    from egg_mcp.contract import EvalOptions, EvalResult
 
     assert EvalOptions().isolated_timing is False
     result = EvalResult.model_validate({
@@ -94,16 +94,16 @@ def test_isolated_timing_is_opt_in_and_carried_in_the_result():
 def test_correct_summary_names_the_isolated_reading_and_a_large_write_back_share():
     from types import SimpleNamespace
 
-    from egg_mcp.evaluation import harness
-    from egg_mcp.evaluation.api import IsolatedTiming, TimingStats
+    from egg_mcp.evaluation.judge_verdicts import Verdicts
+    from egg_mcp.contract import IsolatedTiming, TimingStats
 
     ev = SimpleNamespace(findings=[])
     t = TimingStats(median_ms=0.0344, cv=0.002, method="cuda_graph",
                     isolated=IsolatedTiming(median_ms=0.0318, cv=0.01, calls=40))
-    text = harness.Evaluation._correct_summary(ev, {}, 5, t, None)
+    text = Verdicts._correct_summary(ev, {}, 5, t, None)
     assert "0.0318 ms per call from a clean L2" in text and "costs 8% more" in text
     t.isolated.median_ms = 0.0340  # within 5 %: no write-back remark
-    assert "more" not in harness.Evaluation._correct_summary(ev, {}, 5, t, None)
+    assert "more" not in Verdicts._correct_summary(ev, {}, 5, t, None)
 
 
 def test_correct_summary_says_why_a_short_call_was_timed_by_events():
@@ -111,13 +111,13 @@ def test_correct_summary_says_why_a_short_call_was_timed_by_events():
     summary names the failed graph capture, so the user knows the number is not a graph replay's."""
     from types import SimpleNamespace
 
-    from egg_mcp.evaluation import harness
-    from egg_mcp.evaluation.api import TimingStats
+    from egg_mcp.evaluation.judge_verdicts import Verdicts
+    from egg_mcp.contract import TimingStats
 
     ev = SimpleNamespace(findings=[])
     t = TimingStats(median_ms=0.142, cv=0.23, method="cuda_events", estimate_ms=0.11,
                     graph_fallback="RuntimeError: operation not permitted when stream is capturing")
-    text = harness.Evaluation._correct_summary(ev, {}, 5, t, None)
+    text = Verdicts._correct_summary(ev, {}, 5, t, None)
     assert "CUDA graph capture failed (RuntimeError: operation not permitted" in text
     t.graph_fallback = None
-    assert "graph capture" not in harness.Evaluation._correct_summary(ev, {}, 5, t, None)
+    assert "graph capture" not in Verdicts._correct_summary(ev, {}, 5, t, None)

@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from egg_mcp.analysis.models import OP_CLASSES
 from egg_mcp.analysis.reference import analyze_model
-from egg_mcp.evaluation.api import LOOSE, STRICT_FP32, STRICT_HALF, BaselineResult, TimingStats
+from egg_mcp.contract import LOOSE, STRICT_FP32, STRICT_HALF, BaselineResult, TimingStats
 from egg_mcp.expertise.paradigms import FUSION_SCOPES, PARADIGMS, paradigms_for
 from egg_mcp.expertise.seeds import build_seed_brief
 from egg_mcp.hardware import spec_for

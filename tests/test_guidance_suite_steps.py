@@ -1,4 +1,4 @@
-"""benchmarks/guidance_suite.py keeps going past a failed step (session 5 aborted at the first profile_ncu) and
+"""benchmarks/guidance_suite.py keeps going past a failed step (a run once aborted at the first profile_ncu) and
 reports per problem the 3xTF32 rung, verdict consistency, profile sizes and rank correlation."""
 
 import asyncio

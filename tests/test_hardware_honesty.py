@@ -7,12 +7,12 @@ import pytest
 
 from egg_mcp import hardware
 from egg_mcp.analysis.reference import analyze_job
-from egg_mcp.calibration import store
-from egg_mcp.calibration.models import Calibration
+from egg_mcp.hardware import calibration_store as store
+from egg_mcp.hardware.calibration_record import Calibration
 from egg_mcp.calibration.peaks import device_peaks
 from egg_mcp.calibration.run import CalibrationError, calibrate, describe, ensure_calibrated
 from egg_mcp.doctor import hardware_lines
-from egg_mcp.evaluation.api import JobOutcome, STRICT_FP32
+from egg_mcp.contract import JobOutcome, STRICT_FP32
 from egg_mcp.expertise.seeds import build_seed_brief, installed_triton
 from egg_mcp.analysis.models import ReferenceAnalysis
 from egg_mcp.profiling.runner import build_fallback_report, resolve_gpu

@@ -7,7 +7,7 @@ import pytest
 
 from egg_mcp import hardware
 from egg_mcp.analysis.reference import analyze_job
-from egg_mcp.evaluation.api import JobOutcome
+from egg_mcp.contract import JobOutcome
 from egg_mcp.expertise.seeds import installed_triton
 from tests.workspace_fakes import FakeEvaluator, make_service
 

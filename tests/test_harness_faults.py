@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from egg_mcp.config import ServerConfig
-from egg_mcp.evaluation.api import BaselineResult, ErrorReport, EvalOptions, EvalResult, JobOutcome
+from egg_mcp.contract import BaselineResult, ErrorReport, EvalOptions, EvalResult, JobOutcome
 from egg_mcp.evaluation.engine_results import evaluation_result
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.workflow.service import EggService

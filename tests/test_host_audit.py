@@ -102,7 +102,7 @@ sys.path.insert(0, sys.argv[3])
 import torch
 from egg_mcp.evaluation.integrity import OpRecorder
 from egg_mcp.evaluation.host_audit import HostAudit
-from egg_mcp.evaluation.modules import import_file
+from egg_mcp.problems.modules import import_file
 
 audit = HostAudit()
 audit.install(reference_path=sys.argv[2])

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from egg_mcp.config import ServerConfig
-from egg_mcp.evaluation.api import BaselineResult, ErrorReport, EvalResult, JobOutcome
+from egg_mcp.contract import BaselineResult, ErrorReport, EvalResult, JobOutcome
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.workflow.checks import machine_caused, oom_is_own, reuse_blocker
 from egg_mcp.workflow.service import EggService

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.evaluation.api import EvalOptions
+from egg_mcp.contract import EvalOptions
 from egg_mcp.evaluation.engine import WorkerEvaluator
 from egg_mcp.evaluation.memcheck import MemcheckResult
 from egg_mcp.problems.builtin import builtin_source
@@ -210,7 +210,7 @@ def test_the_memcheck_runner_gets_the_servers_floor_and_protected_paths(tmp_path
 
 def test_the_engine_sends_its_bound_floors_with_a_memcheck(tmp_path, monkeypatch):
     """WorkerEvaluator.memcheck (GPU only) puts the engine's bound floors in the job, as evaluate does."""
-    from egg_mcp.evaluation.api import JobOutcome
+    from egg_mcp.contract import JobOutcome
     from tests.test_runner_bounds import FLOOR
 
     ev = WorkerEvaluator(scratch_dir=tmp_path / "scratch", spare_workers=0, bounds_floor=FLOOR)

@@ -124,7 +124,7 @@ class ModelNew(nn.Module):
 
 @pytest.mark.slow
 def test_masked_lane_softmax_gets_the_padding_hint_end_to_end(tmp_path):
-    from egg_mcp.evaluation.api import EvalOptions
+    from egg_mcp.contract import EvalOptions
     from egg_mcp.evaluation.engine import WorkerEvaluator
     from egg_mcp.problems.builtin import builtin_source
 

@@ -1,5 +1,6 @@
 """ncu's host-wide lock file: the one write an ncu-wrapped process gets outside its own dir
-(egg_mcp/evaluation/tool_confine.py; why: the H200 log in benchmarks/results/h200_2026-12-01_s6/)."""
+(egg_mcp/evaluation/tool_confine.py; why: the H200 log
+benchmarks/results/archive/h200_2026-12-01_0f0ae24-6438ad0/ncu_caps.log)."""
 
 from __future__ import annotations
 

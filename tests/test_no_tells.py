@@ -23,7 +23,7 @@ import socket
 
 import pytest
 
-from egg_mcp.evaluation.api import EvalOptions
+from egg_mcp.contract import EvalOptions
 from egg_mcp.evaluation.engine import WorkerEvaluator
 from egg_mcp.problems.builtin import builtin_source
 

@@ -56,7 +56,7 @@ class ModelNew(nn.Module):
 
 @pytest.mark.slow
 def test_timeout_names_the_run_limit_that_was_used(tmp_path):
-    from egg_mcp.evaluation.api import EvalOptions
+    from egg_mcp.contract import EvalOptions
     from egg_mcp.evaluation.engine import WorkerEvaluator
     from egg_mcp.problems.builtin import builtin_source
 

@@ -17,7 +17,7 @@ from egg_mcp.analysis.precision import (
     precision_ladder,
 )
 from egg_mcp.analysis.roofline import admissible_compute_type
-from egg_mcp.calibration.models import Calibration
+from egg_mcp.hardware.calibration_record import Calibration
 from egg_mcp.hardware import NO_GPU, apply_calibration, spec_for
 
 H200 = spec_for("H200")
@@ -100,7 +100,7 @@ def test_a_path_this_gpu_does_not_price_falls_back_to_an_admissible_one_it_does(
     import egg_mcp.analysis.precision as precision
     from egg_mcp.analysis.precision import PrecisionLadder, Rung
     from egg_mcp.analysis.roofline import TF32_MIN_TOLERANCE, compute_type_for
-    from egg_mcp.evaluation.api import default_tolerance
+    from egg_mcp.contract import default_tolerance
     from egg_mcp.hardware import Ceiling
 
     loose = default_tolerance("float32").model_copy(update={"atol": TF32_MIN_TOLERANCE, "rtol": TF32_MIN_TOLERANCE})
@@ -124,9 +124,9 @@ def test_half_task_ladder_starts_at_its_own_dtype():
 
 
 def test_after_calibration_floors_use_upper_bounds_of_each_path():
-    # the H200 calibration (benchmarks/results/h200_2026-12-01_s6/calibrate.json): the plain Triton 3xTF32 GEMM
-    # (35.5) and cuBLAS's SGEMM (51.1) are not what the paths can reach: the guidance run flagged a 3xTF32 kernel
-    # "below the floor" of the fp32 path it had beaten
+    # the H200 calibration (benchmarks/results/archive/h200_2026-12-01_0f0ae24-6438ad0/calibrate_3753365.json):
+    # the plain Triton 3xTF32 GEMM (35.5) and cuBLAS's SGEMM (51.1) are not what the paths can reach: the guidance
+    # run flagged a 3xTF32 kernel "below the floor" of the fp32 path it had beaten
     def row(key, value):
         return {"key": key, "value": value, "unit": "FLOP/s", "best_ms": 1.0, "median_ms": 1.0, "amount": 1e12,
                 "method": f"{key} probe"}

@@ -10,7 +10,7 @@ from egg_mcp.analysis.models import ReferenceAnalysis
 from egg_mcp.analysis.precision import SAFETY, PathError, measure_path_errors, precision_ladder
 from egg_mcp.analysis.precision_output import FRONTIER_MAX, _frontier
 from egg_mcp.analysis.reference import analyze_job
-from egg_mcp.evaluation.api import TolerancePolicy
+from egg_mcp.contract import TolerancePolicy
 from egg_mcp.expertise.seeds import build_seed_brief
 from egg_mcp.hardware import spec_for
 from egg_mcp.problems.builtin import builtin_source

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from egg_mcp.evaluation.modules import import_source
-from egg_mcp.evaluation.problem import Problem, apply_size_overrides, cast_to
+from egg_mcp.problems.modules import import_source
+from egg_mcp.problems.problem import Problem, apply_size_overrides, cast_to
 from egg_mcp.tiling.measure import _Problem
 
 SOURCE = '''

@@ -7,7 +7,7 @@ from egg_mcp.profiling import classify as C
 from egg_mcp.profiling.metrics import stall_metric
 from egg_mcp.profiling.models import Metric
 from egg_mcp.profiling.occupancy import occupancy
-from egg_mcp.workflow.stages import Stage
+from egg_mcp.stages import Stage
 
 H200 = GPU_TABLE["H200"]
 

@@ -3,7 +3,7 @@
 import re
 
 from egg_mcp.profiling.metrics import ALL_METRICS, METRICS, STAGE_METRICS, metrics_for_stage
-from egg_mcp.workflow.stages import Stage
+from egg_mcp.stages import Stage
 
 NCU_NAME = re.compile(r"^[a-z0-9]+__[a-z0-9_]+(\.[a-z0-9_]+)*$")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.evaluation.api import EvalOptions, ErrorReport, JobOutcome
+from egg_mcp.contract import EvalOptions, ErrorReport, JobOutcome
 from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.profiling import runner
@@ -21,7 +21,7 @@ from egg_mcp.profiling.runner import (
     profile_candidate,
     triton_kernel_names,
 )
-from egg_mcp.workflow.stages import Stage
+from egg_mcp.stages import Stage
 
 H200 = GPU_TABLE["H200"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -327,7 +327,7 @@ def test_candidate_without_modelnew_fails_with_a_clear_error():
 
 def test_fp32_at_a_loose_tolerance_uses_the_tf32_roof_like_the_task_analysis(fake_ncu):
     """The profiler and analyze_problem must quote the same compute roof for the same task."""
-    from egg_mcp.evaluation.api import LOOSE
+    from egg_mcp.contract import LOOSE
 
     strict = profile(FakeEvaluator([(softmax_log(), JobOutcome(ok=True, result=TARGET_RESULT))]))
     loose = profile(FakeEvaluator([(softmax_log(), JobOutcome(ok=True, result=TARGET_RESULT))]),

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from egg_mcp.config import ServerConfig
-from egg_mcp.evaluation.api import BaselineResult, ErrorReport, EvalResult, JobOutcome, MismatchReport, TimingStats
+from egg_mcp.contract import BaselineResult, ErrorReport, EvalResult, JobOutcome, MismatchReport, TimingStats
 from egg_mcp.evaluation.interleaved import paired_verdict, sign_test_p
 from egg_mcp.workflow.compare import compare_candidates, source_diff
 from egg_mcp.workflow.models import StageDecision
@@ -112,7 +112,7 @@ def test_seed_next_step_counts_correct_seeds_and_briefs_count_commits(tmp_path):
 
 def test_seed_brief_describes_the_timing_verify_takes(tmp_path):
     from egg_mcp.expertise.seeds import judging_rules
-    from egg_mcp.evaluation.api import STRICT_FP32
+    from egg_mcp.contract import STRICT_FP32
 
     speed = next(r for r in judging_rules(STRICT_FP32, None, 5) if r.startswith("Speed"))
     assert "L2 flushed between runs" not in speed
@@ -225,5 +225,23 @@ def test_profile_ncu_runs_at_the_size_overrides_it_is_given(tmp_path):
         assert payload["size_overrides"] == {**started.options.size_overrides, "dim": 37}
         with pytest.raises(WorkflowError, match="not module-level int constants"):
             await profile(svc, tid, cid, size_overrides={"cols": 3})
+
+    asyncio.run(main())
+
+
+def test_a_quick_check_is_a_column_and_the_note_stays_the_users(tmp_path):
+    """The sizes of a quick check live in candidates.quick_sizes (task_status lists them), not in a prefix of the
+    user's note; a full-size verify of the same source with the same note is its own row."""
+    async def main():
+        svc = _service(tmp_path, gpu=True)
+        tid = (await svc.start_task("softmax", k_seeds=2)).task_id
+        quick = await svc.verify(tid, SEED_A, note="try A", size_overrides={"dim": 37})
+        full = await svc.verify(tid, SEED_A, note="try A")
+        rows = {r["id"]: r for r in svc.ws.query("SELECT id, note, quick_sizes FROM candidates")}
+        assert rows[quick.candidate_id]["note"] == "try A" and rows[quick.candidate_id]["quick_sizes"] == '{"dim": 37}'
+        assert rows[full.candidate_id]["note"] == "try A" and rows[full.candidate_id]["quick_sizes"] is None
+        listed = {c.candidate_id: c for c in svc.status(tid).candidates_in_stage}
+        assert listed[quick.candidate_id].quick_sizes == {"dim": 37} and listed[full.candidate_id].quick_sizes is None
+        assert "1 of 2 seeds verified correct" in full.next_step  # the quick check is not counted
 
     asyncio.run(main())

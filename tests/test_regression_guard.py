@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from egg_mcp.config import ServerConfig
-from egg_mcp.evaluation.api import BaselineResult, EvalResult, JobOutcome, TimingStats
+from egg_mcp.contract import BaselineResult, EvalResult, JobOutcome, TimingStats
 from egg_mcp.evaluation.review import review_findings
 from egg_mcp.hardware import spec_for
 from egg_mcp.problems.builtin import builtin_source

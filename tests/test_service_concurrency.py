@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from egg_mcp.config import ServerConfig
-from egg_mcp.evaluation.api import BaselineResult, ErrorReport, EvalResult, JobOutcome, TimingStats
+from egg_mcp.contract import BaselineResult, ErrorReport, EvalResult, JobOutcome, TimingStats
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.workflow.service import EggService
 from egg_mcp.workspace.store import Workspace

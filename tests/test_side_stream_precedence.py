@@ -1,5 +1,5 @@
 """Wrong outputs from a kernel on a side stream: on the GPU that kernel races the output copy, so a trial comes
-out wrong before the integrity report after the trials could name the side stream (H200, session 8:
+out wrong before the integrity report after the trials could name the side stream (H200:
 `incorrect` at trial 4/5 for tests/adversarial/gpu_side_stream.py). The judge's `incorrect` path asks for the
 report with its static checks; a side stream found there wins. Other static findings do not change the verdict
 of wrong outputs (a kernel-less candidate returning zeros stays `incorrect`)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from egg_mcp.evaluation.api import IntegrityFinding, MismatchReport
+from egg_mcp.contract import IntegrityFinding, MismatchReport
 from egg_mcp.evaluation.judge_verdicts import Verdicts
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from egg_mcp.workflow.stages import STAGE_ORDER, TOOL_STAGES, Stage, allowed, next_stage, refusal
+from egg_mcp.stages import STAGE_ORDER, TOOL_STAGES, Stage, allowed, next_stage, refusal
 
 
 def test_stage_order_is_the_egg_order():

@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.server.mcpserver.exceptions import ToolError
 
 from egg_mcp.config import ServerConfig
-from egg_mcp.evaluation.api import JobOutcome
+from egg_mcp.contract import JobOutcome
 from egg_mcp.server import create_server
 from egg_mcp.surface.schemas import check_arguments
 from egg_mcp.workflow import limits

@@ -9,15 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.evaluation.api import EvalOptions, JobOutcome
+from egg_mcp.contract import EvalOptions, JobOutcome
 from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.tiling.dims import normalize_dims
 from egg_mcp.tiling.model import estimate, estimate_all, infer_kind
 from egg_mcp.tiling.plan import config_key, next_configs, round_sizes, simulate_search
+from egg_mcp.tiling.rewrite import apply_config
 from egg_mcp.tiling.search import propose_tiling
-from egg_mcp.tiling.space import apply_config, enumerate_configs, extract_space
+from egg_mcp.tiling.space import enumerate_configs, extract_space
 
 REPO = Path(__file__).resolve().parents[1]
+TILING_BENCH = REPO / "tests" / "data" / "tiling_h200" / "tiling_bench"  # stored H200 tiling_bench.py runs
 H200 = GPU_TABLE["H200"]
 GEMM_FILE = (REPO / "benchmarks" / "tiling_kernels" / "gemm_bias_relu.py").read_text()
 SOFTMAX_FIXTURE = (REPO / "tests" / "fixtures" / "softmax" / "row_per_program.py").read_text()
@@ -472,19 +474,19 @@ def _recheck_module():
 def test_spill_model_matches_the_compiler_verdicts_recorded_on_the_h200():
     """The register model against every compiler verdict the H200 tiling benchmark recorded (rebuilt
     from each run's disagreements; benchmarks/tiling_model_recheck.py). Known misses are listed in
-    benchmarks/results/tiling/README.md; this pins the model so a change cannot lose agreement."""
+    benchmarks/results/archive/tiling/README.md; this pins the model so a change cannot lose agreement."""
     import json
 
     recheck_mod = _recheck_module()
 
     runs = {  # result file -> the live registers per element the run's model used
-        "batch4": {"softmax": 2.0, "norm": 2.0, "reduction": 2.0, "elementwise": 1.5},
-        "batch7": {"softmax": 1.25, "norm": 2.0, "reduction": 2.0, "elementwise": 1.5},
-        "batch8": {"softmax": 1.25, "norm": 1.25, "reduction": 2.0, "elementwise": 1.5},
+        "softmax_a": {"softmax": 2.0, "norm": 2.0, "reduction": 2.0, "elementwise": 1.5},
+        "gemm_b_softmax_b_layernorm_a": {"softmax": 1.25, "norm": 2.0, "reduction": 2.0, "elementwise": 1.5},
+        "rowsum_b_layernorm_b": {"softmax": 1.25, "norm": 1.25, "reduction": 2.0, "elementwise": 1.5},
     }
     scores = {}
-    for batch, ran_with in runs.items():
-        data = json.loads((REPO / "benchmarks" / "results" / "tiling" / f"{batch}_tiling_bench.json").read_text())
+    for run, ran_with in runs.items():
+        data = json.loads((TILING_BENCH / f"tiling_bench_2026-11-30_{run}.json").read_text())
         for record in data["cases"]:
             out = recheck_mod.recheck(record, ran_with)
             if "current_model" in out:
@@ -494,19 +496,20 @@ def test_spill_model_matches_the_compiler_verdicts_recorded_on_the_h200():
 
 
 def test_model_rescored_exactly_on_the_runs_that_store_every_config():
-    """Batches 9 and 10 store every config's compile facts and time: spill agreement and the search replay
-    of the current model, exactly (elementwise's 2.0 live registers per element came from batch 10)."""
+    """The layernorm_a/rowsum_a and biasgelu runs store every config's compile facts and time: spill agreement and
+    the search replay of the current model, exactly (elementwise's 2.0 live registers per element came from the
+    biasgelu run)."""
     import json
 
     recheck_mod = _recheck_module()
     got = {}
-    for batch in ("batch9", "batch10"):
-        data = json.loads((REPO / "benchmarks" / "results" / "tiling" / f"{batch}_tiling_bench.json").read_text())
+    for run in ("layernorm_a_rowsum_a", "biasgelu_a_biasgelu_b"):
+        data = json.loads((TILING_BENCH / f"tiling_bench_2026-11-30_{run}.json").read_text())
         for record in data["cases"]:
             out = recheck_mod.recheck(record, None)
             got[out["case"]] = (out["current_model_spills"], out["search8_ratio"], out["search16_ratio"])
     # rowsum_a read 0.9727 / 0.9893 before the loop model counted resident warps (WARP_STREAM_BPS), 0.9978 / 1.0
-    # before the register spread, loop trips and per-warp ILP of session 9; biasgelu_a 0.9923 / 0.9923 and
+    # before the register spread, loop trips and per-warp ILP of 2f0d984; biasgelu_a 0.9923 / 0.9923 and
     # biasgelu_b 0.9871 / 0.9904 before erf's measured cost and the dispatch floor
     assert got == {"layernorm_a": ("95/96", 1.0, 1.0), "rowsum_a": ("113/120", 0.9996, 0.9991),
                    "biasgelu_a": ("144/144", 0.9946, 0.9961), "biasgelu_b": ("144/144", 1.0, 1.0)}

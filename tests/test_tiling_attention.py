@@ -24,7 +24,8 @@ H200 = spec_for("H200")
 KB = REPO / "benchmarks" / "problems" / "kernelbench"
 ATTN = (KB / "mingpt_attention_triton.py").read_text()
 GEMM = (KB / "gemm_add_relu_triton.py").read_text()
-STUDY = json.loads((REPO / "benchmarks" / "results" / "tiling" / "compile_study_guidance.json").read_text())
+DATA = REPO / "tests" / "data" / "tiling_h200"
+STUDY = json.loads((DATA / "compile_study_guidance.json").read_text())
 ATTN_DIMS = {"BH": 256, "T": 512, "S": 512, "D": 128}  # KernelBench 43 at batch 32, as the probe read it
 LIN = {"LIN_BLOCK_M": 128, "LIN_BLOCK_N": 128, "LIN_BLOCK_K": 32, "LIN_WARPS": 8, "LIN_STAGES": 3}
 
@@ -120,9 +121,12 @@ def test_bf16_gemm_occupancy_is_unchanged():
 
 @pytest.fixture(scope="module")
 def guidance():
-    import tiling_guidance_replay
+    import tiling_guidance_replay as gr
 
-    return tiling_guidance_replay.replay()
+    with pytest.MonkeyPatch.context() as mp:  # the recorded H200 run's inputs, as copied into tests/data
+        mp.setattr(gr, "CALIBRATION", DATA / "calibrate_3753365.json")
+        mp.setattr(gr, "COMPILED", DATA / "compile_study_guidance.json")
+        return gr.replay([DATA / "guidance_6438ad0.json"])
 
 
 def test_guidance_replay_rank_correlation_per_case(guidance):
@@ -152,7 +156,7 @@ def test_other_precisions_keep_the_earlier_shared_memory_estimate():
         assert attention_smem(64, 64, 128, 2, wgmma, "bf16") == 2 * 2 * 64 * 128 + 64 * 128
 
 
-LAYOUTS = json.loads((REPO / "benchmarks" / "results" / "tiling" / "attn_layouts_sm90.json").read_text())
+LAYOUTS = json.loads((DATA / "attn_layouts_sm90.json").read_text())
 
 
 def test_mma_sync_tiles_hold_their_a_operands_per_warp_so_8_warps_fit_one_program_per_sm():

@@ -13,14 +13,15 @@ import sys
 
 import pytest
 
-from egg_mcp.evaluation.api import EvalOptions
+from egg_mcp.contract import EvalOptions
 from egg_mcp.hardware import spec_for
 from egg_mcp.tiling.dims import normalize_dims
 from egg_mcp.tiling.kernels import kernel_calls, launch_dims
 from egg_mcp.tiling.launches import probe_launches
 from egg_mcp.tiling.model import _estimate_one, call_view, estimate
+from egg_mcp.tiling.rewrite import apply_config
 from egg_mcp.tiling.search import propose_tiling
-from egg_mcp.tiling.space import apply_config, current_config, extract_space, persistent_programs
+from egg_mcp.tiling.space import current_config, extract_space, persistent_programs
 from tests.conftest import FIXTURES, REPO
 
 H200 = spec_for("H200")

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.evaluation.api import EvalOptions, JobOutcome
+from egg_mcp.contract import EvalOptions, JobOutcome
 from egg_mcp.hardware import spec_for
 from egg_mcp.tiling.dims import normalize_dims
 from egg_mcp.tiling.kernels import kernel_calls, launch_dims, spearman
 from egg_mcp.tiling.launches import probe_launches
 from egg_mcp.tiling.model import estimate
+from egg_mcp.tiling.rewrite import apply_config
 from egg_mcp.tiling.search import propose_tiling
-from egg_mcp.tiling.space import apply_config, extract_space
+from egg_mcp.tiling.space import extract_space
 
 H200 = spec_for("H200")
 KB = Path(__file__).resolve().parents[1] / "benchmarks" / "problems" / "kernelbench"

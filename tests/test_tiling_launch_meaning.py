@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from egg_mcp.tiling.space import apply_config, extract_space
+from egg_mcp.tiling.rewrite import apply_config
+from egg_mcp.tiling.space import extract_space
 
 PHASED = '''import torch
 import torch.nn as nn

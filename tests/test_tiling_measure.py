@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from egg_mcp.problems.builtin import builtin_source
-from egg_mcp.tiling.space import apply_config
+from egg_mcp.tiling.rewrite import apply_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
-from egg_mcp.evaluation.api import EvalOptions
+from egg_mcp.contract import EvalOptions
 from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.tiling.dims import normalize_dims
 from egg_mcp.tiling.model import estimate
 from egg_mcp.tiling.plan import tie_note
+from egg_mcp.tiling.rewrite import apply_config
 from egg_mcp.tiling.search import propose_tiling
-from egg_mcp.tiling.space import apply_config, extract_space, persistent_programs
+from egg_mcp.tiling.space import extract_space, persistent_programs
 from tests.conftest import REPO
 
 H200 = GPU_TABLE["H200"]

@@ -11,17 +11,21 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import tiling_rank_replay as replay  # noqa: E402
 
+DATA = REPO / "tests" / "data" / "tiling_h200"
+STORED = DATA / "tiling_bench"  # the stored tiling_bench.py runs (copies of benchmarks/results/archive/tiling/)
+ROWSUM_A = "tiling_bench_2026-11-30_layernorm_a_rowsum_a.json"
+
 
 @pytest.fixture(scope="module")
 def result():
-    return replay.run(replay.stored_files())
+    return replay.run(replay.stored_files(STORED))
 
 
 def test_every_stored_case_is_replayed_with_its_file(result):
     cases = {c["case"]: c for c in result["cases"]}
     assert set(cases) == {"gemm_a", "gemm_b", "softmax_a", "softmax_b", "layernorm_a", "layernorm_b", "rowsum_a",
                           "rowsum_b", "biasgelu_a", "biasgelu_b"}
-    assert cases["rowsum_a"]["file"] == "benchmarks/results/tiling/batch9_tiling_bench.json"
+    assert cases["rowsum_a"]["file"] == f"tests/data/tiling_h200/tiling_bench/{ROWSUM_A}"
     assert "offline replay" in result["label"] and "H200" in result["label"]
     with_rho = {c for c, r in cases.items() if r.get("rho") is not None}
     assert with_rho == {"layernorm_a", "rowsum_a", "biasgelu_a", "biasgelu_b"}  # the runs that stored every config
@@ -30,7 +34,7 @@ def test_every_stored_case_is_replayed_with_its_file(result):
 
 def test_rank_correlation_per_case_on_the_stored_h200_timings(result):
     rho = {c["case"]: c["rho"] for c in result["cases"] if c.get("rho") is not None}
-    # biasgelu_b read 0.903 with the sub-16-byte access derate the stream model had (rank_replay_before.json)
+    # biasgelu_b read 0.903 with the sub-16-byte access derate the stream model had (rank_replay_0f0ae24.json)
     assert rho["biasgelu_b"] > 0.905 and rho["biasgelu_a"] > 0.75
     assert rho["layernorm_a"] > 0.6  # 0.56 before; held out for the per-warp streaming rate (measured on rowsum_a)
     assert rho["rowsum_a"] > 0.7  # -0.43 while each loop trip was charged a serial DRAM latency
@@ -43,16 +47,22 @@ def test_rank_correlation_per_case_on_the_stored_h200_timings(result):
 def test_markdown_shows_before_and_explains_cases_below_0_7(result, tmp_path):
     before = {"git_commit": "abc1234", "cases": [{"case": "rowsum_a", "rho": -0.5}]}
     text = replay.markdown(result, before)
-    assert "| rowsum_a | `batch9_tiling_bench.json` | -0.50 |" in text
-    assert "(rho" not in text  # every stored case reads >= 0.7 since session 9: nothing to explain
-    # a case below 0.7 gets its explanation (layernorm_a read 0.62 here before session 9)
+    assert f"| rowsum_a | `{ROWSUM_A}` | -0.50 |" in text
+    assert "(rho" not in text  # every stored case reads >= 0.7 since 2f0d984: nothing to explain
+    # a case below 0.7 gets its explanation (layernorm_a read 0.62 here before 2f0d984)
     low = dict(result, cases=[dict(c, rho=0.5) if c["case"] == "layernorm_a" else c for c in result["cases"]])
     text = replay.markdown(low, before)
     assert "**layernorm_a (rho 0.50" in text and "resident warps" in text and "**rowsum_a (rho" not in text
 
 
-def test_a_new_run_given_on_the_command_line_wins(tmp_path):
-    stored = json.loads((REPO / "benchmarks/results/tiling/batch9_tiling_bench.json").read_text())
+def test_a_new_run_given_on_the_command_line_wins(tmp_path, monkeypatch):
+    import tiling_guidance_replay as guidance
+
+    monkeypatch.setattr(replay, "RESULTS", STORED)  # main's defaults, pointed at the tests/data copies
+    monkeypatch.setattr(guidance, "GUIDANCE", [DATA / "guidance_6438ad0.json"])
+    monkeypatch.setattr(guidance, "CALIBRATION", DATA / "calibrate_3753365.json")
+    monkeypatch.setattr(guidance, "COMPILED", DATA / "compile_study_guidance.json")
+    stored = json.loads((STORED / ROWSUM_A).read_text())
     record = dict(next(c for c in stored["cases"] if c["case"] == "rowsum_a"))
     record["configs"] = [dict(c, median_ms=1.0 / (1 + i)) for i, c in enumerate(record["configs"])]
     new = tmp_path / "tiling_bench.json"

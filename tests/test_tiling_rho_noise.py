@@ -13,6 +13,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import tiling_rho_noise as noise  # noqa: E402
 from egg_mcp.tiling.kernels import spearman  # noqa: E402
 
+DATA = REPO / "tests" / "data" / "tiling_h200"
+RUNS = [DATA / "tiling_search_b4a4599" / "tiling_search.json", DATA / "tiling_search_42095a3" / "tiling_search.json"]
+
 
 def test_noise_tied_is_k_combined_standard_deviations():
     assert noise.noise_tied(100.0, 0.002, 100.5, 0.002)  # 0.5 apart < 2 x hypot(0.2, 0.201) ~ 0.57
@@ -41,14 +44,15 @@ def test_perfect_model_ceiling_falls_with_the_noise():
 
 @pytest.fixture(scope="module")
 def result():
-    return noise.run(noise.RUNS, run_probe=lambda payload: None)
+    return noise.run(RUNS, run_probe=lambda payload: None)
 
 
 def test_the_memory_bound_cases_are_limited_by_the_model_not_by_the_noise(result):
-    """rowsum_a / rowsum_b / layernorm_a read rho < 0.7 on the s7 runs with the model of session 8 (rho_noise_s8.json),
-    while a perfect model would read >= 0.98 against noise of the recorded CVs and the two runs order the same
-    configs alike (rho >= 0.98): the misses were the model's. The session-9 model reads >= 0.7 on both runs."""
-    stored = json.loads((REPO / "benchmarks/results/tiling/rho_noise_s8.json").read_text())["cases"]
+    """rowsum_a / rowsum_b / layernorm_a read rho < 0.7 on the b4a4599 and 42095a3 runs with the model at 5ca66b1
+    (rho_noise_5ca66b1.json), while a perfect model would read >= 0.98 against noise of the recorded CVs and the two
+    runs order the same configs alike (rho >= 0.98): the misses were the model's. The model of 2f0d984 reads >= 0.7
+    on both runs."""
+    stored = json.loads((DATA / "rho_noise_5ca66b1.json").read_text())["cases"]
     cases = result["cases"]
     for name in ("rowsum_a", "rowsum_b", "layernorm_a"):
         runs = cases[name]["runs"]
@@ -63,8 +67,8 @@ def test_the_memory_bound_cases_are_limited_by_the_model_not_by_the_noise(result
 
 
 def test_recorded_noise_file_matches_a_rerun(result):
-    """benchmarks/results/tiling/rho_noise_s9.json is this script's output with the current model."""
-    stored = json.loads((REPO / "benchmarks/results/tiling/rho_noise_s9.json").read_text())
+    """rho_noise_2f0d984.json (benchmarks/results/archive/tiling/) is this script's output with the current model."""
+    stored = json.loads((DATA / "rho_noise_2f0d984.json").read_text())
     for name in ("rowsum_a", "layernorm_a", "rowsum_b", "biasgelu_a", "softmax_b"):
         for run, c in result["cases"][name]["runs"].items():
             s = stored["cases"][name]["runs"][run]

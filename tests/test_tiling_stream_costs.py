@@ -1,4 +1,4 @@
-"""Session 7's tiling-model changes, each against the H200 timings that showed it (benchmarks/results/...):
+"""The tiling-model changes of 42095a3, each against the H200 timings that showed it (tests/data/tiling_h200/):
 erf's measured issue cost, the broadcast bias row from L2, the program-dispatch floor, and tf32x3's operand
 registers in the GEMM occupancy. Offline (CPU): only the model runs."""
 
@@ -15,7 +15,9 @@ import tiling_rank_replay as replay  # noqa: E402
 from egg_mcp.hardware import GPU_TABLE  # noqa: E402
 from egg_mcp.tiling.plan import config_key  # noqa: E402
 
-SEARCH = REPO / "benchmarks/results/h200_2026-12-01_s7/tiling_search/tiling_search.json"
+DATA = REPO / "tests" / "data" / "tiling_h200"
+SEARCH = DATA / "tiling_search_b4a4599" / "tiling_search.json"
+STORED = DATA / "tiling_bench"
 
 
 def _by_config(case: str) -> dict:
@@ -33,7 +35,7 @@ def test_erf_gelu_is_priced_at_its_measured_issue_cost():
     by = _by_config("biasgelu_a")
     fast = [_ms(by, 4, 1024, 4), _ms(by, 16, 128, 2), _ms(by, 8, 512, 4)]
     assert all(0.088 < t < 0.11 for t in fast), fast
-    sass = json.loads((REPO / "benchmarks/results/tiling/sass_bias_gelu.json").read_text())
+    sass = json.loads((DATA / "sass_bias_gelu.json").read_text())
     per_element = [v["instructions_per_element"] for v in sass["variants"]["bias_gelu"]
                    if v["elements_per_thread"] >= 32]
     assert all(36 <= x <= 40 for x in per_element)  # what _FUNCTION_OPS["erf"] + the base of 6 stand for
@@ -89,7 +91,7 @@ def test_misordered_pairs_separate_noise_from_model_errors():
 
 @pytest.fixture(scope="module")
 def search_result():
-    return replay.search_replay(SEARCH, run_probe=lambda payload: None)
+    return replay.search_replay(SEARCH, run_probe=lambda payload: None, files=replay.stored_files(STORED))
 
 
 def test_search_replay_reads_the_recorded_run(search_result):
@@ -107,10 +109,10 @@ def test_search_replay_reads_the_recorded_run(search_result):
 
 
 def test_search_replay_measures_how_reproducible_the_order_is(search_result):
-    """The configs the s7 run shares with the stored exhaustive runs keep their order across timers (rho >= 0.94):
+    """The configs the b4a4599 run shares with the stored exhaustive runs keep their order across timers (rho >= 0.94):
     the per-case model rho below that is model error, which the replay must show beside it."""
     cases = {c["case"]: c for c in search_result["cases"]}
     repeats = {name: c["repeat"] for name, c in cases.items() if c.get("repeat")}
-    assert set(repeats) == {"layernorm_a", "rowsum_a", "biasgelu_a", "biasgelu_b"}  # batches 9-10 stored every time
+    assert set(repeats) == {"layernorm_a", "rowsum_a", "biasgelu_a", "biasgelu_b"}  # the runs that stored every time
     assert all(r["n"] == 17 and r["rho_between_runs"] > 0.94 for r in repeats.values())
     assert "How reproducible the measured order is" in replay.search_markdown(search_result, None)

@@ -1,6 +1,7 @@
-"""Session 9's looping-row terms of the tiling model, each against the H200 measurements that set it
-(benchmarks/results/tiling/s9_probes/): registers for occupancy fit to ptxas's, the register spread, the per-trip
-bookkeeping, and per-warp loads in flight. Offline (CPU): only the model runs."""
+"""The looping-row terms of the tiling model (2f0d984), each against the H200 measurements that set it
+(benchmarks/results/archive/tiling/probes_2026-12-01_4bb37b3-2f0d984/; copies in tests/data/tiling_h200/):
+registers for occupancy fit to ptxas's, the register spread, the per-trip bookkeeping, and per-warp loads in flight.
+Offline (CPU): only the model runs."""
 
 import json
 import math
@@ -19,7 +20,8 @@ from egg_mcp.tiling.costs import _LIVE_PER_ELEMENT_LOOPING, _ctas_per_sm, _round
 from egg_mcp.tiling.plan import config_key  # noqa: E402
 from egg_mcp.tiling.stream import _occupancy_regs, second_pass_share  # noqa: E402
 
-SWEEP = REPO / "benchmarks/results/tiling/s9_probes/stream_sweep_events.json"
+DATA = REPO / "tests" / "data" / "tiling_h200"
+SWEEP = DATA / "stream_sweep_events.json"
 H200 = GPU_TABLE["H200"]
 
 
@@ -34,7 +36,7 @@ def _est(by: dict, m: int, n: int, w: int):
 
 def test_occupancy_registers_match_what_ptxas_compiled_on_the_h200():
     """The row_sum sweep's 76 configs (fp32, looping): the CTAs per SM implied by the estimate match the compiled
-    registers' on >= 60 (the session-8 estimate 24 + 1.4 per element: 31)."""
+    registers' on >= 60 (the estimate before 2f0d984, 24 + 1.4 per element: 31)."""
     compiled = {(r["BLOCK_M"], r["BLOCK_N"], r["num_warps"]): r["registers"]
                 for r in json.loads(SWEEP.read_text()) if r.get("registers")}
     assert len(compiled) == 76
@@ -61,8 +63,9 @@ def test_a_config_is_priced_as_the_mean_over_the_register_spread(monkeypatch):
 
 
 def test_many_warps_over_a_small_block_pay_each_trip():
-    """layernorm_a (bf16 16384 x 2048) in batch 9: [1,256,8] ran 77 us, [1,256,1] 42 us; the per-trip bookkeeping
-    of 8 warps over a 256-wide block is what separates them (the model gets the order and ~1.15x of the 1.8x)."""
+    """layernorm_a (bf16 16384 x 2048) in the stored exhaustive run: [1,256,8] ran 77 us, [1,256,1] 42 us; the
+    per-trip bookkeeping of 8 warps over a 256-wide block is what separates them (the model gets the order and ~1.15x
+    of the 1.8x)."""
     by = _by_config("layernorm_a")
     times = [_est(by, 1, 256, w).predicted_ms for w in (1, 2, 4, 8)]
     assert times == sorted(times) and times[-1] > 1.1 * times[0], times
@@ -84,21 +87,23 @@ def test_a_warp_with_more_registers_streams_more(monkeypatch):
 
 
 def test_the_memory_bound_cases_rank_at_least_0_7_on_every_recorded_run():
-    """The replays that read < 0.7 with the session-8 model (rho_noise_s8.json) on both s7 runs and batch 9."""
-    noise = json.loads((REPO / "benchmarks/results/tiling/rho_noise_s9.json").read_text())["cases"]
+    """The replays that read < 0.7 with the model at 5ca66b1 (rho_noise_5ca66b1.json) on both tiling_search runs
+    (b4a4599, 42095a3) and the stored exhaustive run of layernorm_a and rowsum_a."""
+    noise = json.loads((DATA / "rho_noise_2f0d984.json").read_text())["cases"]
     for case in ("rowsum_a", "rowsum_b", "layernorm_a"):
         for run, c in noise[case]["runs"].items():
             assert c["rho"] >= 0.7, (case, run, c["rho"])
-    rho = {c["case"]: c["rho"] for c in replay.run(replay.stored_files())["cases"] if c.get("rho") is not None}
+    stored = replay.stored_files(DATA / "tiling_bench")
+    rho = {c["case"]: c["rho"] for c in replay.run(stored)["cases"] if c.get("rho") is not None}
     assert all(r >= 0.7 for r in rho.values()), rho
     assert not math.isnan(sum(rho.values()))
 
 
 def test_a_second_pass_rereads_from_l2_as_the_h200_probe_measured():
-    """s9_probes/l2_reuse.json: a row read twice; the second pass's cost against the working set. The constants in
-    costs.L2_REUSE, priced by the model's own stream.second_pass_share, reproduce every measured point within 0.03
-    of a pass."""
-    probe = json.loads((REPO / "benchmarks/results/tiling/s9_probes/l2_reuse.json").read_text())
+    """l2_reuse.json (the H200 probe at 4bb37b3): a row read twice; the second pass's cost against the working set.
+    The constants in costs.L2_REUSE, priced by the model's own stream.second_pass_share, reproduce every measured
+    point within 0.03 of a pass."""
+    probe = json.loads((DATA / "l2_reuse.json").read_text())
     points = [(r["working_set_mb"], r["second_over_first"]) for r in probe["rows"] if r["n_rows"] >= probe["sms"] * 16]
     assert len(points) >= 10 and probe["l2_bytes"] == 60 * 2 ** 20
     for ws, measured in points:
@@ -131,11 +136,12 @@ def test_a_norm_takes_its_square_root_once_per_row():
 
 
 def test_the_live_h200_run_of_this_model_reads_at_least_0_7_on_every_case():
-    """Issue 18's target, held against the live run of session 10 (run.py tiling_search at 5f688e6, configs chosen
+    """Issue 18's target, held against the live run at 5f688e6 (run.py tiling_search, configs chosen
     by this model, times through GpuTimer): a model change that drops any of the twelve cases below 0.7 fails here.
     Without the candidate probe (not run here) kb43 reads 0.885; the live reply, with it, read 0.940."""
-    live = REPO / "benchmarks/results/h200_2026-12-01_s10/tiling_search_5f688e6/tiling_search.json"
-    cases = {c["case"]: c for c in replay.search_replay(live, run_probe=lambda payload: None)["cases"]}
+    live = DATA / "tiling_search_5f688e6" / "tiling_search.json"
+    stored = replay.stored_files(DATA / "tiling_bench")
+    cases = {c["case"]: c for c in replay.search_replay(live, run_probe=lambda payload: None, files=stored)["cases"]}
     assert len(cases) == 12
     low = {name: c["rho"] for name, c in cases.items() if not c["rho"] >= 0.7}
     assert not low, low

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from egg_mcp.evaluation import timing
-from egg_mcp.evaluation.api import TimingStats
+from egg_mcp.contract import TimingStats
 
 
 class _Nvml:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from egg_mcp.evaluation import confinement
-from egg_mcp.evaluation.api import EvalOptions
+from egg_mcp.contract import EvalOptions
 from egg_mcp.evaluation.engine import WorkerEvaluator
 from egg_mcp.problems.builtin import builtin_source
 
@@ -335,7 +335,7 @@ def test_a_memcheck_report_becomes_a_memory_error_naming_kernel_and_address():
 
 
 def test_runner_timing_is_cross_checked_against_the_judges_clock():
-    from egg_mcp.evaluation.api import TimingStats
+    from egg_mcp.contract import TimingStats
     from egg_mcp.evaluation.judge import timing_cross_check
 
     honest = TimingStats(median_ms=9.7, mean_ms=9.7, n_runs=31, host_wall_ms=320.0)

@@ -8,13 +8,13 @@ import torch.nn as nn
 
 from egg_mcp.analysis.reference import analyze_model
 from egg_mcp.analysis.verdict import roofline_verdict
-from egg_mcp.evaluation.api import STRICT_FP32
+from egg_mcp.contract import STRICT_FP32
 from egg_mcp.evaluation.review import review_findings
 from egg_mcp.expertise.briefs import BriefFacts, render_brief
 from egg_mcp.hardware import spec_for
 from egg_mcp.profiling import classify as C
 from egg_mcp.profiling.models import Metric
-from egg_mcp.workflow.stages import Stage
+from egg_mcp.stages import Stage
 
 H200 = spec_for("H200")
 

@@ -115,3 +115,28 @@ def test_old_workspace_is_migrated(tmp_path):
     assert opened.query("PRAGMA user_version")[0][0] == SCHEMA_VERSION
     assert opened.query("SELECT warnings_json FROM commits")[0]["warnings_json"] is None
     assert len(opened.query("SELECT * FROM commits")) == 1
+
+
+def test_a_v3_workspace_moves_quick_check_sizes_from_the_note_to_their_column(tmp_path):
+    """Before schema 4 a quick check's sizes were a prefix of the user's note; opening such a workspace moves them to
+    candidates.quick_sizes and leaves the note as the user wrote it (a note that only looks like a prefix stays)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with sqlite3.connect(ws / "egg.sqlite3") as conn:
+        conn.executescript("""
+            CREATE TABLE candidates (id TEXT PRIMARY KEY, task_id TEXT NOT NULL, stage TEXT NOT NULL,
+              source_sha TEXT NOT NULL, note TEXT, created_at REAL NOT NULL, status TEXT NOT NULL, owner TEXT,
+              verdict TEXT, time_ms REAL, result_sha TEXT, cause TEXT);
+            INSERT INTO candidates VALUES ('c-1', 't-1', 'SEEDS', 's', '[quick check at {"dim": [8, 100]}] try A', 0,
+              'done', NULL, 'correct', 1.0, 'r', NULL);
+            INSERT INTO candidates VALUES ('c-2', 't-1', 'SEEDS', 's', '[quick check at {"batch_size": 4}] ', 0,
+              'done', NULL, 'correct', 1.0, 'r', NULL);
+            INSERT INTO candidates VALUES ('c-3', 't-1', 'SEEDS', 's', '[quick check at nothing', 0,
+              'done', NULL, 'correct', 1.0, 'r', NULL);
+            PRAGMA user_version=3;
+        """)
+    opened = Workspace(ws)
+    rows = {r["id"]: (r["quick_sizes"], r["note"]) for r in opened.query("SELECT id, quick_sizes, note FROM candidates")}
+    assert rows == {"c-1": ('{"dim": [8, 100]}', "try A"), "c-2": ('{"batch_size": 4}', None),
+                    "c-3": (None, "[quick check at nothing")}
+    assert opened.query("PRAGMA user_version")[0][0] == SCHEMA_VERSION == 4

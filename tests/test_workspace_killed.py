@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.workflow.stages import STAGE_ORDER
+from egg_mcp.stages import STAGE_ORDER
 from egg_mcp.workspace.store import Workspace
 from tests.conftest import REPO
 from tests.workspace_fakes import make_service
@@ -31,7 +31,7 @@ CHILD = textwrap.dedent("""
     os.fsync = slow_fsync
     from egg_mcp.problems.builtin import builtin_source
     from egg_mcp.workflow.models import StageDecision
-    from egg_mcp.workflow.stages import STAGE_ORDER
+    from egg_mcp.stages import STAGE_ORDER
     from egg_mcp.workspace.store import Workspace
     from tests.workspace_fakes import FakeEvaluator, make_service
     real_snapshot = Workspace.snapshot

@@ -19,12 +19,12 @@ sys.path.insert(0, str(REPO))
 
 from egg_mcp.analysis.models import ReferenceAnalysis  # noqa: E402
 from egg_mcp.analysis.reference import analyze_job  # noqa: E402
-from egg_mcp.evaluation.api import STRICT_FP32, BaselineResult, TimingStats  # noqa: E402
+from egg_mcp.contract import STRICT_FP32, BaselineResult, TimingStats  # noqa: E402
 from egg_mcp.expertise.briefs import BriefFacts, render_brief  # noqa: E402
 from egg_mcp.expertise.seeds import build_seed_brief  # noqa: E402
 from egg_mcp.hardware import spec_for  # noqa: E402
 from egg_mcp.problems.builtin import builtin_source  # noqa: E402
-from egg_mcp.workflow.stages import Stage  # noqa: E402
+from egg_mcp.stages import Stage  # noqa: E402
 
 PROBLEM = "gemm_bias_relu"
 ILLUSTRATIVE_DECISIONS = [

@@ -6,7 +6,7 @@ that is not needed to choose an algorithm or judge a speedup is left out.
 
 FLOP convention (so hand-checks are possible): GEMM / convolution / attention FLOPs come from
 `torch.utils.flop_counter` (2 per multiply-add); every other op is charged a small fixed number of
-FLOPs per element (see `egg_mcp.analysis.reference.FLOPS_PER_ELEMENT`). Only the first kind can
+FLOPs per element (see `egg_mcp.analysis.op_classes.FLOPS_PER_ELEMENT`). Only the first kind can
 run on tensor cores, which is why `tensor_core_flops` is kept apart.
 """
 

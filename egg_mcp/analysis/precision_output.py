@@ -79,7 +79,7 @@ def _summary(ops: list[Any]) -> _Cost:
 def _meta_cost(module: Any, sizes: dict[str, int], dtype: str) -> _Cost:
     from egg_mcp.analysis.reference_build import build_model
     from egg_mcp.analysis.trace import _trace
-    from egg_mcp.evaluation.problem import apply_size_overrides
+    from egg_mcp.problems.problem import apply_size_overrides
 
     apply_size_overrides(module, None, sizes)
     model, inputs = build_model(module, "meta", dtype)
@@ -344,7 +344,7 @@ def measure_output_errors(source: str, dtype: str, overrides: dict[str, Any], at
     import torch
 
     from egg_mcp.analysis.reference_build import build_model, load_reference_module
-    from egg_mcp.evaluation.problem import apply_size_overrides
+    from egg_mcp.problems.problem import apply_size_overrides
     from egg_mcp.problems.loader import module_int_constants
 
     module = load_reference_module(source, overrides)

@@ -26,21 +26,11 @@ from egg_mcp.analysis.roofline import (
 )
 from egg_mcp.analysis.precision import gemm_fallback
 from egg_mcp.analysis.reference_build import build_model, load_reference_module
-from egg_mcp.evaluation.api import TolerancePolicy
+from egg_mcp.contract import TolerancePolicy
 from egg_mcp.hardware import NO_GPU, GpuSpec, gpu_status, spec_for, unknown_gpu_message
 
-
-from egg_mcp.analysis.trace import (  # noqa: F401 (AnalysisError, FLOPS_PER_ELEMENT, classify_op: re-exported)
-    FLOPS_PER_ELEMENT,
-    TENSOR_CORE_CLASSES,
-    AnalysisError,
-    _chains,
-    _collapse,
-    _dtype_name,
-    _ordered_classes,
-    _trace,
-    classify_op,
-)
+from egg_mcp.analysis.op_classes import TENSOR_CORE_CLASSES, _dtype_name
+from egg_mcp.analysis.trace import AnalysisError, _chains, _collapse, _ordered_classes, _trace
 
 
 def analyze_model(
@@ -178,7 +168,7 @@ def _output_probe(source: str, dtype: str, overrides: dict[str, Any],
     cannot run (the reason goes into the ladder's method). Its shares are computed at the task's tolerance."""
     from egg_mcp.analysis.op_classes import TENSOR_CORE_CLASSES
     from egg_mcp.analysis.precision_output import OutputProbeError, measure_output_errors
-    from egg_mcp.evaluation.api import default_tolerance
+    from egg_mcp.contract import default_tolerance
 
     policy = tolerance or default_tolerance("float32" if dtype == "float32" else "float16")
 

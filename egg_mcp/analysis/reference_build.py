@@ -15,7 +15,7 @@ def load_reference_module(source: str, size_overrides: dict[str, int | list[int]
     """Write `source` to a real file (tracebacks and @triton.jit need one) and import it."""
     workdir = Path(tempfile.mkdtemp(prefix="egg_ref_"))
     name = f"egg_reference_{uuid.uuid4().hex[:8]}"
-    from egg_mcp.evaluation.modules import import_source
+    from egg_mcp.problems.modules import import_source
 
     module = import_source(source, workdir / f"{name}.py", name)
     for attr in ("Model", "get_inputs", "get_init_inputs"):
@@ -25,7 +25,7 @@ def load_reference_module(source: str, size_overrides: dict[str, int | list[int]
                 "and get_init_inputs()"
             )
     if size_overrides:  # the rules every evaluation applies (ints, lists of ints; derived constants refreshed)
-        from egg_mcp.evaluation.problem import apply_size_overrides
+        from egg_mcp.problems.problem import apply_size_overrides
 
         try:
             apply_size_overrides(module, None, dict(size_overrides))

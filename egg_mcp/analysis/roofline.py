@@ -7,7 +7,7 @@ pull torch in (importing torch costs seconds; the server answers in milliseconds
 from __future__ import annotations
 
 from egg_mcp.analysis.models import RooflineFloor
-from egg_mcp.evaluation.api import TolerancePolicy
+from egg_mcp.contract import TolerancePolicy
 from egg_mcp.hardware import GpuSpec, ceiling
 
 TF32_MIN_TOLERANCE = 5e-3
@@ -37,7 +37,7 @@ def admissible_compute_type(dtype: str, tolerance: TolerancePolicy | None, error
     """The compute path every floor and verdict assumes: the fastest the measured precision ladder admits
     (`analysis.precision.precision_ladder`); without measured errors, the policy rule of `compute_type_for`."""
     from egg_mcp.analysis.precision import precision_ladder
-    from egg_mcp.evaluation.api import default_tolerance
+    from egg_mcp.contract import default_tolerance
 
     fallback = compute_type_for(dtype, tolerance)
     if not errors:

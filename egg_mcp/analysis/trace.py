@@ -11,10 +11,8 @@ import weakref
 from typing import Any
 
 from egg_mcp.analysis.models import FusibleChain, OpInfo
-from egg_mcp.analysis.op_classes import (  # noqa: F401 (FLOPS_PER_ELEMENT, TENSOR_CORE_CLASSES: re-exported)
+from egg_mcp.analysis.op_classes import (
     CLASS_PRIORITY,
-    FLOPS_PER_ELEMENT,
-    TENSOR_CORE_CLASSES,
     _dtype_name,
     _elementwise_flops,
     _op_attrs,

@@ -11,10 +11,9 @@ from egg_mcp.config import ServerConfig
 
 
 async def _calibrate(config: ServerConfig, quick: bool, ncu: bool = False):
-    from egg_mcp.evaluation.engine import WorkerEvaluator
+    from egg_mcp.cluster.lanes import build_engine
 
-    evaluator = WorkerEvaluator(scratch_dir=config.scratch_dir(), force_interpreter=config.force_interpreter,
-                                spare_workers=0)
+    evaluator = build_engine(config.scratch_dir(), force_interpreter=config.force_interpreter, spare_workers=0)
     try:
         return await calibrate(evaluator, config.workspace, quick=quick, ncu=ncu)
     finally:

@@ -56,7 +56,8 @@ def ncu_launch_share(entry: dict[str, Any], peak: float, peak_clock_mhz: float,
     """From ONE ncu-profiled launch (its duration and its own clock reading, sm__cycles_elapsed per second):
     the rate it reached as a share of the peak at that clock ("per_clock"), next to the tensor pipe's busy
     share of the same launch. Why: NVML's 5 ms samples of a power-capped burst are not the clock a given
-    launch ran at; ncu's reading is. On the H200 (benchmarks/results/h200_2026-12-01_s6/) per_clock and busy
+    launch ran at; ncu's reading is. On the H200
+    (benchmarks/results/archive/h200_2026-12-01_0f0ae24-6438ad0/calibrate_ncu_c708d43.json) per_clock and busy
     agreed within 1.5 points for tf32, bf16, fp16 and fp8. None when the reading lacks a part."""
     amount, kernel_ms, clock = entry.get("amount"), pipe.get("kernel_ms"), pipe.get("clock_mhz")
     if not (amount and kernel_ms and clock and peak and peak_clock_mhz and pipe.get("busy_pct")):
@@ -146,7 +147,7 @@ L2_TBYTES_PEAK_SOURCE = ("ncu's peak for lts__t_bytes (bytes through the L2 slic
                          "own launch under ncu (at that launch's clocks; not a datasheet figure; this ncu gave no "
                          "SM-read path reading)")
 L2_LAYOUTS = ("on the H200, 72 layouts of the probe (block, programs per SM, warps, loads in flight) plateau at 7.84 "
-              "TB/s: benchmarks/results/h200_2026-12-01_s7/l2_fabric/l2_sweep.json")
+              "TB/s: benchmarks/results/archive/h200_2026-12-01_b4a4599-ae198ae/l2_fabric/l2_sweep.json")
 """Why the probe's own layout is not the limit: a measurement on the H200 (cited, not re-run per GPU)."""
 
 

@@ -1,11 +1,18 @@
-"""What `serve` and `bench` evaluate with: a plain engine, a pool of this host's GPU lanes, or Ray lanes."""
+"""Where evaluators are built: `build_evaluator` (what `serve` and `bench` evaluate with: a plain engine, a pool
+of this host's GPU lanes, or Ray lanes); `cluster.lanes.build_engine` (one engine, no lanes: the server's analysis engine,
+`calibrate`, each lane's own engine). `build_engine` is the package's one call of the `WorkerEvaluator`
+constructor."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from egg_mcp.cluster.lanes import LanePool, engine_settings, local_lanes, visible_gpus
+from egg_mcp.cluster.lanes import LanePool, build_engine, engine_settings, local_lanes, visible_gpus
+
+if TYPE_CHECKING:
+    from egg_mcp.evaluation.engine import WorkerEvaluator
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +40,7 @@ def build_evaluator(scratch_dir: Path, *, force_interpreter: bool = False, ray_a
         return LanePool(lanes, fallback=fallback, describe_cluster=gateway.describe)
     gpus = [] if force_interpreter else visible_gpus()
     if not gpus:
-        from egg_mcp.evaluation.engine import WorkerEvaluator
-
-        return WorkerEvaluator(scratch_dir=scratch_dir, force_interpreter=force_interpreter, **settings)
+        return build_engine(scratch_dir, force_interpreter=force_interpreter, **settings)
     return LanePool(local_lanes(Path(scratch_dir) / "lanes", gpus=gpus[:max_lanes] if max_lanes else gpus,
                                 **settings))
 

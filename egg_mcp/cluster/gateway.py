@@ -127,7 +127,7 @@ class Gateway:
               timeout_s: float = 240.0) -> "Gateway":
         """`engine`: the server's settings for every lane's engine (lanes.engine_settings)."""
         from egg_mcp.cluster.ray_lanes import ClusterError
-        from egg_mcp.evaluation.engine import PACKAGE_PARENT
+        from egg_mcp.evaluation.engine_pool import PACKAGE_PARENT
 
         argv = [sys.executable, "-m", "egg_mcp.cluster.gateway", address]
         argv += ["--interpreter"] if force_interpreter else []

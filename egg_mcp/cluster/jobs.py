@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from egg_mcp.evaluation.api import (
+from egg_mcp.contract import (
     BaselineResult, ErrorReport, EvalOptions, EvalResult, JobOutcome, ProgressFn,
 )
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from egg_mcp.cluster import jobs
-from egg_mcp.evaluation.api import (
+from egg_mcp.contract import (
     BaselineResult, EvalOptions, EvalResult, JobOutcome, Placement, ProgressFn,
 )
 
@@ -111,13 +111,12 @@ def engine_settings(raw: Any = None) -> dict[str, Any]:
 def local_lanes(scratch_dir: Path, *, force_interpreter: bool = False, gpus: list[tuple[str, str]] | None = None,
                 **engine_kwargs) -> list[LocalLane]:
     """One lane per visible GPU (its engine's workers see only that GPU); without a GPU one CPU lane."""
-    from egg_mcp.evaluation.engine import WorkerEvaluator
 
     gpus = [] if force_interpreter else (visible_gpus() if gpus is None else gpus)
     if not gpus:
-        ev = WorkerEvaluator(scratch_dir=scratch_dir, force_interpreter=True, **engine_kwargs)
+        ev = build_engine(scratch_dir, force_interpreter=True, **engine_kwargs)
         return [LocalLane(ev, device_index=None, device_model=CPU_MODEL)]
-    return [LocalLane(WorkerEvaluator(scratch_dir=Path(scratch_dir) / f"gpu{dev}", device=dev, **engine_kwargs),
+    return [LocalLane(build_engine(Path(scratch_dir) / f"gpu{dev}", device=dev, **engine_kwargs),
                       device_index=int(dev), device_model=model) for dev, model in gpus]
 
 
@@ -329,3 +328,11 @@ class LanePool:
             log.error("no fallback lanes: %s", exc)
             self.lanes = []
         log.warning("every cluster lane is gone: serving on %d local lane(s)", len(self.lanes))
+
+
+def build_engine(scratch_dir: Path | str, **options: Any) -> Any:
+    """One `WorkerEvaluator` (keywords as its constructor's: force_interpreter, device, spare_workers, max_cpu_jobs,
+    protect, sandbox_required, bounds_floor, ...). Imported lazily: the engine is heavy and optional here."""
+    from egg_mcp.evaluation.engine import WorkerEvaluator
+
+    return WorkerEvaluator(scratch_dir=scratch_dir, **options)

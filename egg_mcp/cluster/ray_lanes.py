@@ -64,11 +64,10 @@ class NodeLane:
 
     def _engine(self):
         if self.evaluator is None:
-            from egg_mcp.evaluation.engine import WorkerEvaluator
+            from egg_mcp.cluster.lanes import build_engine
 
             scratch = tempfile.mkdtemp(prefix="egg-lane-")
-            self.evaluator = WorkerEvaluator(scratch_dir=scratch, force_interpreter=self.force_interpreter,
-                                             **self.settings)
+            self.evaluator = build_engine(scratch, force_interpreter=self.force_interpreter, **self.settings)
         return self.evaluator
 
     async def describe(self) -> dict[str, Any]:

@@ -24,17 +24,13 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from egg_mcp.config import ServerConfig
-from egg_mcp.e2e.bench_items import (  # noqa: F401 (re-exported)
-    FLAT_LEVEL, RETRY_VERDICTS, BenchError, BenchItem, discover, eval_options, normalise_levels, pending,
-    problem_files, problem_sha,
-)
+from egg_mcp.e2e.bench_items import BenchError, BenchItem, discover, eval_options, pending, problem_sha
 from egg_mcp.e2e.bench_progress import Progress, per_hour
-from egg_mcp.e2e.bench_report import render_markdown, speedup_chart, write_outputs  # noqa: F401 (re-exported)
-from egg_mcp.e2e.bench_results import (  # noqa: F401 (re-exported)
-    FAST_P_THRESHOLDS, LEVEL_DIR, RESULTS_GLOB, BenchSummary, GroupSummary, ProblemResult, aggregate, append_result,
-    fast_p, fingerprint, geomean, load_results, ratio, summarise,
+from egg_mcp.e2e.bench_report import render_markdown, write_outputs
+from egg_mcp.e2e.bench_results import (
+    BenchSummary, ProblemResult, aggregate, append_result, fingerprint, load_results, ratio,
 )
-from egg_mcp.evaluation.api import Evaluator
+from egg_mcp.contract import Evaluator
 
 BaselineCache = dict[tuple[str, str | None], tuple[float | None, float | None, str | None]]
 """(problem sha, GPU model) -> (eager ms, compile ms, compile error): two GPU models never share a baseline."""
@@ -219,5 +215,5 @@ def run_bench_cli(args: argparse.Namespace, config: ServerConfig) -> int:
     return 0
 
 
-__all__ = ["run_bench", "run_bench_cli", "fast_p", "geomean", "summarise", "aggregate", "discover", "BenchSummary",
-           "ProblemResult", "Progress", "per_hour"]
+__all__ = ["run_bench", "run_bench_cli", "aggregate", "discover", "BenchSummary", "ProblemResult", "Progress",
+           "per_hour"]

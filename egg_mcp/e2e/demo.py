@@ -24,12 +24,10 @@ from typing import Any, Literal
 
 from egg_mcp.config import ServerConfig
 from egg_mcp.e2e.demo_output import CandidateRow, DemoReport, StageRow, render_table, write_demo_report
-from egg_mcp.e2e.demo_plan import (  # noqa: F401 (re-exported: the demo's one import place)
-    KERNELS_DIR,
+from egg_mcp.e2e.demo_plan import (
     PLANS,
     DemoError,
     DemoPlan,
-    Step,
     available_problems,
     carry_tunables,
     kernel_source,

@@ -156,9 +156,9 @@ def reference_footprint(source: str, options: Any, init_seed: int, device: str, 
 
     import torch
 
-    from egg_mcp.evaluation.api import EvalOptions
-    from egg_mcp.evaluation.modules import import_source
-    from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+    from egg_mcp.contract import EvalOptions
+    from egg_mcp.problems.modules import import_source
+    from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
 
     opts = EvalOptions.model_validate(options)
     dtype = DTYPES[opts.dtype]

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from egg_mcp.evaluation.api import MismatchReport
+from egg_mcp.contract import MismatchReport
 from egg_mcp.evaluation.wire import MAX_DEPTH, path_str
 
 MAX_BAD_INDICES = 8

@@ -2,7 +2,8 @@
 after each cache miss), so a verify's `compile_first_trial` phase can be split into "Triton compiling the
 candidate's kernels" and the rest.
 
-Why: that phase is the largest of a GPU verify (benchmarks/results/h200_2026-12-01_s6/verify_latency_*),
+Why: that phase is the largest of a GPU verify
+(benchmarks/results/archive/h200_2026-12-01_0f0ae24-6438ad0/verify_latency_e2454f3.json),
 and how much of it is the kernel's own code generation (LLVM + ptxas: no harness can remove it) vs
 harness overhead is what a reader needs. The number comes from the runner, where the candidate's code
 runs: the judge reports it as `runner_reported_triton_compile_s`, never uses it for a verdict or a timing.

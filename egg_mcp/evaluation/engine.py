@@ -1,7 +1,9 @@
 """The evaluation engine as the server sees it: `WorkerEvaluator`.
 
 Runs in the server process and never imports torch or candidate code. Every job runs in a worker
-process (engine_pool.py: spawning, spares; engine_drive.py: one job's messages, deadlines and end).
+process. `WorkerEvaluator` owns its parts, each declaring the state it keeps: `pool` (engine_pool.py:
+spawning, spares), `judge_pool` (engine_judges.py) and `driver` (engine_drive.py: one job's messages,
+deadlines and end), all reading one `EngineSettings`.
 GPU jobs take a FIFO lock per device so their timings never overlap; everything else keeps being
 answered meanwhile.
 
@@ -18,36 +20,26 @@ through /proc.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
 import time
+from pathlib import Path
 from typing import Any
 
 from egg_mcp.evaluation import confinement
-from egg_mcp.evaluation.api import BaselineResult, EvalOptions, EvalResult, JobOutcome, ProgressFn
-from egg_mcp.evaluation.engine_drive import (  # noqa: F401  (re-exported for older importers)
-    KILL_MARGIN_S,
-    RESULT_GRACE_S,
-    STARTUP_ALLOWANCE_S,
-    JobDriver,
-    _JobState,
-)
+from egg_mcp.contract import BaselineResult, EvalOptions, EvalResult, JobOutcome, ProgressFn
+from egg_mcp.evaluation.engine_drive import JobDriver, _JobState
 from egg_mcp.evaluation.engine_judges import JudgePool, judge_mode_from
-from egg_mcp.evaluation.engine_pool import (  # noqa: F401  (re-exported)
-    JUDGE_POOL,
-    MAX_RESULT_LINE,
-    PACKAGE_PARENT,
-    RUNNER_POOL,
-    WorkerPool,
-    _Worker,
-)
-from egg_mcp.evaluation.engine_results import LogCapture, evaluation_result  # noqa: F401  (LogCapture re-exported)
+from egg_mcp.evaluation.engine_pool import JUDGE_POOL, RUNNER_POOL, EngineSettings, WorkerPool
+from egg_mcp.evaluation.engine_results import evaluation_result
 from egg_mcp.evaluation.worker import TARGET_PATTERN
 
 
-class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
-    """Evaluator (see api.Evaluator) that runs everything in isolated worker processes."""
+class WorkerEvaluator:
+    """Evaluator (see contract.Evaluator) that runs everything in isolated worker processes. It owns its parts:
+    `settings` (EngineSettings, read-only), `pool` (WorkerPool: the processes and spares), `judge_pool`
+    (JudgePool: idle persistent judges) and `driver` (JobDriver: one job on one worker). Build one through
+    egg_mcp.cluster.build (build_engine, build_evaluator) rather than here."""
 
     def __init__(
         self,
@@ -69,45 +61,42 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
         sandbox_required=(),
         bounds_floor: dict[str, int] | None = None,
     ):
-        # paths no tool or toolchain grant to a confined job or runner may expose (the workspace, the allowed
-        # folders): said to the workers in landlock.PROTECT_VAR (every home directory is protected anyway)
-        self.protect = [str(p) for p in protect]
-        # the server's sandbox floor (egg_mcp.sandbox.floor): the judge and every confined job check their
-        # runner's or their own report against it before candidate code runs (floor.REQUIRED_VAR)
-        self.sandbox_required = list(sandbox_required)
-        self.device = device  # CUDA_VISIBLE_DEVICES of this engine's workers: a lane pinned to one GPU (None: inherit)
-        self.bounds_floor = dict(bounds_floor or {})  # the runners' resource-bound floors (bounds.py; config.py)
-        from pathlib import Path
-
-        self.scratch_dir = Path(scratch_dir)
-        self.scratch_dir.mkdir(parents=True, exist_ok=True)
-        self.force_interpreter = force_interpreter
-        self.spare_workers = max(0, spare_workers)
-        self.burst_spares = max(0, burst_spares)
-        self.judge = judge_mode_from(judge if judge is not None else os.environ.get("EGG_MCP_JUDGE"))
-        self.max_judges = max(0, max_judges)
-        self.judge_max_jobs = max(1, judge_max_jobs)
-        self.judge_idle_s = float(judge_idle_s)
-        self.judge_ahead = judge_ahead  # a persistent judge starts the next runner during a job (Landlock hosts)
-        self._judges: dict[str, list[_Worker]] = {}
-        self._waiting: dict[str, int] = {}
-        self._expected: dict[str, int] = {}  # jobs a lane pool in front of this engine holds (expect_jobs)
-        self.log_limit_bytes = log_limit_bytes
+        self.settings = EngineSettings(
+            scratch_dir=Path(scratch_dir),
+            force_interpreter=force_interpreter,
+            judge=judge_mode_from(judge if judge is not None else os.environ.get("EGG_MCP_JUDGE")),
+            spare_workers=max(0, spare_workers),
+            burst_spares=max(0, burst_spares),
+            log_limit_bytes=log_limit_bytes,
+            max_judges=max(0, max_judges),
+            judge_max_jobs=max(1, judge_max_jobs),
+            judge_idle_s=float(judge_idle_s),
+            judge_ahead=judge_ahead,
+            device=device,
+            protect=tuple(str(p) for p in protect),
+            sandbox_required=tuple(sandbox_required),
+            bounds_floor=dict(bounds_floor or {}),
+        )
+        self.settings.scratch_dir.mkdir(parents=True, exist_ok=True)
+        self.pool = WorkerPool(self.settings)
+        self.judge_pool = JudgePool(self.settings, self.pool)
+        self.driver = JobDriver(self.settings)
         self._gpu_lock = asyncio.Lock()  # FIFO: asyncio.Lock wakes waiters in arrival order
         self._cpu_slots = asyncio.Semaphore(max_cpu_jobs or max(1, (os.cpu_count() or 2)))
-        self._pool: dict[str, list[_Worker]] = {}
-        self._refills: set[asyncio.Task] = set()
-        self._live: set[_Worker] = set()
-        self._has_gpu: bool | None = None
-        self._closed = False
+        self._has_gpu: bool | None = None  # NVML's answer, asked once
         if protect_server_memory:
             confinement.protect_memory()  # /proc/<server>/{environ,mem} closed to the candidate's user
 
     # ------------------------------------------------------------------ public API
 
+    @property
+    def judge(self) -> str:
+        """The verify path: 'persistent' or 'oneshot'."""
+        return self.settings.judge
+
     def has_gpu(self) -> bool:
         """A CUDA GPU visible through NVML (cheap: no torch in the server) and not forced off."""
-        if self.force_interpreter:
+        if self.settings.force_interpreter:
             return False
         if self._has_gpu is None:
             from egg_mcp.hardware import nvml_gpu_names
@@ -131,11 +120,25 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
     async def start_pool(self) -> None:
         """Pre-start the spare workers now (otherwise they start with the first job): for verify (a judge
         with its runner) and for the other jobs."""
-        self._schedule_refill(self._verify_pool(self.evaluation_mode()))
-        self._schedule_refill(self.evaluation_mode())
+        self.pool.schedule_refill(self._verify_pool(self.evaluation_mode()))
+        self.pool.schedule_refill(self.evaluation_mode())
+
+    async def wait_pool_ready(self, timeout_s: float = 180.0) -> int:
+        """Wait until the spare workers have finished their preloads; returns how many are ready."""
+        return await self.pool.wait_ready(timeout_s)
+
+    def expect_jobs(self, n: int) -> None:
+        """A lane pool (egg_mcp/cluster) hands this engine one job at a time and holds `n` more that will
+        each take a one-shot worker of its device mode: start spares for them now, as for jobs queued
+        here (otherwise each job waits for the spare its predecessor's take began to start)."""
+        self.pool.expect(self.evaluation_mode(), n)
+
+    def judges(self) -> list[dict[str, Any]]:
+        """The idle persistent judges (for tests and `doctor`-style reports)."""
+        return self.judge_pool.describe()
 
     def _verify_pool(self, mode: str) -> str:
-        return mode + (JUDGE_POOL if self.judge == "persistent" else RUNNER_POOL)
+        return mode + (JUDGE_POOL if self.settings.judge == "persistent" else RUNNER_POOL)
 
     async def evaluate(
         self,
@@ -153,13 +156,13 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
             "options": options.model_dump(mode="json"),
             "init_seed": secrets.randbits(62),
             "seeds": [secrets.randbits(62) for _ in range(n_seeds)],
-            "bounds_floor": self.bounds_floor,
+            "bounds_floor": self.settings.bounds_floor,
         }
         outcome, state = await self._run(
             "egg_mcp.evaluation.harness:evaluate_job",
             payload,
             mode=self._verify_pool(mode),
-            judge_key=self.judge_key(payload, mode) if self.judge == "persistent" else None,
+            judge_key=JudgePool.key(payload, mode) if self.settings.judge == "persistent" else None,
             first_timeout_s=options.compile_timeout_s,
             run_timeout_s=options.run_timeout_s,
             uses_gpu=(mode == "gpu"),
@@ -179,7 +182,7 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
                                   "interpreter's guarded allocations (part of every verify) cover out-of-bounds writes")
         payload = {"reference_source": reference_source, "candidate_source": candidate_source,
                    "options": options.model_dump(mode="json"), "init_seed": secrets.randbits(62),
-                   "seed": secrets.randbits(62), "bounds_floor": self.bounds_floor}
+                   "seed": secrets.randbits(62), "bounds_floor": self.settings.bounds_floor}
         outcome = await self.run_job("egg_mcp.evaluation.memcheck:memcheck_job", payload,
                                      timeout_s=options.compile_timeout_s + 600.0, uses_gpu=True)
         if outcome.ok and outcome.result is not None:
@@ -248,16 +251,8 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
 
     async def aclose(self) -> None:
         """Kill spares and anything still running; remove nothing the caller owns."""
-        self._closed = True
-        for task in list(self._refills):
-            task.cancel()
-        for task in list(self._refills):
-            with contextlib.suppress(BaseException):
-                await task
-        for worker in list(self._live):
-            await self._dispose(worker)
-        self._pool.clear()
-        self._judges.clear()
+        await self.pool.aclose()  # the idle judges are the pool's processes too
+        self.judge_pool.idle.clear()
 
     async def _run(
         self,
@@ -286,34 +281,35 @@ class WorkerEvaluator(JobDriver, JudgePool, WorkerPool):
             server_phase[name] = round(server_phase.get(name, 0.0) + now - mark, 4)
             mark = now
 
+        waiting = self.pool.waiting
         if bursts:
-            self._waiting[mode] = self._waiting.get(mode, 0) + 1
+            waiting[mode] = waiting.get(mode, 0) + 1
         if not wrapper_argv:
-            self._schedule_refill(mode)  # spares warm up while this job waits its turn
+            self.pool.schedule_refill(mode)  # spares warm up while this job waits its turn
         try:
             await guard.acquire()
         finally:
             if bursts:
-                self._waiting[mode] -= 1
+                waiting[mode] -= 1
         lap("queue_wait")
         try:
             if judge_key is not None:
-                worker, pooled = await self._take_judge(judge_key, mode.removesuffix(JUDGE_POOL))
+                worker, _ = await self.judge_pool.take(judge_key, mode.removesuffix(JUDGE_POOL))
             else:
-                worker, pooled = await self._take_worker(mode, wrapper_argv)
+                worker, _ = await self.pool.take(mode, wrapper_argv)
             lap("worker_take")
             outcome = state = None
             try:
-                outcome, state = await self._drive(
+                outcome, state = await self.driver.drive(
                     worker, target, payload, first_timeout_s, run_timeout_s, progress, keep=judge_key is not None
                 )
                 mark = time.monotonic()
                 server_phase.update(state.server_phase_s)  # the job: worker_start, judge, result_to_exit
             finally:
                 if judge_key is not None and outcome is not None:
-                    await self._release_judge(worker, outcome, state)
+                    await self.judge_pool.release(worker, outcome, state)
                 else:
-                    await self._dispose(worker)
+                    await self.pool.dispose(worker)
                 lap("teardown")
         finally:
             guard.release()

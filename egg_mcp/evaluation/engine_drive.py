@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from egg_mcp.evaluation.api import ErrorReport, JobOutcome, ProgressFn
-from egg_mcp.evaluation.engine_pool import _Worker
+from egg_mcp.contract import ErrorReport, JobOutcome, ProgressFn
+from egg_mcp.evaluation.engine_pool import EngineSettings, _Worker
 from egg_mcp.evaluation.engine_results import _death_report, _reset_capture
 
 STARTUP_ALLOWANCE_S = 180.0
@@ -54,9 +54,13 @@ def timeout_message(limit_s: float, armed_phase: str, phase: str | None) -> str:
 
 
 class JobDriver:
-    """Mixin of WorkerEvaluator: one job on one worker (needs `log_limit_bytes` on self)."""
+    """One job on one worker (`WorkerEvaluator.driver`): the job file, its messages, deadlines and end, and the
+    JobOutcome made of them. The worker itself is the pool's (engine_pool.py): taken before, disposed of after."""
 
-    async def _drive(
+    def __init__(self, settings: EngineSettings):
+        self.settings = settings  # log_limit_bytes: each job's stdout/stderr capture
+
+    async def drive(
         self,
         worker: _Worker,
         target: str,
@@ -75,8 +79,8 @@ class JobDriver:
         with os.fdopen(fd, "w") as f:
             json.dump({"nonce": nonce, "target": target, "payload": payload}, f)
         # The worker stdout/stderr so far belong to its start-up, not to this job.
-        worker.stdout = _reset_capture(worker.stdout, self.log_limit_bytes)
-        worker.stderr = _reset_capture(worker.stderr, self.log_limit_bytes)
+        worker.stdout = _reset_capture(worker.stdout, self.settings.log_limit_bytes)
+        worker.stderr = _reset_capture(worker.stderr, self.settings.log_limit_bytes)
         try:
             os.write(worker.job_fd, (str(job_path) + "\n").encode())
         except OSError:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from egg_mcp.evaluation.api import JobOutcome
-from egg_mcp.evaluation.engine_pool import JUDGE_POOL, _Worker
+from egg_mcp.contract import JobOutcome
+from egg_mcp.evaluation.engine_pool import JUDGE_POOL, EngineSettings, WorkerPool, _Worker
 from egg_mcp.evaluation.judge_held import reference_key
 
 JUDGE_MODES = ("persistent", "oneshot")
@@ -33,56 +33,63 @@ def judge_mode_from(value: str | None) -> str:
 
 
 class JudgePool:
-    """Mixin of WorkerEvaluator: the idle persistent judges by key (needs WorkerPool's methods,
-    `_judges`, `judge_max_jobs`, `judge_idle_s`, `max_judges`)."""
+    """The idle persistent judges by task key (`WorkerEvaluator.judge_pool`). Its judges are `pool`'s processes:
+    a spare judge comes from the pool, and a judge not kept goes back to the pool to be disposed of."""
 
-    def judge_key(self, payload: dict[str, Any], mode: str) -> str:
+    def __init__(self, settings: EngineSettings, pool: WorkerPool):
+        self.settings = settings  # max_judges, judge_max_jobs, judge_idle_s
+        self.pool = pool
+        self.idle: dict[str, list[_Worker]] = {}  # judge key -> idle judges bound to that task's reference
+
+    @staticmethod
+    def key(payload: dict[str, Any], mode: str) -> str:
+        """The judge a verify goes to: its device mode and reference (judge_held.reference_key)."""
         return f"{mode}:{reference_key(payload)}"
 
-    async def _take_judge(self, key: str, mode: str) -> tuple[_Worker, bool]:
+    async def take(self, key: str, mode: str) -> tuple[_Worker, bool]:
         """The idle judge holding this task's reference, else a spare judge (bound by its first job)."""
-        await self._expire_judges()
-        idle = self._judges.get(key, [])
+        await self._expire()
+        idle = self.idle.get(key, [])
         while idle:
             worker = idle.pop()
             if worker.alive() and worker.job_fd >= 0:
                 return worker, True
-            await self._dispose(worker)
-        worker, pooled = await self._take_worker(mode + JUDGE_POOL, None)
+            await self.pool.dispose(worker)
+        worker, pooled = await self.pool.take(mode + JUDGE_POOL, None)
         worker.judge_key = key
         return worker, pooled
 
-    def _judge_reusable(self, worker: _Worker, outcome: JobOutcome, state) -> bool:
+    def _reusable(self, worker: _Worker, outcome: JobOutcome, state) -> bool:
         result = outcome.result if isinstance(outcome.result, dict) else {}
         return (worker.alive() and outcome.ok and not state.timed_out and not state.forged
-                and result.get("fault") == "candidate" and worker.jobs < self.judge_max_jobs
-                and not self._closed)
+                and result.get("fault") == "candidate" and worker.jobs < self.settings.judge_max_jobs
+                and not self.pool.closed)
 
-    async def _release_judge(self, worker: _Worker, outcome: JobOutcome, state) -> None:
+    async def release(self, worker: _Worker, outcome: JobOutcome, state) -> None:
         """Keep a judge that finished cleanly; recycle it otherwise; trim the idle ones to max_judges."""
         worker.jobs += 1
-        if not self._judge_reusable(worker, outcome, state):
-            await self._dispose(worker)
+        if not self._reusable(worker, outcome, state):
+            await self.pool.dispose(worker)
             return
         worker.idle_since = time.monotonic()
-        self._judges.setdefault(worker.judge_key or "", []).append(worker)
-        idle = sorted((w for ws in self._judges.values() for w in ws), key=lambda w: w.idle_since)
-        for old in idle[: max(0, len(idle) - self.max_judges)]:
-            self._judges[old.judge_key or ""].remove(old)
-            await self._dispose(old)
+        self.idle.setdefault(worker.judge_key or "", []).append(worker)
+        idle = sorted((w for ws in self.idle.values() for w in ws), key=lambda w: w.idle_since)
+        for old in idle[: max(0, len(idle) - self.settings.max_judges)]:
+            self.idle[old.judge_key or ""].remove(old)
+            await self.pool.dispose(old)
 
-    async def _expire_judges(self) -> None:
+    async def _expire(self) -> None:
         now = time.monotonic()
-        for key, workers in list(self._judges.items()):
+        for key, workers in list(self.idle.items()):
             for worker in list(workers):
                 # a few seconds before the host's own idle exit: a job is never written to a judge that is leaving
-                if not worker.alive() or now - worker.idle_since > self.judge_idle_s - IDLE_MARGIN_S:
+                if not worker.alive() or now - worker.idle_since > self.settings.judge_idle_s - IDLE_MARGIN_S:
                     workers.remove(worker)
-                    await self._dispose(worker)
+                    await self.pool.dispose(worker)
             if not workers:
-                self._judges.pop(key, None)
+                self.idle.pop(key, None)
 
-    def judges(self) -> list[dict[str, Any]]:
-        """The idle persistent judges (for tests and `doctor`-style reports)."""
+    def describe(self) -> list[dict[str, Any]]:
+        """The idle persistent judges (WorkerEvaluator.judges: for tests and `doctor`-style reports)."""
         return [{"key": w.judge_key, "pid": w.proc.pid, "jobs": w.jobs, "alive": w.alive()}
-                for ws in self._judges.values() for w in ws]
+                for ws in self.idle.values() for w in ws]

@@ -41,6 +41,31 @@ JUDGE_POOL = "+judge"
 MAX_RESULT_LINE = 64 * 1024 * 1024
 
 
+@dataclass(frozen=True)
+class EngineSettings:
+    """What one engine was built with (WorkerEvaluator's keywords, normalised): shared, read-only, by the
+    evaluator and its parts (the pool, the judges, the driver)."""
+
+    scratch_dir: Path  # every worker's private directory is made under it
+    force_interpreter: bool = False  # no GPU even when one is visible
+    judge: str = "persistent"  # the verify path: 'persistent' or 'oneshot' (engine_judges.judge_mode_from)
+    spare_workers: int = 1  # pre-started spares per mode (0: every job starts a fresh process)
+    burst_spares: int = 3  # extra spares started side by side while jobs queue
+    log_limit_bytes: int = 64 * 1024  # head + tail of a worker's stdout/stderr kept per job
+    max_judges: int = 2  # idle persistent judges kept (least recently used go first)
+    judge_max_jobs: int = 20  # a persistent judge is recycled after this many jobs
+    judge_idle_s: float = 600.0  # ... or after this long idle
+    judge_ahead: bool = True  # a persistent judge starts the next runner during a job (Landlock hosts)
+    device: str | None = None  # CUDA_VISIBLE_DEVICES of the workers: a lane pinned to one GPU (None: inherit)
+    # paths no tool or toolchain grant to a confined job or runner may expose (the workspace, the allowed
+    # folders): said to the workers in landlock.PROTECT_VAR (every home directory is protected anyway)
+    protect: tuple[str, ...] = ()
+    # the server's sandbox floor (egg_mcp.sandbox.floor): the judge and every confined job check their
+    # runner's or their own report against it before candidate code runs (floor.REQUIRED_VAR)
+    sandbox_required: tuple[str, ...] = ()
+    bounds_floor: dict[str, int] = field(default_factory=dict)  # the runners' resource-bound floors (bounds.py)
+
+
 @dataclass(eq=False)
 class _Worker:
     """One worker process and the pipes the parent holds to it."""
@@ -55,7 +80,6 @@ class _Worker:
     stderr: LogCapture | None = None
     tasks: list[asyncio.Task] = field(default_factory=list)
     transport: asyncio.BaseTransport | None = None
-    spawned_at: float = field(default_factory=time.monotonic)
     judge_key: str | None = None  # a persistent judge: the task it is bound to after its first job
     jobs: int = 0
     idle_since: float = 0.0
@@ -80,29 +104,30 @@ class _Worker:
         return self.proc.returncode is not None
 
 
-
 class WorkerPool:
-    """Mixin of WorkerEvaluator: spawning, reading, disposing and pooling worker processes.
-    Expects `scratch_dir`, `log_limit_bytes`, `spare_workers`, `burst_spares`, `_waiting`, `_expected`,
-    `_pool`, `_refills`, `_live`, `_closed` and `judge_max_jobs`/`judge_idle_s` on self."""
+    """The engine's worker processes (`WorkerEvaluator.pool`): starting, reading and disposing of them, and the
+    spares kept per mode. A persistent judge is one of its processes too (`JudgePool` keeps the idle ones)."""
 
-    async def start_pool(self) -> None:
-        """Pre-start the spare workers now (otherwise they start with the first job): for verify (a judge
-        with its runner) and for the other jobs."""
-        self._schedule_refill(self.evaluation_mode() + RUNNER_POOL)
-        self._schedule_refill(self.evaluation_mode())
+    def __init__(self, settings: EngineSettings):
+        self.settings = settings
+        self.spares: dict[str, list[_Worker]] = {}  # pre-started workers per mode, the oldest first
+        self.waiting: dict[str, int] = {}  # jobs queued in this engine per mode (WorkerEvaluator._run counts them)
+        self.expected: dict[str, int] = {}  # jobs a lane pool in front of this engine holds (expect)
+        self.live: set[_Worker] = set()  # every process started and not yet disposed of (aclose kills them)
+        self.closed = False  # aclose ran: no spare starts and no judge is kept any more
+        self._refills: set[asyncio.Task] = set()  # spares starting, surplus being disposed: aclose ends them
 
-    async def wait_pool_ready(self, timeout_s: float = 180.0) -> int:
+    async def wait_ready(self, timeout_s: float = 180.0) -> int:
         """Wait until the spare workers have finished their preloads; returns how many are ready."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._refills:
                 await asyncio.wait(list(self._refills), timeout=max(0.0, deadline - time.monotonic()))
-            spares = [w for ws in self._pool.values() for w in ws]
+            spares = [w for ws in self.spares.values() for w in ws]
             if all(any(m.get("type") == "ready" for m in w.messages) for w in spares) and not self._refills:
                 return len(spares)
             await asyncio.sleep(0.05)
-        return sum(1 for ws in self._pool.values() for w in ws if any(m.get("type") == "ready" for m in w.messages))
+        return sum(1 for ws in self.spares.values() for w in ws if any(m.get("type") == "ready" for m in w.messages))
 
     def _worker_env(self, mode: str, workdir: Path) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not confinement.is_secret(k)}
@@ -118,40 +143,43 @@ class WorkerPool:
         env["EGG_MCP_SERVER_PID"] = str(os.getpid())  # the worker's watchdog ends it if we die
         env.pop(PROTECT_VAR, None)
         env.pop(REQUIRED_VAR, None)
-        if getattr(self, "sandbox_required", None):
-            env[REQUIRED_VAR] = ",".join(self.sandbox_required)
-        if getattr(self, "protect", None):  # what no tool/toolchain grant may expose (landlock.grantable)
-            env[PROTECT_VAR] = os.pathsep.join(self.protect)
+        if self.settings.sandbox_required:
+            env[REQUIRED_VAR] = ",".join(self.settings.sandbox_required)
+        if self.settings.protect:  # what no tool/toolchain grant may expose (landlock.grantable)
+            env[PROTECT_VAR] = os.pathsep.join(self.settings.protect)
         if mode == "interp":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
-        elif getattr(self, "device", None) is not None:
-            env["CUDA_VISIBLE_DEVICES"] = self.device
+        elif self.settings.device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.settings.device
         return env
 
+    def _argv(self, mode: str, fds: list[str]) -> list[str]:
+        """The worker's command line: a persistent judge (judge_host) or a one-job worker."""
+        s = self.settings
+        if mode.endswith(JUDGE_POOL):
+            return [sys.executable, "-m", "egg_mcp.evaluation.judge_host", *fds,
+                    "--max-jobs", str(s.judge_max_jobs), "--idle-s", str(s.judge_idle_s)] + (
+                        ["--ahead"] if s.judge_ahead else [])
+        return [sys.executable, "-m", "egg_mcp.evaluation.worker", *fds] + (
+            ["--prestart-runner"] if mode.endswith(RUNNER_POOL) else [])
+
     async def _spawn(self, mode: str, wrapper_argv: list[str] | None = None) -> _Worker:
-        workdir = Path(tempfile.mkdtemp(prefix=f"worker-{mode}-", dir=self.scratch_dir))
+        workdir = Path(tempfile.mkdtemp(prefix=f"worker-{mode}-", dir=self.settings.scratch_dir))
         (workdir / "tmp").mkdir()
         (workdir / "jobs").mkdir(mode=0o700)  # job files: a persistent judge's between-job clean-up spares them
         job_r, job_w = os.pipe()
         res_r, res_w = os.pipe()
         base_mode = mode.removesuffix(RUNNER_POOL).removesuffix(JUDGE_POOL)
-        fds = ["--job-fd", str(job_r), "--result-fd", str(res_w), "--mode", base_mode]
-        if mode.endswith(JUDGE_POOL):
-            argv = [sys.executable, "-m", "egg_mcp.evaluation.judge_host", *fds,
-                    "--max-jobs", str(self.judge_max_jobs), "--idle-s", str(self.judge_idle_s)] + (
-                        ["--ahead"] if self.judge_ahead else [])
-        else:
-            argv = [sys.executable, "-m", "egg_mcp.evaluation.worker", *fds] + (
-                ["--prestart-runner"] if mode.endswith(RUNNER_POOL) else [])
+        argv = self._argv(mode, ["--job-fd", str(job_r), "--result-fd", str(res_w), "--mode", base_mode])
         env = self._worker_env(base_mode, workdir)
         if wrapper_argv:  # the tool and the worker it wraps: allow-listed env, no token (tool_confine.py)
             argv = [*wrapper_argv, *argv, "--wrapped", "--tool", wrapper_argv[0]]
             said = {k: env[k] for k in (PROTECT_VAR, REQUIRED_VAR) if env.get(k)}
             env = wrapped_worker_env({**os.environ, **said}, workdir, interpreter=base_mode == "interp",
                                      server_pid=os.getpid())
-            if base_mode != "interp" and getattr(self, "device", None) is not None:
-                env["CUDA_VISIBLE_DEVICES"] = self.device
+            if base_mode != "interp" and self.settings.device is not None:
+                env["CUDA_VISIBLE_DEVICES"] = self.settings.device
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -174,9 +202,9 @@ class WorkerPool:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         worker = _Worker(mode=mode, proc=proc, job_fd=job_w, workdir=workdir)
-        worker.stdout = LogCapture(self.log_limit_bytes)
-        worker.stderr = LogCapture(self.log_limit_bytes)
-        self._live.add(worker)  # before the next await: a cancelled refill must not orphan the process
+        worker.stdout = LogCapture(self.settings.log_limit_bytes)
+        worker.stderr = LogCapture(self.settings.log_limit_bytes)
+        self.live.add(worker)  # before the next await: a cancelled refill must not orphan the process
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=MAX_RESULT_LINE)
         transport, _ = await loop.connect_read_pipe(
@@ -210,7 +238,8 @@ class WorkerPool:
             worker.messages.append(message)
             worker.new_message.set()
 
-    async def _dispose(self, worker: _Worker) -> None:
+    async def dispose(self, worker: _Worker) -> None:
+        """Kill the worker's tree, close its pipes and remove its directory."""
         worker.kill_group()
         await worker.wait_exit(5.0)
         with contextlib.suppress(OSError):
@@ -221,32 +250,32 @@ class WorkerPool:
                 task.cancel()
         if worker.transport is not None:
             worker.transport.close()
-        self._live.discard(worker)
+        self.live.discard(worker)
         shutil.rmtree(worker.workdir, ignore_errors=True)
 
     def _spare_target(self, mode: str) -> int:
         """Spares wanted now: the standing pool plus one per queued job (here, or in a lane pool in front
-        of this engine: `expect_jobs`), up to burst_spares."""
-        return self.spare_workers + min(self._waiting.get(mode, 0) + self._expected.get(mode, 0), self.burst_spares)
+        of this engine: `expect`), up to burst_spares."""
+        return self.settings.spare_workers + min(self.waiting.get(mode, 0) + self.expected.get(mode, 0),
+                                                 self.settings.burst_spares)
 
-    def expect_jobs(self, n: int) -> None:
-        """A lane pool (egg_mcp/cluster) hands this engine one job at a time and holds `n` more that will
-        each take a one-shot worker of its device mode: start spares for them now, as for jobs queued
-        here (otherwise each job waits for the spare its predecessor's take began to start)."""
-        mode = self.evaluation_mode()
-        self._expected = {mode: max(0, int(n))}
-        self._schedule_refill(mode)
+    def expect(self, mode: str, n: int) -> None:
+        """`n` jobs held in front of this engine will each take a one-shot worker of `mode`: start spares
+        for them now, as for jobs queued here (WorkerEvaluator.expect_jobs)."""
+        self.expected = {mode: max(0, int(n))}
+        self.schedule_refill(mode)
 
-    def _schedule_refill(self, mode: str) -> None:
-        if self._closed or self.spare_workers <= 0 or mode == "plain":
+    def schedule_refill(self, mode: str) -> None:
+        """Start the spares `mode` lacks in the background; trim an idle surplus once its burst is over."""
+        if self.closed or self.settings.spare_workers <= 0 or mode == "plain":
             return
-        pool = self._pool.setdefault(mode, [])
+        pool = self.spares.setdefault(mode, [])
         target = self._spare_target(mode)
-        if not self._waiting.get(mode) and not self._expected.get(mode) and len(pool) > target:
+        if not self.waiting.get(mode) and not self.expected.get(mode) and len(pool) > target:
             # burst over: idle spares hold host and GPU memory
             surplus, pool[:] = pool[target:], pool[:target]
             for worker in surplus:
-                self._track(self._dispose(worker))
+                self._track(self.dispose(worker))
         pending = len(pool) + len(self._refills_for(mode))
         for _ in range(target - pending):
             self._track(self._refill(mode), mode)
@@ -263,32 +292,43 @@ class WorkerPool:
 
     async def _refill(self, mode: str) -> None:
         worker = await self._spawn(mode)
-        pool = self._pool.setdefault(mode, [])
-        if self._closed or len(pool) >= self._spare_target(mode):  # closed, or the burst ended meanwhile
+        pool = self.spares.setdefault(mode, [])
+        if self.closed or len(pool) >= self._spare_target(mode):  # closed, or the burst ended meanwhile
             # disposed outside this refill: while it dies, a take must not count it as a spare on its way
             # (it would start no replacement, and the pool would end a burst with no spare at all)
-            self._track(self._dispose(worker))
+            self._track(self.dispose(worker))
             return
         pool.append(worker)
 
-    async def _take_worker(self, mode: str, wrapper_argv: list[str] | None) -> tuple[_Worker, bool]:
-        """A spare from the pool when one is alive (wrapped jobs always get a fresh process)."""
+    async def take(self, mode: str, wrapper_argv: list[str] | None) -> tuple[_Worker, bool]:
+        """A spare from the pool when one is alive (wrapped jobs always get a fresh process); True if pooled."""
         if wrapper_argv:
             return await self._spawn(mode, wrapper_argv), False
-        spares = self._pool.setdefault(mode, [])
+        spares = self.spares.setdefault(mode, [])
         while True:
             while spares:
                 worker = spares.pop(0)
                 if worker.alive():
-                    self._schedule_refill(mode)
+                    self.schedule_refill(mode)
                     return worker, True
-                await self._dispose(worker)
+                await self.dispose(worker)
             starting = self._refills_for(mode)
             if not starting:
                 break
             # a spare already on its way is further along than a process started now
             await asyncio.wait(starting, return_when=asyncio.FIRST_COMPLETED)
         worker = await self._spawn(mode)
-        self._schedule_refill(mode)
+        self.schedule_refill(mode)
         return worker, False
 
+    async def aclose(self) -> None:
+        """Stop starting spares, end the background tasks and kill every process still alive."""
+        self.closed = True
+        for task in list(self._refills):
+            task.cancel()
+        for task in list(self._refills):
+            with contextlib.suppress(BaseException):
+                await task
+        for worker in list(self.live):
+            await self.dispose(worker)
+        self.spares.clear()

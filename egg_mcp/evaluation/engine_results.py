@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from egg_mcp.evaluation.api import ErrorReport, EvalOptions, EvalResult, JobOutcome
+from egg_mcp.contract import ErrorReport, EvalOptions, EvalResult, JobOutcome
 
 SIGNAL_NAMES = {
     signal.SIGSEGV: "segmentation fault (SIGSEGV)",
@@ -59,7 +59,7 @@ def evaluation_result(outcome: JobOutcome, state, options: EvalOptions) -> EvalR
     logs = dict(stdout_tail=outcome.stdout_tail, stderr_tail=outcome.stderr_tail, wall_s=outcome.wall_s,
                 server_phase_s=state.server_phase_s)
     if state.forged:
-        from egg_mcp.evaluation.api import IntegrityFinding
+        from egg_mcp.contract import IntegrityFinding
 
         return EvalResult(
             verdict="integrity_violation",

@@ -52,5 +52,5 @@ def verdict_for(kind: ErrorKind) -> Literal["oom", "compile_error", "runtime_err
 
 
 def classify(exc: BaseException) -> Literal["oom", "compile_error", "runtime_error"]:
-    """Verdict for an exception raised by candidate code (what harness.classify returns)."""
+    """Verdict for an exception raised by candidate code."""
     return verdict_for(error_kind(exc))

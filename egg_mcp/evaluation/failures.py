@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from egg_mcp.evaluation.api import EnvInfo, ErrorReport
+from egg_mcp.contract import EnvInfo, ErrorReport
 from egg_mcp.evaluation.bounds import over_bound_note
-from egg_mcp.evaluation.errors import classify, exception_chain  # noqa: F401  (classify re-exported)
+from egg_mcp.evaluation.errors import exception_chain
 
 
 # ------------------------------------------------------------------------------- environment

@@ -2,7 +2,7 @@
 
 `evaluate_job` is the trusted judge (judge.py): it never imports the candidate; a separate,
 sandboxed runner process (runner.py) does, and sends its outputs back as data. `baselines_job`
-times the (trusted) reference only. The helpers below are re-exported for older importers.
+times the (trusted) reference only.
 """
 
 from __future__ import annotations
@@ -14,25 +14,17 @@ from typing import Any
 
 import torch
 
-from egg_mcp.evaluation.api import BaselineResult, EvalOptions
+from egg_mcp.contract import BaselineResult, EvalOptions
 from egg_mcp.evaluation.channel import phase as _phase
-from egg_mcp.evaluation.failures import _failure, classify, env_info, error_report  # noqa: F401  (re-exported)
-from egg_mcp.evaluation.modules import import_source
-from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides  # noqa: F401  (re-exported)
+from egg_mcp.evaluation.failures import env_info
+from egg_mcp.problems.modules import import_source
+from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
 
 
 # ------------------------------------------------------------------------------- loading
 
 def load_module(source: str, path: Path, name: str):
     return import_source(source, path, name)
-
-
-def __getattr__(name: str):
-    if name == "Evaluation":  # the old in-process evaluation class: its verdict logic lives in the judge now
-        from egg_mcp.evaluation.judge import Judge
-
-        return Judge
-    raise AttributeError(name)
 
 
 def evaluate_job(payload: dict[str, Any]) -> dict[str, Any]:

@@ -92,8 +92,8 @@ def run_interleaved(payload: dict[str, Any]) -> dict[str, Any]:
     from egg_mcp.evaluation.timed_audit import TimedCallAudit
     from egg_mcp.evaluation.timed_checks import check_in_process
     from egg_mcp.evaluation.timing import GpuTimer
-    from egg_mcp.evaluation.modules import import_source
-    from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+    from egg_mcp.problems.modules import import_source
+    from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
 
     if not torch.cuda.is_available():
         raise RuntimeError("interleaved timing needs a CUDA device; this worker has none")

@@ -1,4 +1,8 @@
-"""Small trusted job targets: health checks for the worker machinery (and the tests of it)."""
+"""Small trusted job targets: health checks for the worker machinery (and the tests of it).
+
+They live in the package, not under tests/: a worker runs only targets named `egg_mcp.<module>:<function>`
+(worker.TARGET_PATTERN, checked by the engine and again by the worker), and the benchmarks run them on GPU hosts
+(benchmarks/bench_verify.py: environment, timing_probe; bench_lanes.py, bench_lane_spares.py: echo)."""
 
 from __future__ import annotations
 
@@ -45,7 +49,7 @@ def timing_probe(payload: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from egg_mcp.evaluation.harness import load_module
-    from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+    from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
     from egg_mcp.evaluation.timing import GpuTimer
     from egg_mcp.problems.builtin import builtin_source
 

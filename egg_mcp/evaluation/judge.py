@@ -27,15 +27,16 @@ from typing import Any
 import torch
 
 from egg_mcp.evaluation import bounds, timed_audit, timed_checks, wire
-from egg_mcp.evaluation.api import ErrorReport, EvalOptions, IntegrityFinding, TimingStats
+from egg_mcp.contract import ErrorReport, EvalOptions, IntegrityFinding, TimingStats
 from egg_mcp.evaluation.compare import compare_outputs
 from egg_mcp.evaluation.compile_clock import runner_reports
-from egg_mcp.evaluation.failures import _failure, classify, env_info
+from egg_mcp.evaluation.errors import classify
+from egg_mcp.evaluation.failures import _failure, env_info
 from egg_mcp.evaluation.gpu_cache import release_cached
 from egg_mcp.evaluation.judge_held import HeldReference
-from egg_mcp.evaluation.judge_verdicts import Verdicts, timing_cross_check  # noqa: F401  (re-exported)
-from egg_mcp.evaluation.modules import import_source
-from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+from egg_mcp.evaluation.judge_verdicts import Verdicts, timing_cross_check
+from egg_mcp.problems.modules import import_source
+from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
 from egg_mcp.evaluation.runner_process import RunnerGone, RunnerProcess, take, teach_launchers
 from egg_mcp.sandbox.floor import below_floor
 
@@ -259,7 +260,7 @@ class Judge(Verdicts):
         kernels, ops = message.get("kernels"), message.get("torch_ops")
         if not isinstance(kernels, list) or not isinstance(ops, list):
             raise Rejected(self._protocol("the integrity report has no kernel list or torch-op list"))
-        from egg_mcp.evaluation.api import KernelInfo
+        from egg_mcp.contract import KernelInfo
 
         try:
             self.kernels = [KernelInfo.model_validate(k).model_dump() for k in kernels[:64]]

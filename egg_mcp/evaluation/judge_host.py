@@ -57,8 +57,9 @@ def evaluate_held(payload: dict[str, Any], held: HeldReference | None,
 AHEAD_DEPTH = 3
 """Runners kept started during a GPU job (with --ahead): back to back, each gets three jobs' time to start
 (a GPU runner's start, torch import + CUDA + runner_warmup.py, took 5-7 s on the H200; a verify 3.3-4.3 s,
-benchmarks/results/h200_2026-12-01_s7/verify_latency.json). Verifies faster than ~2 s each drain the pool
-(verify_latency_light.json: one 4 s wait in six), and starts overlapping a candidate's compile slow it.
+benchmarks/results/archive/h200_2026-12-01_b4a4599-ae198ae/verify_latency.json). Verifies faster than ~2 s
+each drain the pool (verify_latency_light.json there: one 4 s wait in six), and starts overlapping a
+candidate's compile slow it.
 The interpreter path keeps one (a CPU-only host has few cores to start two at once)."""
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from egg_mcp.evaluation.api import ErrorReport, IntegrityFinding, MismatchReport, TimingStats
+from egg_mcp.contract import ErrorReport, IntegrityFinding, MismatchReport, TimingStats
 from egg_mcp.evaluation.judge_held import REFERENCE_TIMING_MAX_AGE_S
 from egg_mcp.evaluation.review import review_findings
 

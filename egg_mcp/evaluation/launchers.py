@@ -2,8 +2,9 @@
 
 Why: on Triton 3.6 (the H200 image) a kernel's first launch builds a C launcher for its argument-type
 signature with gcc: 0.22-0.24 s of every verify's critical path
-(benchmarks/results/h200_2026-12-01_s7/latency_probe.json), although consecutive candidates of one task
-almost always share the signature (tiling variants differ in constexprs only, which are not in it).
+(benchmarks/results/archive/h200_2026-12-01_b4a4599-ae198ae/latency_probe.json), although consecutive
+candidates of one task almost always share the signature (tiling variants differ in constexprs only,
+which are not in it).
 The stub's source is a pure function of the type list (`make_launcher`), cached by its hash in the
 runner's private Triton cache. So the judge tells the started spare runners which type lists earlier
 candidates of this judge used, and each spare builds those stubs while it waits; a candidate with the

@@ -40,7 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from egg_mcp.evaluation.api import ErrorReport
+from egg_mcp.contract import ErrorReport
 
 MEMCHECK_TIMEOUT_S = 300.0
 EXIT_TIMEOUT_S = 60.0

@@ -8,7 +8,7 @@ faster than the reference timed the same way, or faster than the roofline floor 
 from __future__ import annotations
 
 from egg_mcp.analysis.verdict import roofline_verdict
-from egg_mcp.evaluation.api import IntegrityFinding
+from egg_mcp.contract import IntegrityFinding
 
 SPEEDUP_REVIEW_FACTOR = 10.0
 

@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.mode == "gpu":
         # CUDA must initialise before Landlock: on the H200 host (Linux 6.18, driver 580) a runner confined
         # first fails cudaGetDeviceCount with error 304, while one confined after CUDA init runs Triton
-        # kernels (benchmarks/results/h200_2026-12-01/gpu_tests.log). No candidate code has run yet.
+        # kernels (benchmarks/results/archive/h200_2026-12-01_0390956-d1d352b/gpu_tests.log). No candidate code
+        # has run yet.
         import torch
 
         torch.cuda.init()

@@ -18,7 +18,7 @@ from typing import Any
 
 from egg_mcp.evaluation import bounds as bounds_mod
 from egg_mcp.evaluation import confinement, launchers, wire
-from egg_mcp.evaluation.api import ErrorReport
+from egg_mcp.contract import ErrorReport
 from egg_mcp.sandbox.landlock import PROTECT_VAR
 
 SIGNAL_NAMES = {

@@ -4,8 +4,8 @@ Why: a process's FIRST Triton kernel pays one-time costs that are not the candid
 its CUDA driver module (gcc, into the runner's private, empty cache), LLVM and ptxas start cold, and
 torch loads the RNG and copy kernels the trials use. Paid here, they leave the verify's critical path
 (a pre-started runner does this while the judge is idle or busy with the previous job).
-Measured on the H200 (benchmarks/results/h200_2026-12-01_s6/compile_probe.json): a fresh process's
-first compile of a 128x128x32 IEEE fp32 GEMM took 3.2-3.8 s cold and 2.4-2.8 s after this warm-up
+Measured on the H200 (benchmarks/results/archive/h200_2026-12-01_0f0ae24-6438ad0/compile_probe.json):
+a fresh process's first compile of a 128x128x32 IEEE fp32 GEMM took 3.2-3.8 s cold and 2.4-2.8 s after this warm-up
 (the rest is that kernel's own LLVM + ptxas work and its launcher stub, which no warm-up can do).
 
 Nothing here is trusted by the judge: the runner reports what it did, as data, in its `ready` message.

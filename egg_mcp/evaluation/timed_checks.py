@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from egg_mcp.evaluation.api import IntegrityFinding
+from egg_mcp.contract import IntegrityFinding
 
 MAX_SIGNATURES = 64
 MAX_LAUNCHES_PER_CALL = 4096

@@ -12,9 +12,10 @@
 * NVML SM clock and throttle reasons read before and after;
 * on request (verify asks by default), `measure_isolated`: each call from a clean, cold L2, its
   kernels timed by the GPU's own start/end timestamps (CUPTI): the number Nsight Compute's
-  gpu__time_duration gives (within 1.4 % from 20 us up on the H200, ncu_agreement_h200_batch11*.json).
+  gpu__time_duration gives (within 1.4 % from 20 us up on the H200,
+  benchmarks/results/archive/h200_2026-11-30/ncu_agreement_h200_read_flush*.json).
 
-What the two conditions read differ in (H200, benchmarks/results/timing_methods_h200*.json): a
+What the two conditions read differ in (H200, benchmarks/results/archive/h200_2026-11-30/timing_methods_h200*.json): a
 kernel that writes a large output leaves it dirty in L2, and back to back the next call pays that
 write-back (layernorm 34.6 us vs 32.1 us isolated; CUPTI's per-kernel timestamps of the back-to-back
 calls read the same 34.3 us, so it is the L2, not the timer). Under ~5 us an isolated launch also
@@ -34,27 +35,27 @@ from typing import Any, Callable
 
 import torch
 
-from egg_mcp.evaluation.api import IsolatedTiming, TimingStats
+from egg_mcp.contract import IsolatedTiming, TimingStats
 
 GRAPH_BELOW_MS = 0.2
 """Calls whose GPU time (`GpuTimer.estimate_ms`: launch gaps hidden) is shorter than this are timed by CUDA-graph
-replay. Events alone read 4-6 % CV at 5 us and
-1.1 % at 71 us (softmax 4096x8192 on the H200, benchmarks/results/bench_verify_h200_batch2.json):
-one event pair per call leaks ~1 us of jitter; a graph of several calls amortises it."""
+replay. Events alone read 4-6 % CV at 5 us and 1.1 % at 71 us (softmax 4096x8192 on the H200,
+benchmarks/results/archive/h200_2026-11-30/bench_verify_h200_before_graph_200us.json): one event pair per call leaks
+~1 us of jitter; a graph of several calls amortises it."""
 TARGET_TOTAL_MS = 300.0
 """Adaptive repetition: aim for this much measured time (H200: CV < 0.5 % from ~50 us kernels)."""
 MIN_RUNS, MAX_RUNS = 20, 1000
 DISTURBED_CV = 0.02
 TAIL_RATIO = 4.0
-"""A reading is disturbed from outside the kernel when its CV (central 90 % of runs) is above DISTURBED_CV and
-above TAIL_RATIO x the spread its middle half shows (IQR / 1.349, as a fraction of the median): most runs
-steady, a tail of slow ones. Measured on the H200 (benchmarks/results/h200_2026-12-01_s8/): a 1.09 ms softmax
-reads CV 0.12-0.14 % alone and 5.7 % once in five while another process starts CUDA contexts (a spare runner
-starting; aa_disturb.log), IQR 0.25 % of the median; 3 of 20 verify_latency calls of a 2.0 ms GEMM read
-6.6-8.1 % against 0.8-1.2 %. A kernel that varies by itself has a wide middle too (a power-bound bf16 GEMM:
-CV 3.4-5 %) and is not re-taken. A disturbed reading is taken again after a pause (REMEASURE_PAUSES_S: a
-context start lasts a fraction of a second) and the steadiest kept; the discarded CVs are reported with it
-(`remeasured`, `disturbed_cvs`), never hidden."""
+"""A reading is disturbed from outside the kernel when its CV (central 90 % of runs) is above DISTURBED_CV and above
+TAIL_RATIO x the spread its middle half shows (IQR / 1.349, as a fraction of the median): most runs steady, a tail of
+slow ones. Measured on the H200 (benchmarks/results/archive/h200_2026-12-01_5ca66b1-3a5ca05/): a 1.09 ms softmax reads
+CV 0.12-0.14 % alone and 5.7 % once in five while another process starts CUDA contexts (a spare runner starting;
+aa_disturb.log), IQR 0.25 % of the median; 3 of 20 verify_latency calls of a 2.0 ms GEMM read 6.6-8.1 % against
+0.8-1.2 %. A kernel that varies by itself has a wide middle too (a power-bound bf16 GEMM: CV 3.4-5 %) and is not
+re-taken. A disturbed reading is taken again after a pause (REMEASURE_PAUSES_S: a context start lasts a fraction of a
+second) and the steadiest kept; the discarded CVs are reported with it (`remeasured`, `disturbed_cvs`), never
+hidden."""
 REMEASURE_PAUSES_S = (0.5, 1.0)
 MAX_REMEASURES = len(REMEASURE_PAUSES_S)
 GRAPH_REPLAY_TARGET_MS = 1.0
@@ -191,8 +192,8 @@ class GpuTimer:
     def _flush(self) -> None:
         """Evict the L2 by *reading* twice its size: the L2 is left clean. Zeroing the buffer (Triton's
         do_bench) leaves it full of dirty lines that the timed kernel then writes back: +1.6 % on a
-        260 us softmax on the H200 (benchmarks/results/timing_methods_h200.json); with the read flush
-        verify's time for it went from 1.023x to 1.010x ncu's (ncu_agreement_h200_batch11.json)."""
+        260 us softmax on the H200 (benchmarks/results/archive/h200_2026-11-30/timing_methods_h200.json); with the
+        read flush verify's time for it went from 1.023x to 1.010x ncu's (ncu_agreement_h200_read_flush.json)."""
         _sum(self._flush_words, dim=0, out=self._flush_sum)
 
     def _events_once(self, fn: Callable[[list], Any], inputs: list, spin_ms: float = 0.0) -> float:
@@ -402,17 +403,24 @@ class GpuTimer:
                 if str(e.device_type()).endswith("CUDA") and e.duration_ns() > 0]
         return sorted(rows, key=lambda r: r[1])
 
-    def host_synced_ms(self, fn: Callable[[list], Any], inputs: list, runs: int = 5) -> float:
-        """Median host time of fn + device-wide synchronize: work on side streams/threads shows up here."""
-        times = []
+    def host_synced(self, fn: Callable[[list], Any], inputs: list, runs: int = 5) -> tuple[float, float]:
+        """(median host ms, median event ms) of the same synchronised calls: work on side streams or threads shows
+        as host time the current stream's events do not see. Both are read from the same calls, so a GPU shared
+        with other processes slows both alike (against the timed median alone, a correct candidate read as
+        `side_stream` when three engines shared one H200)."""
+        host, events = [], []
         for _ in range(runs):
+            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
             self._flush()
             _synchronize()
             t0 = _perf_counter()
+            start.record()
             fn(inputs)
+            end.record()
             _synchronize()
-            times.append((_perf_counter() - t0) * 1e3)
-        return statistics.median(times)
+            host.append((_perf_counter() - t0) * 1e3)
+            events.append(start.elapsed_time(end))
+        return statistics.median(host), statistics.median(events)
 
 
 def split_calls(rows: list[tuple[str, int, int]], signature: str, prelude: set[str]) -> list[dict[str, float]]:

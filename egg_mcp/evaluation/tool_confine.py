@@ -14,9 +14,9 @@ Writes: only the process's own dir (the tools' temporary files follow TMPDIR, wh
 for ncu its host-wide lock file, /tmp/nvidia/nsight_compute/lock: ncu's injection opens it for writing
 (it serialises profiling sessions on a host) whatever TMPDIR says. Without it, on the H200 (ncu 2025.3.1):
 "Failed to open/create lock file /tmp/nvidia/nsight_compute/lock ... Failed to profile" for every kernel
-launched after confinement (benchmarks/results/h200_2026-12-01_s6/ncu_caps.log). The trusted code creates
-the file before confining and grants write on that one regular file (no symlink on its path, owned by
-this user or root); the dir and everything else in /tmp stay closed.
+launched after confinement (benchmarks/results/archive/h200_2026-12-01_0f0ae24-6438ad0/ncu_caps.log). The
+trusted code creates the file before confining and grants write on that one regular file (no symlink on
+its path, owned by this user or root); the dir and everything else in /tmp stay closed.
 Stdlib only: runners import this before torch.
 """
 

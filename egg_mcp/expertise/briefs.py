@@ -20,9 +20,9 @@ from pydantic import BaseModel, Field
 from egg_mcp.analysis.models import ReferenceAnalysis
 from egg_mcp.analysis.verdict import roofline_verdict
 from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_tol
-from egg_mcp.evaluation.api import TolerancePolicy
+from egg_mcp.contract import TolerancePolicy
 from egg_mcp.hardware import ceiling, lookup
-from egg_mcp.workflow.stages import STAGE_ORDER, Stage
+from egg_mcp.stages import STAGE_ORDER, Stage
 
 Role = Literal["code", "profile", "debug"]
 ROLES: tuple[Role, ...] = ("code", "profile", "debug")

@@ -19,7 +19,7 @@ from egg_mcp.hardware import GpuSpec, ceiling
 from egg_mcp.profiling.metrics import STALL_REASONS, spec, stall_metric
 from egg_mcp.profiling.models import Bound, Classification, Evidence, KernelProfile, Metric, MetricSource, Roofline
 from egg_mcp.profiling.occupancy import OccupancyEstimate
-from egg_mcp.workflow.stages import Stage
+from egg_mcp.stages import Stage
 
 BUSY_PCT = 60.0
 """A unit above this % of peak is the bottleneck (ncu's SOL guidance)."""

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from egg_mcp.workflow.stages import Stage
+from egg_mcp.stages import Stage
 
 MetricGroup = Literal[
     "sol", "time", "dram", "occupancy", "launch", "spills", "cache", "coalescing", "tensor", "stalls"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from egg_mcp.analysis.roofline import compute_type_for
-from egg_mcp.evaluation.api import EvalOptions, Evaluator, JobOutcome, ProgressFn
+from egg_mcp.contract import EvalOptions, Evaluator, JobOutcome, ProgressFn
 from egg_mcp.hardware import NO_GPU, GpuSpec, lookup, unknown_gpu_message
 from egg_mcp.profiling import classify as C
 from egg_mcp.profiling.metrics import metrics_for_stage, spec
@@ -35,7 +35,7 @@ from egg_mcp.profiling.ncu_csv import (
     short_kernel_name,
 )
 from egg_mcp.profiling.occupancy import occupancy
-from egg_mcp.workflow.stages import Stage
+from egg_mcp.stages import Stage
 
 TARGET = "egg_mcp.profiling.target:run_forward"
 LAUNCH_COUNT_LIMIT = 64

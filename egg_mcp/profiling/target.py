@@ -21,7 +21,7 @@ from typing import Any
 
 def _load_module(source: str, name: str, directory: Path):
     """Import `source` from a real file (`@triton.jit` reads the source through inspect)."""
-    from egg_mcp.evaluation.modules import import_source
+    from egg_mcp.problems.modules import import_source
 
     return import_source(source, directory / f"{name}.py", name)
 
@@ -259,7 +259,7 @@ def run_forward(payload: dict) -> dict:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
 
-    from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+    from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
 
     use_cuda = device_choice == "cuda" or (device_choice == "auto" and torch.cuda.is_available())
     if device_choice == "cuda" and not torch.cuda.is_available():

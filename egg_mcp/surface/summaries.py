@@ -223,7 +223,8 @@ def commit_stage(r) -> str:
 def task_status(r) -> str:
     hist = [f"  {h.stage}: {h.candidate_id} {_ms(h.time_ms)} ({_x(h.speedup_vs_eager)} vs eager) "
             f"{_clip(h.decision.summary, 80)}" for h in r.history[-5:]]
-    cands = [f"{c.candidate_id} {c.verdict or c.status} {_ms(c.time_ms)}" for c in r.candidates_in_stage[-6:]]
+    cands = [f"{c.candidate_id} {c.verdict or c.status} {_ms(c.time_ms)}" + (" (quick check)" if c.quick_sizes else "")
+             for c in r.candidates_in_stage[-6:]]
     return _lines(
         f"task {r.task_id} ({r.problem}): stage {r.stage}; eager {_ms(r.eager_ms)}, torch.compile {_ms(r.compile_ms)}",
         "history:" if hist else "history: nothing committed yet", *hist,
@@ -260,6 +261,7 @@ def get_candidate(r) -> str:
     res = r.result
     return _lines(
         f"candidate {c.candidate_id} (task {r.task_id}, stage {c.stage}): {c.verdict or c.status}, {_ms(c.time_ms)}"
+        + (f" at the quick-check sizes {c.quick_sizes}" if c.quick_sizes else "")
         + (f"; note: {_clip(c.note, 120)}" if c.note else ""),
         f"summary: {_clip(res.summary, 400)}" if res else "",
         f"source ({len(r.source)} chars): structuredContent.source or "

@@ -12,13 +12,14 @@ idle unit. So the step costs max(tensor, CUDA-core, (tensor + CUDA-core) / progr
 per SM come from the shared memory and registers the config really takes:
   * on sm_90 a BLOCK_M >= 64 tile at >= 4 warps runs wgmma, which reads Q from shared memory (its hi and lo
     parts under tf32x3): Triton 3.6 for sm_90 reported exactly stages x 2 x BLOCK_N x D + 2 x BLOCK_M x D fp32
-    words on all 16 wgmma configs of the attention candidate (benchmarks/results/tiling/
-    compile_study_guidance.json); the mma.sync path keeps Q in registers;
+    words on all 16 wgmma configs of the attention candidate
+    (benchmarks/results/archive/tiling/compile_study_guidance.json); the mma.sync path keeps Q in registers;
   * registers: the O accumulator and the score tile, and under tf32x3 the hi and lo of the operands held in
     registers (P always, Q on the mma.sync path).
-Found on the H200 (guidance_6438ad0.json, KernelBench 43): BLOCK_M=64 tiles (wgmma, 128-192 KB: one program per
-SM) ran 0.33-0.48 ms slower than BLOCK_M=32 ones (72-112 KB: two per SM) where the old model, with one
-program's chain priced as if other programs overlapped it, predicted them faster.
+Found on the H200 (KernelBench 43, benchmarks/results/archive/h200_2026-12-01_0f0ae24-6438ad0/guidance_6438ad0.json):
+BLOCK_M=64 tiles (wgmma, 128-192 KB: one program per SM) ran 0.33-0.48 ms slower than BLOCK_M=32 ones (72-112 KB:
+two per SM) where the old model, with one program's chain priced as if other programs overlapped it, predicted them
+faster.
 Feasibility: shared memory, and the accumulator + score registers per thread.
 """
 
@@ -35,8 +36,8 @@ SOFTMAX_OPS = 6  # CUDA-core instructions per score element (scale, mask, max, s
 
 def attention_smem(bm: int, bn: int, d: int, stages: int, wgmma: bool, ctype: str) -> int:
     """Elements of shared memory one program takes, as Triton 3.6 allocates them for sm_90
-    (benchmarks/results/tiling/compile_study_guidance.json, its `ttg.local_alloc`s, tf32x3): Q is staged in shared
-    memory, its hi and lo parts; wgmma multi-buffers K and V `stages` times; the mma.sync path buffers them
+    (benchmarks/results/archive/tiling/compile_study_guidance.json, its `ttg.local_alloc`s, tf32x3): Q is staged in
+    shared memory, its hi and lo parts; wgmma multi-buffers K and V `stages` times; the mma.sync path buffers them
     stages - 1 times (one buffer at 1 stage) and stages P's hi and lo for the second dot. Exact on the 16 wgmma and
     the 4 pipelined mma.sync configs compiled there; at 1 stage Triton reuses buffers (48-64 KB vs 56-80 here).
     Other precisions (not compiled here) keep the earlier estimate: K/V stages and one copy of Q."""
@@ -50,7 +51,7 @@ def attention_smem(bm: int, bn: int, d: int, stages: int, wgmma: bool, ctype: st
 def mma_sync_operand_regs(bm: int, bn: int, d: int, ctype: str) -> float:
     """Registers per thread of the A operands on the mma.sync path (BLOCK_M < 64 on sm_90, or pre-Hopper). Triton 3.6
     lays the warps along N there (warpsPerCTA [1, num_warps] in every such attention config compiled for sm_90,
-    benchmarks/results/tiling/compile_study_guidance.json and attn_layouts_sm90.json), so each warp holds all
+    benchmarks/results/archive/tiling/compile_study_guidance.json and attn_layouts_sm90.json), so each warp holds all
     BLOCK_M rows of Q (for S = Q K^T) and of P (for O += P V), whatever the warp count; tf32x3 holds hi and lo.
     Hence 32-row tf32x3 tiles take ~255 registers at 4 and at 8 warps alike (the compiler: 255 / 244), so 8 warps
     fit one program per SM where 4 fit two."""

@@ -19,7 +19,7 @@ DRAM_LATENCY_S = 1.0e-6
 """Loaded DRAM round trip charged once per program that covers its row in one block (an assumption, not measured
 here: published unloaded HBM latencies on Hopper are a few hundred ns). A loop over the row is not priced by it:
 charged per trip it predicted rowsum_a's small-block loops 2x slower than they run; WARP_STREAM_BPS prices those
-(benchmarks/results/tiling/README.md)."""
+(benchmarks/results/archive/tiling/README.md)."""
 SM_MAX_SHARE = 4.0  # one SM can pull at most this multiple of its fair share of DRAM bandwidth
 ACC_SPILL_REGS = 256  # accumulator registers per thread at which every H200 config spilled
 MAX_REGS = 255
@@ -30,41 +30,45 @@ WARP_STREAM_BPS = 2.78e9
 """DRAM bytes per second one resident warp streams in a loop over a row (rowsum_a, fp32 8192x8192 on the H200:
 the median over its 33 unspilled configs with <= 16 resident warps per SM of per-SM bytes / measured time /
 resident warps, the warps counted from registers compiled for sm_90; `per_warp_rate_gbs` of
-benchmarks/results/tiling/compile_study_rowsum_a.json, from batch9_tiling_bench.json). Measured on one case and
-one GPU: in-sample for rowsum_a, held out for layernorm_a, rowsum_b and the softmaxes (rank_replay.md)."""
+benchmarks/results/archive/tiling/compile_study_rowsum_a.json, from tiling_bench_2026-11-30_layernorm_a_rowsum_a.json).
+Measured on one case and one GPU: in-sample for rowsum_a, held out for layernorm_a, rowsum_b and the softmaxes
+(rank_replay_4a3dfb2.md)."""
 OVERLAP_P = 3.0  # exponent of the smooth max of bandwidth and latency time (inf = perfect overlap)
 WARP_ILP = (52.6, 0.67, 3.5)
-"""(registers, exponent, cap): a looping warp streams WARP_STREAM_BPS x min(cap, max(1, regs / registers)) **
-exponent. A thread holding more registers keeps more loads in flight: in the H200 row_sum sweep (one program per
-SM, so no DRAM contention) warps of <= 48-register configs streamed 2.0-2.5 GB/s whatever their bytes per trip,
-those at 96-128 registers 3.5-6.8 (benchmarks/results/tiling/s9_probes/stream_sweep_events.json, fit by
-s9_probes/fit_sweep.py over its 560 unspilled points; the other fitted constants of that fit are not used here)."""
+"""(registers, exponent, cap): a looping warp streams WARP_STREAM_BPS x min(cap, max(1, regs / registers)) ** exponent.
+A thread holding more registers keeps more loads in flight: in the H200 row_sum sweep (one program per SM, so no DRAM
+contention) warps of <= 48-register configs streamed 2.0-2.5 GB/s whatever their bytes per trip, those at 96-128
+registers 3.5-6.8 (benchmarks/results/archive/tiling/probes_2026-12-01_4bb37b3-2f0d984/stream_sweep_events.json, fit by
+fit_sweep.py there over its 560 unspilled points; the other fitted constants of that fit are not used here)."""
 LOOP_TRIP_OPS = 5
 """Issue slots every thread spends per trip of a loop over the row (address, mask, compare, branch), whatever its
-elements: it is what makes many warps over a small block slow (layernorm_a bf16: [1,256,8] 72 us against
-[1,256,1] 39 us in the s9 exhaustive run). Chosen on the replays of session 7's runs, not measured per instruction
-(s9_probes/ablation.md: 0 lowers layernorm_a to 0.71 / 0.71 on runs A / B)."""
+elements: it is what makes many warps over a small block slow (layernorm_a bf16: [1,256,8] 72 us against [1,256,1] 39 us
+in the exhaustive run of probes_2026-12-01_4bb37b3-2f0d984/). Chosen on the replays of the b4a4599 and 42095a3
+tiling_search runs (A / B), not measured per instruction (probes_2026-12-01_4bb37b3-2f0d984/ablation.md: 0 lowers
+layernorm_a to 0.71 / 0.71 on runs A / B)."""
 OCC_REGS = (4.0, 1.1, 4.0, 32)
-"""(base, per accumulator element, per row a thread covers, floor): the registers a looping row program compiles
-to, for occupancy. Fit to the registers ptxas gave the row_sum sweep's 76 configs on the H200
-(s9_probes/regfit9.py): the resident CTAs per SM it implies match the compiled ones on 63 of 76 configs, the
-older 24 + 1.4 per element on 31; relative RMS error 12 %, median 4 %. The per-element term scales with the kind's
-live values (_LIVE_PER_ELEMENT_LOOPING / 1.4, the row sum's)."""
+"""(base, per accumulator element, per row a thread covers, floor): the registers a looping row program compiles to, for
+occupancy. Fit to the registers ptxas gave the row_sum sweep's 76 configs on the H200
+(probes_2026-12-01_4bb37b3-2f0d984/regfit9.py): the resident CTAs per SM it implies match the compiled ones on 63 of 76
+configs, the older 24 + 1.4 per element on 31; relative RMS error 12 %, median 4 %. The per-element term scales with the
+kind's live values (_LIVE_PER_ELEMENT_LOOPING / 1.4, the row sum's)."""
 L2_REUSE = (0.713, 5.4, 0.89, 0.013)
 """(half-point as a fraction of the L2, steepness, cost of a miss, cost of a hit): a second pass over a row costs
 cost(miss) x miss + cost(hit) x (1 - miss) of the first pass, miss = x / (1 + x), x = (working set / (half x L2)) **
-steepness, working set = resident programs x row bytes. Measured on the H200 (s9_probes/l2_reuse.py ->
-l2_reuse.json: a row summed twice, 512 MB of rows, 2 KB-512 KB rows): the second pass added 0.2-0.3 % at 4-8 MB,
-6 % at 25 MB, 19 % at 33 MB, 61 % at 50 MB, 83 % at 66 MB, 86-89 % beyond; least-squares fit. It replaces a hard
-step at the whole L2 (60 MB) with hits charged 1 / L2_OVER_DRAM = 0.4 of a DRAM read."""
+steepness, working set = resident programs x row bytes. Measured on the H200
+(probes_2026-12-01_4bb37b3-2f0d984/l2_reuse.py -> l2_reuse.json: a row summed twice, 512 MB of rows, 2 KB-512 KB rows):
+the second pass added 0.2-0.3 % at 4-8 MB, 6 % at 25 MB, 19 % at 33 MB, 61 % at 50 MB, 83 % at 66 MB, 86-89 % beyond;
+least-squares fit. It replaces a hard step at the whole L2 (60 MB) with hits charged 1 / L2_OVER_DRAM = 0.4 of a DRAM
+read."""
 STREAM_KNEE_P = 1.64
 """Exponent of the smooth max of a looping program's DRAM-share time and its warps' streaming time (OVERLAP_P = 3
 elsewhere): the soft knee the H200 row_sum sweep shows as resident warps approach the DRAM roof (fit_sweep.py,
 p = 1.64 over 560 configs at 64-4224 programs)."""
 REG_SPREAD = 0.10
-"""Occupancy steps at register thresholds that the estimate above misses by ~10 % (its RMS error): a looping
-config's time is the mean over its register estimate x (1 - REG_SPREAD, 1, 1 + REG_SPREAD), not a bet on one side
-of a step (s9_probes/ablation.md: without it rowsum_a ranks 0.65 / 0.61 on runs A / B, with it 0.88 / 0.85)."""
+"""Occupancy steps at register thresholds that the estimate above misses by ~10 % (its RMS error): a looping config's
+time is the mean over its register estimate x (1 - REG_SPREAD, 1, 1 + REG_SPREAD), not a bet on one side of a step
+(probes_2026-12-01_4bb37b3-2f0d984/ablation.md: without it rowsum_a ranks 0.65 / 0.61 on runs A / B, with it 0.88 /
+0.85)."""
 
 _BASE_OPS = {"softmax": 10, "norm": 12, "reduction": 3, "elementwise": 6}  # instructions per element
 _TRANSCENDENTAL = {"exp", "exp2", "log", "log2", "erf", "tanh", "sigmoid", "sqrt", "rsqrt", "sin", "cos", "pow"}
@@ -72,32 +76,34 @@ TRANSCENDENTAL_OPS = 12  # MUFU-based functions cost ~a dozen issue slots per el
 _FUNCTION_OPS = {"erf": 32}
 """Issue slots per element of functions that are not one MUFU op. erf is a libdevice polynomial: bias+erf-GELU
 (benchmarks/tiling_kernels/bias_gelu.py, bf16) compiled for sm_90 on the CPU (`compile_sm90` of
-benchmarks/tiling_compile_study.py, cuobjdump -sass) is 37.5-38.3 SASS instructions per element at 32-64 elements
-per thread, the same kernel without the GELU 2.3-6.1: the GELU adds 32-36, so erf 32 beside the elementwise base
-of 6 (benchmarks/tiling_sass_count.py -> benchmarks/results/tiling/sass_bias_gelu.json). With 12, bias_gelu's issue time was half the H200's: every
-fast config was predicted ~75 us against 96-100 us measured, the model calling it bandwidth-bound."""
+benchmarks/tiling_compile_study.py, cuobjdump -sass) is 37.5-38.3 SASS instructions per element at 32-64 elements per
+thread, the same kernel without the GELU 2.3-6.1: the GELU adds 32-36, so erf 32 beside the elementwise base of 6
+(benchmarks/tiling_sass_count.py -> benchmarks/results/archive/tiling/sass_bias_gelu.json). With 12, bias_gelu's issue
+time was half the H200's: every fast config was predicted ~75 us against 96-100 us measured, the model calling it
+bandwidth-bound."""
 PROGRAM_DISPATCH_S = 80e-9
-"""Seconds per program an SM needs to start programs, however little they do (the block dispatch rate). Measured
-on the H200 (batch10_tiling_bench.json, biasgelu_a): 1,048,576 programs of 64 elements ran 633.5 / 634.5 us at
-1 / 2 warps, 524,288 ran 319-321 us, 262,144 at 1-2 warps 162 us: linear in programs, not in warps or bytes,
-79.7-81.6 ns per program per SM. In-sample for those six configs of biasgelu_a; held out for biasgelu_b, where
-196,608 programs of 256 elements ran 120 us (predicted 91-93 without it, 119 with it)."""
+"""Seconds per program an SM needs to start programs, however little they do (the block dispatch rate). Measured on the
+H200 (tiling_bench_2026-11-30_biasgelu_a_biasgelu_b.json, biasgelu_a): 1,048,576 programs of 64 elements ran 633.5 /
+634.5 us at 1 / 2 warps, 524,288 ran 319-321 us, 262,144 at 1-2 warps 162 us: linear in programs, not in warps or bytes,
+79.7-81.6 ns per program per SM. In-sample for those six configs of biasgelu_a; held out for biasgelu_b, where 196,608
+programs of 256 elements ran 120 us (predicted 91-93 without it, 119 with it)."""
 _REDUCTIONS = {"softmax": 2, "norm": 2, "reduction": 1, "elementwise": 0}
 # fp32 values live per element of the register tile (loaded value plus what is kept alongside it)
 _LIVE_PER_ELEMENT = {"softmax": 1.25, "norm": 1.25, "reduction": 1.0, "elementwise": 2.0}
 """Registers per element a program keeps live when it covers a row in one block. softmax and norm
 1.25: on the H200 every single-block config with 128 elements per thread compiled without spilling
 (softmax_a fp32: 160-215 registers; layernorm_a bf16: 168-255), while 256 per thread spilled
-(benchmarks/results/tiling/batch4_tiling_bench.json, batch7_tiling_bench.json). elementwise 2.0:
-bias+GELU (bf16, tanh form) used 105-152 registers at 64 elements per thread and spilled 8-16 at 128,
-on every one of the 2x14 configs there (batch10_tiling_bench.json; 1.5 had called those feasible)."""
+(benchmarks/results/archive/tiling/tiling_bench_2026-11-30_softmax_a.json,
+tiling_bench_2026-11-30_gemm_b_softmax_b_layernorm_a.json). elementwise 2.0: bias+GELU (bf16, tanh form) used
+105-152 registers at 64 elements per thread and spilled 8-16 at 128, on every one of the 2x14 configs there
+(tiling_bench_2026-11-30_biasgelu_a_biasgelu_b.json; 1.5 had called those feasible)."""
 _LIVE_PER_ELEMENT_LOOPING = {"softmax": 1.25, "norm": 2.0, "reduction": 1.4, "elementwise": 2.0}
 """The same when the program loops over the row in blocks (accumulators live beside the block):
 layernorm_b (8192 columns in blocks) spilled 24-28 registers at 128 elements per thread where the
 single-block layernorm_a did not; row_sum_b (65536 columns in blocks) compiled 128 per thread to
-168-201 registers without spilling, except with 32 rows per program (batch8_tiling_bench.json);
+168-201 registers without spilling, except with 32 rows per program (tiling_bench_2026-11-30_rowsum_b_layernorm_b.json);
 looping softmax did not spill at 128 per thread (softmax_a, softmax_b). Scored offline against every
-recorded verdict by benchmarks/tiling_model_recheck.py (see benchmarks/results/tiling/README.md)."""
+recorded verdict by benchmarks/tiling_model_recheck.py (see benchmarks/results/archive/tiling/README.md)."""
 
 
 def _is_pow2(x: int) -> bool:
@@ -152,8 +158,8 @@ def dot_regs(bm: int, bn: int, bk: int, w: int, ctype: str) -> float:
     """Live registers per thread of a BM x BN x BK dot step: the fp32 accumulator, ~32 for addresses and masks, and
     for tf32x3 the hi and lo parts of both operands (Triton splits them in registers before the three tensor-core
     products). The same count decides spills and how many programs an SM holds: a tf32x3 128x128x32 tile at 8 warps
-    is 160 here and 208 in Triton 3.6's sm_90 build (benchmarks/results/tiling/compile_study_guidance.json), one
-    program per SM either way, where the accumulator alone (96) said two."""
+    is 160 here and 208 in Triton 3.6's sm_90 build (benchmarks/results/archive/tiling/compile_study_guidance.json),
+    one program per SM either way, where the accumulator alone (96) said two."""
     regs = bm * bn / (32 * w) + 32
     if ctype == "tf32x3":
         regs += 2 * (bm + bn) * bk / (32 * w)

@@ -124,8 +124,8 @@ def probe_launches(payload: dict) -> dict:
     {"launches": [], "error": why}."""
     import torch
 
-    from egg_mcp.evaluation.modules import import_file
-    from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+    from egg_mcp.problems.modules import import_file
+    from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
 
     workdir = tempfile.mkdtemp(prefix="egg_launches_")
     records: list[dict] = []

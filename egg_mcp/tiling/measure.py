@@ -69,19 +69,19 @@ class MeasurePayload(BaseModel):
 
 def _load_module(path: str, name: str):
     """Import a source file as a fresh module (Triton reads kernel source through inspect)."""
-    from egg_mcp.evaluation.modules import import_file
+    from egg_mcp.problems.modules import import_file
 
     return import_file(path, name)
 
 
 class _Problem:
     """The reference module, its inputs and its output, built once per process (loading rules shared
-    with verify and profile_ncu: egg_mcp.evaluation.problem)."""
+    with verify and profile_ncu: egg_mcp.problems.problem)."""
 
     def __init__(self, reference_path: str, dtype: str, size_overrides: dict[str, int | list[int]], seed: int, device: str):
         import torch
 
-        from egg_mcp.evaluation.problem import DTYPES, Problem, apply_size_overrides
+        from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
 
         self.torch = torch
         self.device = device
@@ -103,7 +103,7 @@ class _Problem:
 
     def build(self, module):
         """The candidate's ModelNew with the reference's weights where the parameters match."""
-        from egg_mcp.evaluation.problem import apply_size_overrides
+        from egg_mcp.problems.problem import apply_size_overrides
 
         apply_size_overrides(self.module, module, self.overrides)
         model = self.problem.build(module.ModelNew, self.init_inputs, self.seed)
@@ -414,7 +414,7 @@ def measure_configs(payload: dict) -> dict:
         if job.candidates:
             results += run_batch([(c.config, c.source) for c in job.candidates])
         if job.adaptive is not None:
-            from egg_mcp.tiling.space import apply_config
+            from egg_mcp.tiling.rewrite import apply_config
 
             adaptive = job.adaptive
             measured: dict[tuple, float | None] = {config_key(r.config.values): r.median_ms for r in results}

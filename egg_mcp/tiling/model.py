@@ -27,8 +27,9 @@ from egg_mcp.hardware import GpuSpec
 from egg_mcp.tiling.dims import next_pow2
 from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate, KernelCall, TilingConfig, TunableParam
 
-from egg_mcp.tiling.costs import (  # noqa: F401  (re-exported: one set of constants)
-    ACC_SPILL_REGS, DRAM_LATENCY_S, DTYPE_BYTES, FMA_DOT_EFFICIENCY, GEMM_TILE_FIXED_S, KB, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE, SPILL_EFFICIENCY, SPLIT_OPS, TRANSCENDENTAL_OPS, _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, _ctas_per_sm, _is_pow2, SMEM_BYTES_PER_CLK, _persistent, resident, _round_up, compute_type, dot_regs, dot_step_parts, rows_redone,
+from egg_mcp.tiling.costs import (
+    ACC_SPILL_REGS, DTYPE_BYTES, GEMM_TILE_FIXED_S, KB, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, SMEM_BYTES_PER_CLK,
+    _ctas_per_sm, _is_pow2, _persistent, _round_up, compute_type, dot_regs, dot_step_parts, resident, rows_redone,
 )
 
 
@@ -196,7 +197,7 @@ def call_view(space: CandidateSpace, call: KernelCall) -> CandidateSpace:
     one-choice parameters, and only its own kernel's facts."""
     from egg_mcp.tiling.dims import axis_for
     from egg_mcp.tiling.kernels import call_axis
-    from egg_mcp.tiling.space import role_of
+    from egg_mcp.tiling.source_index import role_of
 
     params: list[TunableParam] = []
     for seen, name in call.params.items():

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from egg_mcp.evaluation.api import KernelInfo
+from egg_mcp.contract import KernelInfo
 
 ParamRole = Literal["block", "warps", "stages", "group", "split", "other"]
 ParamSource = Literal["module_constant", "tuning_space", "autotune", "launch_keyword", "constexpr", "inferred"]

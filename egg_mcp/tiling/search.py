@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from egg_mcp.evaluation.api import EvalOptions
+from egg_mcp.contract import EvalOptions
 from egg_mcp.hardware import GpuSpec, gpu_status, spec_for
 
 STAND_IN_GPU = "H200"
@@ -26,7 +26,8 @@ from egg_mcp.tiling.models import (
     TilingProposal,
 )
 from egg_mcp.tiling.plan import config_key
-from egg_mcp.tiling.space import DEFAULT_MAX_CONFIGS, apply_config, current_config, enumerate_configs, extract_space
+from egg_mcp.tiling.rewrite import apply_config
+from egg_mcp.tiling.space import DEFAULT_MAX_CONFIGS, current_config, enumerate_configs, extract_space
 
 MEASURE_TARGET = "egg_mcp.tiling.measure:measure_configs"
 PROBE_TARGET = "egg_mcp.tiling.launches:probe_launches"

@@ -1,8 +1,8 @@
 """The space of a candidate's tunable parameters: which values each takes (declared, autotuned or inferred from
 its role and the problem's dimensions), which kernel each binds to, and the configs to try.
 
-The source is read by `source_index.py` (ast; never executed) and rewritten by `rewrite.py`; `apply_config`,
-`describe` and `role_of` are re-exported here for the callers that import them from this module.
+The source is read by `source_index.py` (ast; never executed) and rewritten by `rewrite.py` (`apply_config`,
+`describe`).
 """
 
 from __future__ import annotations
@@ -14,13 +14,10 @@ import random
 
 from egg_mcp.tiling.dims import axis_for, next_pow2, pow2_range
 from egg_mcp.tiling.models import CandidateSpace, ParamRole, TunableParam
-from egg_mcp.tiling.rewrite import apply_config, describe  # noqa: F401  (re-exported)
-from egg_mcp.tiling.source_index import (  # noqa: F401  (role_of, PERSISTENT_NAMES re-exported)
-    LAUNCH_OPTIONS, PERSISTENT_NAMES, SourceIndex, index_source, int_literal, role_of,
-)
+from egg_mcp.tiling.source_index import LAUNCH_OPTIONS, SourceIndex, index_source, int_literal, role_of
 
-__all__ = ["DEFAULT_MAX_CONFIGS", "PERSISTENT_NAMES", "apply_config", "current_config", "describe", "enumerate_configs",
-           "extract_space", "persistent_programs", "role_of", "space_size"]
+__all__ = ["DEFAULT_MAX_CONFIGS", "current_config", "enumerate_configs", "extract_space", "persistent_programs",
+           "space_size"]
 
 DEFAULT_MAX_CONFIGS = 16384
 

@@ -158,7 +158,7 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
     # "Coalesced Access to Global Memory", compute capability >= 6.0); narrower accesses cost issue slots
     # instead (t_issue below). The 0.9 derate this model had for accesses under 16 B per thread ranked
     # 4-byte-per-thread configs of rowsum_a (fp32) slower while they ran at the roof (stored H200 timings,
-    # benchmarks/results/tiling/rank_replay.md).
+    # benchmarks/results/archive/tiling/rank_replay_4a3dfb2.md).
     sector = min(1.0, bc * nbytes / 32)
     per_sm_programs = programs / active
     t_bandwidth = (per_sm_programs * program_bytes + broadcast_once) / (share * sector)

@@ -11,7 +11,7 @@ from egg_mcp.workflow import limits, memcheck_gate
 from egg_mcp.workflow.checks import evidence_mismatches
 from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check
 from egg_mcp.workflow.models import CommitResult, StageDecision
-from egg_mcp.workflow.stages import NEXT_STEP, Stage, next_stage
+from egg_mcp.stages import NEXT_STEP, Stage, next_stage
 from egg_mcp.workspace.repo import CandidateRow, CommitConflict, CommitRow, TaskRow
 
 MIN_NOISE = 0.02

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from egg_mcp.evaluation.api import ProgressFn
+from egg_mcp.contract import ProgressFn
 from egg_mcp.evaluation.interleaved import MIN_EFFECT, paired_verdict
 
 TARGET = "egg_mcp.evaluation.interleaved:run_interleaved"

@@ -15,12 +15,12 @@ import socket
 from typing import Any, Literal
 
 from egg_mcp.config import ServerConfig, derived_run_timeout
-from egg_mcp.evaluation.api import BaselineResult, EvalOptions, EvalResult, Evaluator, ProgressFn
+from egg_mcp.contract import BaselineResult, EvalOptions, EvalResult, Evaluator, ProgressFn
 from egg_mcp.hardware import GpuSpec, spec_for
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.models import CandidateSummary, CommittedStage, StageDecision, TaskOptions
-from egg_mcp.workflow.stages import NEXT_STEP, Stage, allowed, refusal
-from egg_mcp.workspace.repo import QUICK_PREFIX, CandidateRow, CommitRow, Repository, TaskRow
+from egg_mcp.stages import NEXT_STEP, Stage, allowed, refusal
+from egg_mcp.workspace.repo import CandidateRow, CommitRow, Repository, TaskRow
 from egg_mcp.workspace.store import ArtifactError, Workspace, _pid_alive
 
 log = logging.getLogger("egg_mcp.workflow.service")  # the name operators' log filters know
@@ -302,8 +302,9 @@ def _owner_alive(owner: str | None) -> bool:
     return host == socket.gethostname() and pid.isdigit() and (int(pid) == os.getpid() or _pid_alive(int(pid)))
 
 
-def _quick_prefix(sizes: dict[str, int | list[int]]) -> str:
-    return f"{QUICK_PREFIX}{json.dumps(sizes, sort_keys=True)}] "
+def quick_key(sizes: dict[str, int | list[int]] | None) -> str | None:
+    """What `candidates.quick_sizes` holds for a verify at these size_overrides (None: the task's sizes)."""
+    return None if sizes is None else json.dumps(sizes, sort_keys=True)
 
 
 def _eager_ms(base: BaselineResult | None) -> float | None:
@@ -322,7 +323,8 @@ def _ratio(base_ms: float | None, t_ms: float | None) -> float | None:
 
 def _summary(c: CandidateRow, ran_on: str | None = None) -> CandidateSummary:
     return CandidateSummary(candidate_id=c.id, stage=c.stage, verdict=c.verdict, status=c.status,
-                            time_ms=c.time_ms, note=c.note, ran_on=ran_on)
+                            time_ms=c.time_ms, note=c.note, ran_on=ran_on,
+                            quick_sizes=json.loads(c.quick_sizes) if c.quick_sizes else None)
 
 
 def _safe(name: str) -> str:

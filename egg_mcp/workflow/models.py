@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AllowInfNan, BaseModel, Field, Strict, StrictStr
 
-from egg_mcp.evaluation.api import BaselineResult, EvalResult, TolerancePolicy, Verdict
+from egg_mcp.contract import BaselineResult, EvalResult, TolerancePolicy, Verdict
 from egg_mcp.workflow.memcheck_gate import MemcheckGate
 
 
@@ -141,6 +141,8 @@ class CandidateSummary(BaseModel):
     time_ms: float | None
     note: str | None
     ran_on: str | None = Field(None, description="where its verify ran: host, GPU index, model, lane")
+    quick_sizes: dict[str, int | list[int]] | None = Field(
+        None, description="a quick check's sizes (its time is at these sizes, never the task's); None at the task's")
 
 
 class TaskStatus(BaseModel):

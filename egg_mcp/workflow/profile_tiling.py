@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from egg_mcp.evaluation.api import ProgressFn
+from egg_mcp.contract import ProgressFn
 from egg_mcp.workflow.core import WorkflowError
 
 if TYPE_CHECKING:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from egg_mcp.evaluation.api import ProgressFn, TolerancePolicy, default_tolerance
+from egg_mcp.contract import ProgressFn, TolerancePolicy, default_tolerance
 from egg_mcp.problems.loader import ProblemError, resolve_reference
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check
 from egg_mcp.workflow.models import SeedsResult, StartTaskResult, TaskOptions
-from egg_mcp.workflow.stages import NEXT_STEP, Stage
+from egg_mcp.stages import NEXT_STEP, Stage
 
 
 class TaskLifecycle(ServiceCore):

@@ -10,7 +10,7 @@ import sqlite3
 from egg_mcp.analysis.probes import CHECK as PROBE_CHECK
 from egg_mcp.analysis.probes import describe as describe_probes
 from egg_mcp.analysis.probes import scan as scan_probes
-from egg_mcp.evaluation.api import ErrorReport, EvalResult, IntegrityFinding, ProgressFn
+from egg_mcp.contract import ErrorReport, EvalResult, IntegrityFinding, ProgressFn
 from egg_mcp.problems.loader import ProblemError, check_candidate_contract
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.checks import reuse_blocker
@@ -21,13 +21,13 @@ from egg_mcp.workflow.core import (
     _compile_ms,
     _eager_ms,
     _owner_alive,
-    _quick_prefix,
+    quick_key,
     _ratio,
 )
 from egg_mcp.workflow.models import VerifyResult
-from egg_mcp.workflow.stages import Stage
+from egg_mcp.stages import Stage
 from egg_mcp.workspace.faults import StorageFault, plain_cause, storage_cause
-from egg_mcp.workspace.repo import QUICK_PREFIX, CandidateRow, TaskRow
+from egg_mcp.workspace.repo import CandidateRow, TaskRow
 
 CANCELLED = "the verify was cancelled (the client went away or the server is stopping); verify the source again"
 
@@ -60,8 +60,6 @@ class Verification(ServiceCore):
         except ProblemError as exc:
             raise WorkflowError(str(exc)) from None
         source_sha = self.ws.put_text(source)
-        if sizes is not None:
-            note = f"{_quick_prefix(sizes)}{note or ''}"
         key = (task_id, source_sha, json.dumps(sizes, sort_keys=True))
         shared = self._inflight.get(key)
         if shared is not None:
@@ -86,8 +84,7 @@ class Verification(ServiceCore):
             if cand.status == "done":  # a timing taken while the GPU throttled is measured again
                 result = self._result(cand)
                 return self._quick_sizes_of(row, result) == sizes and reuse_blocker(result) is None
-            quick = (cand.note or "").startswith(QUICK_PREFIX)
-            return (cand.note or "").startswith(_quick_prefix(sizes)) if sizes is not None else not quick
+            return cand.quick_sizes == quick_key(sizes)
         return same
 
     async def _verify_once(self, row: TaskRow, stage: Stage, source: str, source_sha: str, check, note: str | None,
@@ -95,7 +92,7 @@ class Verification(ServiceCore):
         while True:
             try:
                 claim = self.repo.claim_candidate(row.id, stage.value, source_sha, note, _owner_alive,
-                                                  same=self._same_sizes(row, sizes))
+                                                  same=self._same_sizes(row, sizes), quick_sizes=quick_key(sizes))
             except (OSError, sqlite3.Error) as exc:
                 raise StorageFault(storage_cause(exc, self.ws.root)) from exc
             if claim.kind == "done":

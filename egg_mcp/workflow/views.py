@@ -10,7 +10,7 @@ from egg_mcp.workflow import limits, memcheck_gate
 from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check, _compile_ms, _eager_ms, _safe, _summary
 from egg_mcp.workflow.export import ExportError, write_export
 from egg_mcp.workflow.models import CandidateDetail, ExportResult, HandoffContext, TaskList, TaskStatus, TaskSummary
-from egg_mcp.workflow.stages import STAGE_GOALS, tools_allowed
+from egg_mcp.stages import STAGE_GOALS, tools_allowed
 from egg_mcp.workspace.store import ArtifactError
 
 

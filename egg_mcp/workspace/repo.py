@@ -47,6 +47,7 @@ class CandidateRow:
     time_ms: float | None
     result_sha: str | None
     cause: str | None = None  # why it is interrupted: one plain sentence
+    quick_sizes: str | None = None  # a quick check's size_overrides (JSON); None at the task's sizes
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,6 @@ class CommitConflict(Exception):
         self.existing = existing
 
 
-QUICK_PREFIX = "[quick check at "
-"""Note prefix of a candidate verified at size_overrides (a quick check): never a full-size result."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +166,7 @@ class Repository:
                          " ORDER BY created_at DESC LIMIT 1", (task_id, source_sha))
 
     def claim_candidate(self, task_id: str, stage: str, source_sha: str, note: str | None,
-                        owner_alive, same=lambda cand: True) -> Claim:
+                        owner_alive, same=lambda cand: True, quick_sizes: str | None = None) -> Claim:
         """One transaction: a done row with this source wins; else a running row whose owner is alive
         (another server evaluating it: the DB row is the lock); else a new running row for this call.
         `same(row)` narrows the match (verify: evaluated at the same sizes)."""
@@ -185,9 +184,9 @@ class Repository:
                     return Claim("running", cand)
             cand_id = new_id("c")
             db.execute(
-                "INSERT INTO candidates (id, task_id, stage, source_sha, note, created_at, status, owner)"
-                " VALUES (?,?,?,?,?,?,?,?)",
-                (cand_id, task_id, stage, source_sha, note, now(), "running", owner_tag()))
+                "INSERT INTO candidates (id, task_id, stage, source_sha, note, created_at, status, owner, quick_sizes)"
+                " VALUES (?,?,?,?,?,?,?,?,?)",
+                (cand_id, task_id, stage, source_sha, note, now(), "running", owner_tag(), quick_sizes))
             row = db.execute("SELECT * FROM candidates WHERE id=?", (cand_id,)).fetchone()
         return Claim("new", _row(CandidateRow, row))  # type: ignore[arg-type]
 
@@ -230,9 +229,9 @@ class Repository:
                              "verdict='correct'", (task_id, stage))[0]["t"]
 
     def count_correct(self, task_id: str, stage: str) -> int:
-        """Correct full-size candidates of a stage (quick checks at other sizes carry QUICK_PREFIX in their note)."""
+        """Correct full-size candidates of a stage (a quick check at other sizes has quick_sizes)."""
         return self.ws.query("SELECT COUNT(*) AS n FROM candidates WHERE task_id=? AND stage=? AND verdict='correct'"
-                             " AND COALESCE(note, '') NOT LIKE ?", (task_id, stage, QUICK_PREFIX + "%"))[0]["n"]
+                             " AND quick_sizes IS NULL", (task_id, stage))[0]["n"]
 
     def fastest_correct(self, task_id: str, stage: str) -> CandidateRow | None:
         return self._one(CandidateRow, "SELECT * FROM candidates WHERE task_id=? AND stage=? AND verdict='correct'"

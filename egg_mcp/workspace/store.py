@@ -42,7 +42,7 @@ from egg_mcp.config import default_scratch_dir
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: the original tables. 2: commits.warnings_json (the stored outcome an idempotent repeat returns).
 3: candidates.cause (why a job was interrupted, one sentence) and meta.changes (the change counter)."""
 SNAPSHOTS_KEPT = 3
@@ -74,7 +74,8 @@ CREATE TABLE IF NOT EXISTS candidates (
     verdict TEXT,
     time_ms REAL,
     result_sha TEXT,
-    cause TEXT                         -- why it is interrupted (one plain sentence), else NULL
+    cause TEXT,                        -- why it is interrupted (one plain sentence), else NULL
+    quick_sizes TEXT                   -- a quick check's size_overrides (JSON, sorted keys); NULL at the task's sizes
 );
 CREATE INDEX IF NOT EXISTS candidates_by_task ON candidates(task_id, stage);
 CREATE INDEX IF NOT EXISTS candidates_by_source ON candidates(task_id, source_sha);
@@ -108,11 +109,30 @@ INSERT OR IGNORE INTO meta (key, value) VALUES ('changes', 0);
 MIGRATIONS: dict[int, list[tuple[str, str, str]]] = {
     2: [("commits", "warnings_json", "ALTER TABLE commits ADD COLUMN warnings_json TEXT")],
     3: [("candidates", "cause", "ALTER TABLE candidates ADD COLUMN cause TEXT")],
+    4: [("candidates", "quick_sizes", "ALTER TABLE candidates ADD COLUMN quick_sizes TEXT")],
 }
 """version -> (table, column, statement); a column SCHEMA already created on a new workspace is skipped."""
 RECOVERY_LOG = "recovery.log"
 SCRATCH_GRACE_S = 5.0
 """A scratch folder younger than this is never removed at start (a live server may be spawning into it)."""
+
+
+LEGACY_QUICK_PREFIX = "[quick check at "
+"""Before schema 4 a quick check's sizes were a prefix of the user's note: `[quick check at {json}] note`."""
+
+
+def _quick_notes_to_column(db: sqlite3.Connection) -> None:
+    """Schema 4: a quick check's sizes move from the note's prefix to `candidates.quick_sizes`; the note keeps
+    only what the user wrote."""
+    rows = db.execute("SELECT id, note FROM candidates WHERE note LIKE ?", (LEGACY_QUICK_PREFIX + "%",)).fetchall()
+    for cand_id, note in rows:
+        try:
+            sizes, end = json.JSONDecoder().raw_decode(note, len(LEGACY_QUICK_PREFIX))
+        except ValueError:
+            continue  # a user's note that only looks like one: left as it is
+        rest = note[end:].removeprefix("]").removeprefix(" ")
+        db.execute("UPDATE candidates SET quick_sizes=?, note=? WHERE id=?",
+                   (json.dumps(sizes, sort_keys=True), rest or None, cand_id))
 
 
 class WorkspaceError(Exception):
@@ -278,6 +298,8 @@ class Workspace:
                         if column in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}:
                             continue  # created by SCHEMA on a new workspace
                         db.execute(stmt)
+            if version < 4:
+                _quick_notes_to_column(db)
             if version < SCHEMA_VERSION:
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 

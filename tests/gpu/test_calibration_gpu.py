@@ -17,7 +17,7 @@ pytestmark = [
 ]
 
 from egg_mcp import hardware  # noqa: E402
-from egg_mcp.calibration import store  # noqa: E402
+from egg_mcp.hardware import calibration_store as store  # noqa: E402
 from egg_mcp.calibration.run import calibrate, describe  # noqa: E402
 from egg_mcp.evaluation.engine import WorkerEvaluator  # noqa: E402
 

@@ -78,6 +78,6 @@ def test_emulated_error_and_admission_match_the_tensor_cores(m, n, k, kind):
         # the admission at fp32 1e-4 (what the seed brief says) is the same on the GPU as emulated
         assert (gpu_need <= 1e-4 / SAFETY) == (emu_need <= 1e-4 / SAFETY), (path, gpu_abs, emu_abs)
         if path == "tf32":  # the rounding model itself (the emulation samples 32x32 outputs, the GPU 512x512: its
-            # max runs ~1.4x higher). Round-to-nearest read 4.05x / 3.5x at K=768 / 2304 on the H200 (session 4);
+            # max runs ~1.4x higher). Round-to-nearest read 4.05x / 3.5x at K=768 / 2304 on the H200;
             # truncation, the ladder's model, is expected at ~0.75-1.65x.
             assert 0.4 <= gpu_abs / emu_abs <= 2.5, (path, gpu_abs, emu_abs, "round-to-nearest", rn_abs)

@@ -13,10 +13,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from egg_mcp.evaluation.api import EvalOptions  # noqa: E402
+from egg_mcp.contract import EvalOptions  # noqa: E402
 from egg_mcp.profiling import runner  # noqa: E402
 from egg_mcp.evaluation.engine import WorkerEvaluator  # noqa: E402
-from egg_mcp.workflow.stages import Stage  # noqa: E402
+from egg_mcp.stages import Stage  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,

@@ -17,12 +17,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from egg_mcp.evaluation.api import EvalOptions, ErrorReport, JobOutcome, default_tolerance  # noqa: E402
+from egg_mcp.contract import EvalOptions, ErrorReport, JobOutcome, default_tolerance  # noqa: E402
 from egg_mcp.hardware import GPU_TABLE  # noqa: E402
 from egg_mcp.tiling.dims import normalize_dims  # noqa: E402
 from egg_mcp.tiling.model import estimate  # noqa: E402
+from egg_mcp.tiling.rewrite import apply_config  # noqa: E402
 from egg_mcp.tiling.search import propose_tiling  # noqa: E402
-from egg_mcp.tiling.space import apply_config, extract_space  # noqa: E402
+from egg_mcp.tiling.space import extract_space  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

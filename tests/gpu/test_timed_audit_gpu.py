@@ -20,7 +20,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-from egg_mcp.evaluation.api import EvalOptions  # noqa: E402
+from egg_mcp.contract import EvalOptions  # noqa: E402
 from egg_mcp.evaluation.engine import WorkerEvaluator  # noqa: E402
 from egg_mcp.problems.builtin import builtin_source  # noqa: E402
 

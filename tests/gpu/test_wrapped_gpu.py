@@ -15,12 +15,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from egg_mcp.evaluation.api import EvalOptions  # noqa: E402
+from egg_mcp.contract import EvalOptions  # noqa: E402
 from egg_mcp.evaluation.engine import WorkerEvaluator  # noqa: E402
 from egg_mcp.problems.builtin import builtin_source  # noqa: E402
 from egg_mcp.profiling import runner  # noqa: E402
 from egg_mcp.sandbox import probe  # noqa: E402
-from egg_mcp.workflow.stages import Stage  # noqa: E402
+from egg_mcp.stages import Stage  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
