@@ -196,6 +196,11 @@ class GpuTimer:
         read flush verify's time for it went from 1.023x to 1.010x ncu's (ncu_agreement_h200_read_flush.json)."""
         _sum(self._flush_words, dim=0, out=self._flush_sum)
 
+    def _flushed_sets(self, first: list, make_inputs: Callable[[int], list], input_bytes: int) -> list[list]:
+        """Input sets for readings that flush the L2 before each call: three rotating sets when they fit in the L2,
+        else `first` alone (a 6 GiB input gains nothing from copies, and three of them filled the GPU)."""
+        return [first] + [make_inputs(k) for k in range(1, 3 if input_bytes < self.l2_bytes else 1)]
+
     def _events_once(self, fn: Callable[[list], Any], inputs: list, spin_ms: float = 0.0) -> float:
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
         self._flush()
@@ -272,8 +277,8 @@ class GpuTimer:
         return stats, extra
 
     def _measure_events(self, fn, make_inputs, first, input_bytes, est, n_runs, audit=None) -> TimingStats:
-        n_sets = 3 if input_bytes < self.l2_bytes else 1
-        sets = [first] + [make_inputs(k) for k in range(1, n_sets)]
+        sets = self._flushed_sets(first, make_inputs, input_bytes)
+        n_sets = len(sets)
         flush_ms = 2 * self.l2_bytes / 3e12 * 1e3
         per_call_ms = max(est + flush_ms, self.host_enqueue_ms)  # a host-bound call's wall
         n = n_runs or max(MIN_RUNS, min(MAX_RUNS, math.ceil(TARGET_TOTAL_MS / max(per_call_ms, 1e-3))))
@@ -352,8 +357,8 @@ class GpuTimer:
         Raises RuntimeError when the profiler is missing or does not see one group of kernels per call."""
         if _profile is None:
             raise RuntimeError("torch.profiler is not available in this torch build")
-        first = make_inputs(0)  # three rotating sets when they fit in L2, else one (each flushed anyway): at a 6 GiB
-        sets = [first] + [make_inputs(k) for k in range(1, 3 if tensor_bytes(first) < self.l2_bytes else 1)]
+        first = make_inputs(0)
+        sets = self._flushed_sets(first, make_inputs, tensor_bytes(first))
         for _ in range(2):
             fn(sets[0])
         flush_rows = self._kernel_rows(lambda: [self._flush() for _ in range(2)])
