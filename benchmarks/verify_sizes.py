@@ -159,7 +159,7 @@ def call_row(structured: dict[str, Any], wall: float) -> dict[str, Any]:
     return {"wall_s": round(wall, 3), "verdict": structured["verdict"], "cached": structured["cached"],
             "triton_compile_s": round(compile_s, 3), "candidate_gpu_s_at_most": round(gpu_s, 3),
             "overhead_s": round(wall - compile_s - gpu_s, 3), "median_ms": timing.get("median_ms"),
-            "timing_method": timing.get("method"), "phase_s": phase,
+            "timing_method": timing.get("method"), "phase_s": phase, "output_exchange": judge.get("output_exchange"),
             "summary": structured["summary"][:300] if structured["verdict"] != "correct" else None}
 
 
@@ -177,7 +177,7 @@ def task_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "candidate_median_ms": _p50([r["median_ms"] for r in rows if r["median_ms"]])}
 
 
-async def measure(workdir: Path, quick: bool, n_calls: int) -> dict[str, Any]:
+async def measure(workdir: Path, quick: bool, n_calls: int, only: list[str] | None = None) -> dict[str, Any]:
     from mcp import Client
 
     from egg_mcp.config import ServerConfig
@@ -185,6 +185,7 @@ async def measure(workdir: Path, quick: bool, n_calls: int) -> dict[str, Any]:
     from egg_mcp.server import create_server
 
     tasks = QUICK_TASKS if quick else FULL_TASKS
+    tasks = {k: v for k, v in tasks.items() if not only or k in only}
     config = ServerConfig(workspace=workdir / "ws", force_interpreter=quick, max_eval_bytes=64 << 30)
     evaluator = WorkerEvaluator(scratch_dir=workdir / "scratch", force_interpreter=quick, judge="persistent")
     server = create_server(config, evaluator=evaluator)
@@ -212,6 +213,7 @@ async def measure(workdir: Path, quick: bool, n_calls: int) -> dict[str, Any]:
                     if result.is_error:
                         raise RuntimeError(f"verify {name} failed through MCP: {result.content[0].text[:500]}")
                     rows[series].append(call_row(result.structured_content, wall))
+                    print(f"  {name} {series}: {rows[series][-1]}", flush=True)  # a cut run keeps its calls
             summary = task_summary(rows["measured"])
             out[name] = {"start_task_s": start_task_s, "summary": summary, "calls": rows}
             print(f"{name:<13} p50 wall {summary['p50_wall_s']} s = compile {summary['p50_triton_compile_s']} + "
@@ -229,3 +231,18 @@ def suite_verify_sizes(out: Path, quick: bool) -> dict[str, Any]:
     element-wise task, persistent judge (target p50 <= 1.5 s each)"""
     with tempfile.TemporaryDirectory(prefix="egg-verify-sizes-") as tmp:
         return asyncio.run(measure(Path(tmp), quick, n_calls=1 if quick else 4))
+
+
+if __name__ == "__main__":  # one suite's tasks and call count (the suite runs all three, 4 calls each)
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--tasks", default="", help="comma-separated subset of gemm,softmax_full,relu_2gb")
+    parser.add_argument("--calls", type=int, default=4)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="egg-verify-sizes-") as tmp:
+        result = asyncio.run(measure(Path(tmp), args.quick, args.calls, [t for t in args.tasks.split(",") if t]))
+    args.out.write_text(json.dumps(result, indent=1))

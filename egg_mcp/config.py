@@ -63,6 +63,12 @@ def _env_float(name: str, default: float) -> float:
     return value
 
 
+def output_exchange_from_bytes() -> int:
+    """Reference outputs from this size go from runner to judge through shared memory (evaluation/exchange.py):
+    $EGG_MCP_EXCHANGE_FROM_BYTES, else 64 MiB (tests lower it to send small outputs that way)."""
+    return int(_env_float("EGG_MCP_EXCHANGE_FROM_BYTES", float(64 << 20)))
+
+
 RUN_LIMIT_FACTOR = 100
 """A candidate 100x slower than eager PyTorch is already a verdict: no need to wait longer."""
 CALLS_PER_VERIFY = 200

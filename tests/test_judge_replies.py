@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from egg_mcp.evaluation import runner_loop, wire
-from egg_mcp.evaluation.judge import Judge, Rejected
+from egg_mcp.evaluation.judge import Judge
+from egg_mcp.evaluation.judge_verdicts import Rejected
 
 
 def _judge(reply: dict) -> Judge:

@@ -31,6 +31,7 @@ from egg_mcp.contract import EvalOptions, IntegrityFinding, KernelInfo
 from egg_mcp.evaluation.bounds import Bounds, apply_rlimits
 from egg_mcp.evaluation.compile_clock import CompileClock
 from egg_mcp.evaluation.errors import classify
+from egg_mcp.evaluation.exchange import OutputExchange, Placer
 from egg_mcp.evaluation.failures import _failure
 from egg_mcp.evaluation.guard import GuardedAllocations, guard_inputs
 from egg_mcp.evaluation.host_audit import HostAudit
@@ -102,6 +103,7 @@ class CandidateSide:
         self.candidate_active = False
         self.previous_outputs: list[torch.Tensor] = []
         self.kept: list | None = None
+        self.exchange: OutputExchange | None = None  # the judge's shared region for large outputs (exchange.py)
         self.candidate_path: str | None = None
         self.timer = None
         self.sandbox: dict[str, Any] | None = None
@@ -121,6 +123,14 @@ class CandidateSide:
     def sync(self) -> None:
         if self.device == "cuda":
             _cuda_synchronize()
+
+    def take_exchange(self, cmd: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        """Map the judge's shared region (its descriptor came with the command); trial outputs go there."""
+        if len(fds) != 1 or self.exchange is not None:
+            raise ValueError(f"an exchange command carries one descriptor, once per job (got {len(fds)})")
+        self.exchange = OutputExchange(int(cmd["bytes"]), fd=fds.pop())
+        registered = self.exchange.register_for_gpu() if self.device == "cuda" else False
+        return {"type": "exchange_ready", "registered": registered}
 
     # -- load ------------------------------------------------------------------------------------
     def load(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -288,7 +298,7 @@ class CandidateSide:
             if isinstance(x, torch.Tensor) and not (x.shape == p.shape and _equal(_plain(x), p)):
                 self.finding("input_mutation", f"input {j} was modified by ModelNew.forward; the reference "
                              "semantics leave inputs untouched: write to a new tensor")
-        specs, blobs = wire.encode_values([_plain(o) for o in outs])
+        specs, blobs = wire.encode_values([_plain(o) for o in outs], Placer(self.exchange))
         return {"type": "outputs", "structure": structure, "values": specs, "reused": bool(reused),
                 "findings": self.new_findings(),
                 "launches": [[name, list(grid)] for name, grid in launches],

@@ -21,37 +21,35 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from egg_mcp.config import output_exchange_from_bytes
+from egg_mcp.contract import ErrorReport, EvalOptions, IntegrityFinding, KernelInfo, TimingStats
 from egg_mcp.evaluation import bounds, timed_audit, timed_checks, wire
-from egg_mcp.contract import ErrorReport, EvalOptions, IntegrityFinding, TimingStats
-from egg_mcp.evaluation.compare import compare_outputs
+from egg_mcp.evaluation.compare import compare_outputs, worst_error_share
 from egg_mcp.evaluation.compile_clock import runner_reports
 from egg_mcp.evaluation.errors import classify
+from egg_mcp.evaluation.exchange import OutputExchange, aligned
 from egg_mcp.evaluation.failures import _failure, env_info
 from egg_mcp.evaluation.gpu_cache import release_cached
 from egg_mcp.evaluation.judge_held import HeldReference
-from egg_mcp.evaluation.judge_verdicts import Verdicts, timing_cross_check
-from egg_mcp.problems.modules import import_source
-from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
-from egg_mcp.evaluation.runner_process import RunnerGone, RunnerProcess, take, teach_launchers
+from egg_mcp.evaluation.judge_reference import ReferenceFailed, load_reference
+from egg_mcp.evaluation.judge_verdicts import Rejected, Verdicts, timing_cross_check
+from egg_mcp.evaluation.runner_process import (
+    RunnerGone,
+    RunnerProcess,
+    take,
+    teach_launchers,
+)
+from egg_mcp.problems.problem import DTYPES
 from egg_mcp.sandbox.floor import below_floor
 
 RECHECK_CALLS = 3  # extra candidate calls on one input set before the re-check when there is no GPU timing
 TIMING_SEEDS = 64
 AUDIT_SEEDS = 200  # fresh contents for audited timed calls (refills; a graph reading refills every rotating set)
 _perf_counter = time.perf_counter
-
-
-class Rejected(Exception):
-    """Ends the evaluation early with a finished result dict."""
-
-    def __init__(self, result: dict[str, Any]):
-        super().__init__(result.get("summary", ""))
-        self.result = result
 
 
 def _phase(name: str, **extra) -> None:
@@ -62,6 +60,8 @@ def _phase(name: str, **extra) -> None:
 
 class Judge(Verdicts):
     on_runner_confined = None  # judge_host.py: called with the runner's sandbox report once it confined itself
+    exchange: OutputExchange | None = None  # large outputs' shared region, offered before the first trial
+    exchange_offered = False
 
     def __init__(self, payload: dict[str, Any], held: HeldReference | None = None):
         self.opts = EvalOptions.model_validate(payload["options"])
@@ -113,6 +113,9 @@ class Judge(Verdicts):
                 if self.runner.bounds is not None:  # what the job used, beside its bounds (judge_info.bounds)
                     self.judge_info["runner_peak"] = self.runner.peak_text()
                 self.runner.kill()
+            if self.exchange is not None:
+                self.exchange.close()
+                self.exchange = None
         if result.get("verdict") == "correct":
             self.clock("timing_reference")
             self._reference_timing(result)
@@ -217,10 +220,10 @@ class Judge(Verdicts):
                 raise Rejected(self._protocol(str(exc)))
         self.judge_info.update({f"runner_{k}": v for k, v in getattr(self.runner, "warmup", {}).items()})
 
-    def _ask(self, header: dict[str, Any], expect: str, max_blob_bytes: int = 0):
+    def _ask(self, header: dict[str, Any], expect: str, max_blob_bytes: int = 0, fds: list[int] | None = None):
         """One command and its reply; the reply's findings are collected; failures end the evaluation."""
         try:
-            message, blobs = self.runner.request(header, max_blob_bytes)
+            message, blobs = self.runner.request(header, max_blob_bytes, fds)
         except RunnerGone as gone:
             raise Rejected(self._runner_died(gone.report)) from None
         except wire.WireError as exc:
@@ -260,8 +263,6 @@ class Judge(Verdicts):
         kernels, ops = message.get("kernels"), message.get("torch_ops")
         if not isinstance(kernels, list) or not isinstance(ops, list):
             raise Rejected(self._protocol("the integrity report has no kernel list or torch-op list"))
-        from egg_mcp.contract import KernelInfo
-
         try:
             self.kernels = [KernelInfo.model_validate(k).model_dump() for k in kernels[:64]]
         except Exception:  # noqa: BLE001
@@ -270,30 +271,11 @@ class Judge(Verdicts):
 
     # -- reference side ----------------------------------------------------------------------------
     def _load_reference(self):
-        workdir = Path(os.getcwd()) / f"judge-{secrets.token_hex(4)}"
-        self.reference_dir = workdir.name
-        workdir.mkdir()
         try:
-            reference = import_source(self.payload["reference_source"], workdir / "reference.py",
-                                      f"egg_reference_{secrets.token_hex(4)}")
-            for name in ("Model", "get_inputs", "get_init_inputs"):
-                if not hasattr(reference, name):
-                    raise AttributeError(f"the reference defines no {name}")
-        except BaseException as exc:  # noqa: BLE001
-            raise Rejected({**_failure("runtime_error", exc, None, "The reference failed to load"),
-                            "fault": "reference"}) from None
-        try:
-            apply_size_overrides(reference, None, self.opts.size_overrides)
-        except ValueError as exc:
-            raise Rejected({"verdict": "runtime_error", "summary": str(exc), "fault": "reference",
-                            "error": ErrorReport(kind="bad_options", message=str(exc)).model_dump()}) from None
-        self.problem = Problem(reference, self.device, self.dtype)
-        try:
-            self.ref_model = self.problem.build(reference.Model, self.problem.init_inputs(self.init_seed),
-                                                self.init_seed)
-        except BaseException as exc:  # noqa: BLE001
-            raise Rejected({**_failure(classify(exc), exc, None, "Building the reference model failed"),
-                            "fault": "reference"}) from None
+            self.reference_dir, reference, self.problem, self.ref_model = load_reference(
+                self.payload["reference_source"], self.opts.size_overrides, self.device, self.dtype, self.init_seed)
+        except ReferenceFailed as failed:
+            raise Rejected(failed.result) from None
         return reference
 
     def _expected_raw(self, seed: int) -> Any:
@@ -317,10 +299,32 @@ class Judge(Verdicts):
                                       for v in timed_checks.leaves(out)]
         return out, expected
 
+    def _offer_exchange(self, leaves: list) -> None:
+        """Large outputs come back through one shared region (exchange.py), sized to the reference's; once per job."""
+        self.exchange_offered = True
+        total = sum(aligned(e.numel() * e.element_size()) for e in leaves if isinstance(e, torch.Tensor))
+        if total < output_exchange_from_bytes():  # below it (64 MiB) the socket is as fast
+            return
+        try:
+            exchange = OutputExchange(total)
+        except OSError as exc:  # no memfd here: the socket carries them, slower
+            self.judge_info["output_exchange"] = f"not used: {exc}"[:200]
+            return
+        registered = exchange.register_for_gpu() if self.device == "cuda" else False
+        self.exchange = exchange
+        reply = self._ask({"type": "exchange", "bytes": exchange.size}, "exchange_ready", fds=[exchange.fd])
+        self.judge_info["output_exchange"] = {"bytes": exchange.size, "judge_pinned": registered,
+                                              "runner_pinned": reply.get("registered") is True}
+
     def _trial(self, cmd: dict[str, Any], trial: int, stage: str, expected_seed: int | None = None):
         """The runner's outputs for `cmd` against the reference on inputs from the same seed."""
+        seed = expected_seed if expected_seed is not None else cmd["seed"]
+        first = None
+        if not self.exchange_offered:  # the reference's outputs size the shared region before the first trial
+            first = self._expected(seed)
+            self._offer_exchange(first[1])
         self.runner.send({"type": "trial", "trial": trial, "stage": stage, **cmd})
-        expected, leaves = self._expected(expected_seed if expected_seed is not None else cmd["seed"])  # meanwhile
+        expected, leaves = first if first is not None else self._expected(seed)  # meanwhile
         limit = 2 * sum(e.numel() * e.element_size() for e in leaves if isinstance(e, torch.Tensor)) + (1 << 20)
         try:
             message, blobs = self.runner.recv(limit)
@@ -335,7 +339,8 @@ class Judge(Verdicts):
         self._reply(message, "outputs", counted=True)
         self._note_launches(message.get("launches"))
         try:
-            got = wire.decode_output(message.get("structure"), message.get("values"), blobs)
+            got = wire.decode_output(message.get("structure"), message.get("values"), blobs, self.exchange,
+                                     self.device)
         except wire.WireError as exc:
             raise Rejected(self._protocol(str(exc))) from None
         self.trials_run += 1
@@ -358,16 +363,7 @@ class Judge(Verdicts):
 
     def _note_shares(self, shares: dict[str, tuple[float, float]]) -> None:
         """The worst error as a share of the tolerance over the trials so far (reported with a correct verdict)."""
-        if not shares:
-            return
-        path, (worst, _) = max(shares.items(), key=lambda kv: kv[1][0])
-        p99 = max(p for _, p in shares.values())
-        old = self.error_share
-        if old is None or worst > old["max_share"]:
-            self.error_share = {"max_share": worst, "p99_share": max(p99, old["p99_share"] if old else 0.0),
-                                "path": path, "trials": (old["trials"] if old else 0) + 1}
-        else:
-            old.update(p99_share=max(old["p99_share"], p99), trials=old["trials"] + 1)
+        self.error_share = worst_error_share(self.error_share, shares)
 
     def _note_launches(self, launches: Any) -> None:
         """A checked call's Triton launches (name, grid): what every timed call must launch too."""
@@ -410,36 +406,15 @@ class Judge(Verdicts):
 
     def _check_timed_calls(self, message: dict[str, Any], blobs: list, stats: TimingStats, seeds: set[int]) -> None:
         """What was timed against what was checked: launches, audited outputs, the physical limit."""
-        findings, error = timed_checks.launch_findings(self.checked_signatures, message.get("timed_calls"))
-        if error is not None:
-            raise Rejected(self._protocol(error))
-        self.findings.extend(findings)
-        try:
-            values = wire.decode_values(message.get("values"), blobs)
-        except wire.WireError as exc:
-            raise Rejected(self._protocol(str(exc))) from None
-        audited = message.get("audited")
-        if isinstance(audited, list) and any(not isinstance(c, dict) or c.get("seed") not in seeds for c in audited):
-            raise Rejected(self._protocol("an audited call names a seed the judge never sent"))
         tol = self.opts.tolerance
-        findings, error = timed_checks.audit_findings(audited, values, self._expected_raw,
-                                                      timed_checks.trial_rules(tol.atol, tol.rtol))
+        findings, audited, error = timed_checks.timed_call_findings(
+            message, blobs, stats, seeds, self.checked_signatures, self._expected_raw,
+            timed_checks.trial_rules(tol.atol, tol.rtol), sum(self.output_leaf_bytes))
         release_cached()  # the audited seeds' reference outputs
         if error is not None:
             raise Rejected(self._protocol(error))
         self.findings.extend(findings)
-        self.judge_info["timed_calls_audited"] = len(audited) if isinstance(audited, list) else 0
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())  # timing runs only on a GPU
-        limit = timed_checks.physical_limit_ms(sum(self.output_leaf_bytes), int(getattr(props, "L2_cache_size", 0) or 0),
-                                               timed_checks.dram_peak_bytes_per_s(props.name))
-        what = f"the {props.name}'s DRAM rate (hardware.py's lead)"
-        for reading_ms in (stats.median_ms, stats.isolated.median_ms if stats.isolated is not None else None):
-            if reading_ms is not None:
-                self.findings.extend(timed_checks.physical_findings(reading_ms, limit, sum(self.output_leaf_bytes),
-                                                                    what))
-        if stats.isolated is not None and all(sig for sig in self.checked_signatures):
-            # every checked call launched a Triton kernel: the GPU's own records must show them
-            self.findings.extend(timed_checks.isolated_findings(self.checked_signatures, stats.isolated.per_kernel_ms))
+        self.judge_info["timed_calls_audited"] = audited
 
     def _recheck(self, timed: bool) -> dict[str, Any] | None:
         """A kernel that goes wrong after N calls, or returns outputs cached by input pointer, fails here."""

@@ -13,6 +13,14 @@ from egg_mcp.evaluation.review import review_findings
 CANDIDATE_FAILURE_VERDICTS = ("compile_error", "runtime_error", "oom")
 
 
+class Rejected(Exception):
+    """Ends the evaluation early with a finished result dict."""
+
+    def __init__(self, result: dict[str, Any]):
+        super().__init__(result.get("summary", ""))
+        self.result = result
+
+
 class Verdicts:
     findings: list[IntegrityFinding]
     trials_run: int
@@ -78,7 +86,7 @@ class Verdicts:
         try:
             guard = self._ask(  # type: ignore[attr-defined]
                 {"type": "guard", "seed": self.seed()}, "guard")
-        except Exception:  # noqa: BLE001 - judge.Rejected: the guarded forward failed too (crash,
+        except Exception:  # noqa: BLE001 - Rejected: the guarded forward failed too (crash,
             # protocol): the mismatch is the verdict
             guard = {}
         if guard.get("violations") and not self._violations():

@@ -8,6 +8,8 @@ sends it to a waiting spare (launchers.py) and reads no reply.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import traceback
 from typing import Any
@@ -16,21 +18,31 @@ from egg_mcp.evaluation import launchers, wire
 from egg_mcp.evaluation.bounds import over_bound_note
 from egg_mcp.evaluation.candidate_side import CandidateFailed
 from egg_mcp.evaluation.errors import error_kind
-from egg_mcp.evaluation.gpu_cache import release_cached
 from egg_mcp.evaluation.failures import _failure
+from egg_mcp.evaluation.gpu_cache import release_cached
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    fds.clear()
 
 
 def serve(sock: socket.socket, side: Any) -> None:
     """Answer the judge's commands until `exit` (or until the judge goes away)."""
     handlers = {"confine": side.confine, "load": side.load, "calls": side.calls, "report": side.report, "guard": side.guard}
     while True:
+        fds: list[int] = []  # descriptors come only from the judge, only with `exchange` (exchange.py)
         try:
-            cmd, _ = wire.recv(sock, max_blob_bytes=0)
+            cmd, _ = wire.recv(sock, max_blob_bytes=0, fds=fds)
         except wire.WireError:
             return
         kind = cmd.get("type")
         if kind == "exit":
             return
+        if kind != "exchange":
+            _close(fds)
         if kind == "launchers":
             if not side.loaded and not side.interpreter:  # only while no candidate (or reference) code exists here
                 side.launcher_reports.append(launchers.prebuild(cmd.get("signatures")))
@@ -41,6 +53,9 @@ def serve(sock: socket.socket, side: Any) -> None:
                 wire.send(sock, header, blobs)
                 del header, blobs
                 release_cached()  # the judge needs the GPU memory this step peaked at (gpu_cache.py)
+                continue
+            if kind == "exchange":
+                wire.send(sock, side.take_exchange(cmd, fds))
                 continue
             handler = handlers.get(str(kind))
             if handler is None:

@@ -124,9 +124,9 @@ class RunnerProcess:
         return [self.proc.pid, *confinement.descendants(self.proc.pid)]
 
     # -- talking ---------------------------------------------------------------------------------
-    def send(self, header: dict[str, Any]) -> None:
+    def send(self, header: dict[str, Any], fds: list[int] | None = None) -> None:
         try:
-            wire.send(self.sock, header)
+            wire.send(self.sock, header, fds=fds)
         except OSError:
             raise RunnerGone(self._death()) from None
 
@@ -147,8 +147,9 @@ class RunnerProcess:
                 if not select.select([self.sock], [], [], 0.2)[0]:
                     raise RunnerGone(self._death())
 
-    def request(self, header: dict[str, Any], max_blob_bytes: int = 0) -> tuple[dict, list[bytes]]:
-        self.send(header)
+    def request(self, header: dict[str, Any], max_blob_bytes: int = 0,
+                fds: list[int] | None = None) -> tuple[dict, list[bytes]]:
+        self.send(header, fds)
         return self.recv(max_blob_bytes)
 
     def tell_launchers(self, signatures: list[tuple[str, ...]]) -> None:

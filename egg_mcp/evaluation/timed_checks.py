@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch
 
 from egg_mcp.contract import IntegrityFinding
+from egg_mcp.evaluation import wire
 
 MAX_SIGNATURES = 64
 MAX_LAUNCHES_PER_CALL = 4096
@@ -214,3 +215,36 @@ def check_in_process(audit: Any, expected_for_seed: Callable[[int], Any], atol: 
     if error is not None:
         return f"the audit of the timed calls failed: {error}"
     return findings[0].detail if findings else None
+
+
+def timed_call_findings(message: dict[str, Any], blobs: list, stats: Any, seeds: set[int], checked: set[tuple],
+                        expected_for_seed: Callable[[int], Any], compare, output_bytes: int,
+                        ) -> tuple[list[IntegrityFinding], int, str | None]:
+    """The judge's reading of a `timing` answer: the timed calls' launches against the checked calls', the audited
+    calls' outputs against the reference, and each reading against the physical limit. (findings, calls audited,
+    a protocol error or None)."""
+    findings, error = launch_findings(checked, message.get("timed_calls"))
+    if error is not None:
+        return [], 0, error
+    try:
+        values = wire.decode_values(message.get("values"), blobs)
+    except wire.WireError as exc:
+        return [], 0, str(exc)
+    audited = message.get("audited")
+    if isinstance(audited, list) and any(not isinstance(c, dict) or c.get("seed") not in seeds for c in audited):
+        return [], 0, "an audited call names a seed the judge never sent"
+    more, error = audit_findings(audited, values, expected_for_seed, compare)
+    if error is not None:
+        return [], 0, error
+    findings += more
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())  # timing runs only on a GPU
+    limit = physical_limit_ms(output_bytes, int(getattr(props, "L2_cache_size", 0) or 0),
+                              dram_peak_bytes_per_s(props.name))
+    what = f"the {props.name}'s DRAM rate (hardware.py's lead)"
+    for reading_ms in (stats.median_ms, stats.isolated.median_ms if stats.isolated is not None else None):
+        if reading_ms is not None:
+            findings += physical_findings(reading_ms, limit, output_bytes, what)
+    if stats.isolated is not None and all(sig for sig in checked):
+        # every checked call launched a Triton kernel: the GPU's own records must show them
+        findings += isolated_findings(checked, stats.isolated.per_kernel_ms)
+    return findings, len(audited) if isinstance(audited, list) else 0, None

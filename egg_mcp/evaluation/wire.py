@@ -38,12 +38,17 @@ class PeerGone(WireError):
     """End of stream: the runner exited or closed its end."""
 
 
-def send(sock: socket.socket, header: dict[str, Any], blobs: list | None = None) -> None:
-    """Header, then each blob as is (bytes or a memoryview over host memory: no copy here)."""
+def send(sock: socket.socket, header: dict[str, Any], blobs: list | None = None, fds: list[int] | None = None) -> None:
+    """Header, then each blob as is (bytes or a memoryview over host memory: no copy here). `fds` travel with the
+    header's first bytes (SCM_RIGHTS): only ever judge to runner (exchange.py)."""
     blobs = blobs or []
     header = {**header, "blobs": [memoryview(b).nbytes for b in blobs]}
     data = json.dumps(header, default=str).encode()
-    sock.sendall(_LEN.pack(len(data)) + data)
+    message = _LEN.pack(len(data)) + data
+    if fds:
+        sent = socket.send_fds(sock, [message], fds)
+        message = message[sent:]
+    sock.sendall(message)
     for blob in blobs:
         sock.sendall(blob)
 
@@ -66,10 +71,23 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytearra
     return buf
 
 
-def recv(sock: socket.socket, *, max_blob_bytes: int, timeout_s: float | None = None) -> tuple[dict, list[bytearray]]:
-    """One message; WireError when it is malformed or larger than the limits."""
+def _recv_prefix(sock: socket.socket, deadline: float | None, fds: list[int] | None) -> bytes:
+    """The length prefix; with `fds` (a list), descriptors sent along with it are appended there."""
+    if fds is None:
+        return bytes(_recv_exact(sock, _LEN.size, deadline))
+    data, got, _, _ = socket.recv_fds(sock, _LEN.size, 4)
+    fds.extend(got)
+    if not data:
+        raise PeerGone("the peer closed its channel")
+    return bytes(data) + bytes(_recv_exact(sock, _LEN.size - len(data), deadline)) if len(data) < _LEN.size else data
+
+
+def recv(sock: socket.socket, *, max_blob_bytes: int, timeout_s: float | None = None,
+         fds: list[int] | None = None) -> tuple[dict, list[bytearray]]:
+    """One message; WireError when it is malformed or larger than the limits. Descriptors are accepted only when
+    `fds` is given (the runner's side: exchange.py); otherwise the kernel drops any sent along."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    (size,) = _LEN.unpack(_recv_exact(sock, _LEN.size, deadline))
+    (size,) = _LEN.unpack(_recv_prefix(sock, deadline, fds))
     if size > MAX_HEADER_BYTES:
         raise WireError(f"message header of {size} bytes is over the {MAX_HEADER_BYTES}-byte limit")
     try:
@@ -215,14 +233,21 @@ def flatten_output(out: Any, *, strict: bool = False) -> tuple[dict[str, Any], l
         return {"t": "leaf"}, [("output", Opaque(f"output that could not be read ({type(exc).__name__})"))]
 
 
-def encode_values(values: list) -> tuple[list[dict[str, Any]], list[memoryview]]:
-    """Runner side: output leaves as specs + raw bytes (tensors copied once to host memory, contiguous)."""
+def encode_values(values: list, placer: Any = None) -> tuple[list[dict[str, Any]], list[memoryview]]:
+    """Runner side: output leaves as specs + raw bytes (tensors copied once to host memory, contiguous); with a
+    `placer` (exchange.Placer), tensors that fit go into the shared region and only their offset is sent."""
     import torch
 
     specs, blobs = [], []
     for v in values:
         if isinstance(v, torch.Tensor):
-            t = _host_copy(torch.Tensor.detach(v).as_subclass(torch.Tensor))
+            plain = torch.Tensor.detach(v).as_subclass(torch.Tensor)
+            at = placer.place(plain) if placer is not None else None
+            if at is not None:
+                specs.append({"kind": "tensor", "dtype": str(plain.dtype).removeprefix("torch."),
+                              "shape": list(plain.shape), "nbytes": plain.numel() * plain.element_size(), "at": at})
+                continue
+            t = _host_copy(plain)
             blob = _bytes_view(t)
             specs.append({"kind": "tensor", "dtype": str(t.dtype).removeprefix("torch."),
                           "shape": list(t.shape), "nbytes": blob.nbytes, "blob": len(blobs)})
@@ -240,13 +265,17 @@ def encode_values(values: list) -> tuple[list[dict[str, Any]], list[memoryview]]
     return specs, blobs
 
 
-def decode_values(specs: Any, blobs: list) -> list:
-    """Judge side: validate every spec against its bytes and rebuild tensors (host memory)."""
+def decode_values(specs: Any, blobs: list, exchange: Any = None, device: Any = None) -> list:
+    """Judge side: validate every spec against its bytes and rebuild tensors (host memory). A leaf in the shared
+    region (`exchange`) is copied out at once, to `device` when given: the judge's own copy is what it compares."""
     import torch
+
+    from egg_mcp.evaluation.exchange import Ranges
 
     if not isinstance(specs, list) or len(specs) > MAX_LEAVES:
         raise WireError(f"outputs are not a list of at most {MAX_LEAVES} values")
     out: list = []
+    ranges = Ranges(exchange.size) if exchange is not None else None
     for i, spec in enumerate(specs):
         if not isinstance(spec, dict):
             raise WireError(f"output {i}: spec is not an object")
@@ -276,10 +305,13 @@ def decode_values(specs: Any, blobs: list) -> list:
             if (not isinstance(shape, list) or len(shape) > MAX_DIMS
                     or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
                 raise WireError(f"output {i}: shape {shape!r} is not a list of at most {MAX_DIMS} sizes")
-            if not isinstance(index, int) or not 0 <= index < len(blobs):
-                raise WireError(f"output {i}: no byte block {index!r}")
             torch_dtype = getattr(torch, dtype)
             itemsize = torch.empty((), dtype=torch_dtype).element_size()
+            if "at" in spec:
+                out.append(_from_region(i, spec, shape, torch_dtype, itemsize, exchange, ranges, device))
+                continue
+            if not isinstance(index, int) or not 0 <= index < len(blobs):
+                raise WireError(f"output {i}: no byte block {index!r}")
             if nbytes != math.prod(shape) * itemsize or len(blobs[index]) != nbytes:
                 raise WireError(f"output {i}: {nbytes!r} bytes declared, {len(blobs[index])} sent, "
                                 f"shape {shape} x {itemsize} B needs {math.prod(shape) * itemsize}")
@@ -293,11 +325,31 @@ def decode_values(specs: Any, blobs: list) -> list:
     return out
 
 
-def decode_output(structure: Any, specs: Any, blobs: list) -> Any:
+def _from_region(i: int, spec: dict, shape: list, dtype: Any, itemsize: int, exchange: Any, ranges: Any,
+                 device: Any):
+    """A leaf the runner placed in the shared region: its range checked, then copied out (never a view)."""
+    import torch
+
+    nbytes = spec.get("nbytes")
+    if exchange is None:
+        raise WireError(f"output {i}: placed in a shared region, but none was offered for this message")
+    if nbytes != math.prod(shape) * itemsize or nbytes == 0:
+        raise WireError(f"output {i}: {nbytes!r} bytes declared, shape {shape} x {itemsize} B needs "
+                        f"{math.prod(shape) * itemsize} (and a placed output is never empty)")
+    problem = ranges.claim(spec.get("at"), nbytes)
+    if problem is not None:
+        raise WireError(f"output {i}: {problem}")
+    view = exchange.view(spec["at"], nbytes, dtype, shape)
+    if device is None or torch.device(device).type == "cpu":
+        return view.clone()
+    return torch.empty(shape, dtype=dtype, device=device).copy_(view)
+
+
+def decode_output(structure: Any, specs: Any, blobs: list, exchange: Any = None, device: Any = None) -> Any:
     """Judge side: the candidate's output rebuilt as nested tuples/lists/dicts of decoded leaves. Everything is
     validated as untrusted data: node kinds, depth (MAX_DEPTH), part count (MAX_NODES), dict keys (distinct
     strings of at most MAX_KEY_CHARS), and every leaf spec used exactly once, in order."""
-    leaves = decode_values(specs, blobs)
+    leaves = decode_values(specs, blobs, exchange, device)
     taken = 0
     nodes = 0
 

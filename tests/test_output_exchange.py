@@ -1,0 +1,159 @@
+"""Large trial outputs through the judge's shared region (evaluation/exchange.py) instead of the socket.
+
+The runner copies each output leaf into a memfd the judge handed it once and sends only offsets; the judge checks
+every range and compares its own copy. Units drive the wire over a real socket pair; the end-to-end cases verify
+through the engine in the interpreter with the region used for every output (EGG_MCP_EXCHANGE_FROM_BYTES=1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+import torch
+
+from egg_mcp.contract import EvalOptions
+from egg_mcp.evaluation import wire
+from egg_mcp.evaluation.engine import WorkerEvaluator
+from egg_mcp.evaluation.exchange import OutputExchange, Placer, Ranges
+from egg_mcp.problems.builtin import builtin_source
+
+
+def _runner_side_of(judge_region: OutputExchange) -> OutputExchange:
+    """The runner's mapping, from the descriptor the judge sends with a command (SCM_RIGHTS), as in production."""
+    ours, theirs = socket.socketpair()
+    try:
+        wire.send(ours, {"type": "exchange", "bytes": judge_region.size}, fds=[judge_region.fd])
+        fds: list[int] = []
+        cmd, _ = wire.recv(theirs, max_blob_bytes=0, fds=fds)
+        assert cmd["type"] == "exchange" and len(fds) == 1
+        return OutputExchange(cmd["bytes"], fd=fds[0])
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_outputs_placed_in_the_region_arrive_as_the_judges_own_copy():
+    judge_region = OutputExchange(3 * 4096 + 10)
+    runner_region = _runner_side_of(judge_region)
+    out = (torch.arange(1000, dtype=torch.float32).reshape(10, 100), {"idx": torch.arange(7), "n": 3},
+           torch.ones(5000, dtype=torch.float64))  # the last does not fit: it takes the socket
+    structure, leaves = wire.flatten_output(out)
+    specs, blobs = wire.encode_values([leaf for _, leaf in leaves], Placer(runner_region))
+    assert [("at" in s) for s in specs if s["kind"] == "tensor"] == [True, True, False]
+    got = wire.decode_output(structure, specs, [bytearray(b) for b in blobs], judge_region, "cpu")
+    assert torch.equal(got[0], out[0]) and torch.equal(got[1]["idx"], out[1]["idx"]) and got[1]["n"] == 3
+    assert torch.equal(got[2], out[2])
+    runner_region.base().fill_(0)  # what the runner writes afterwards changes nothing the judge took
+    assert torch.equal(got[0], out[0]) and got[0].data_ptr() != judge_region.base().data_ptr()
+    runner_region.close()
+    judge_region.close()
+
+
+def test_the_judge_refuses_ranges_outside_the_region_overlapping_or_unoffered():
+    region = OutputExchange(8192)
+    spec = {"kind": "tensor", "dtype": "float32", "shape": [1024], "nbytes": 4096}
+    for bad, words in ((dict(spec, at=8192 - 100), "outside"), (dict(spec, at=-1), "outside"),
+                       (dict(spec, at="0"), "outside"), (dict(spec, at=0, nbytes=8), "bytes declared")):
+        with pytest.raises(wire.WireError, match=words):
+            wire.decode_values([bad], [], region)
+    with pytest.raises(wire.WireError, match="overlap"):
+        wire.decode_values([dict(spec, at=0), dict(spec, at=2048)], [], region)
+    with pytest.raises(wire.WireError, match="none was offered"):
+        wire.decode_values([dict(spec, at=0)], [])
+    assert Ranges(100).claim(True, 4) is not None  # a bool is not an offset
+    region.close()
+
+
+def test_a_runner_accepts_descriptors_only_with_the_exchange_command():
+    """Descriptors sent with any other command are closed by the runner loop, never kept."""
+    from types import SimpleNamespace
+    import os
+    import threading
+
+    from egg_mcp.evaluation import runner_loop
+
+    ours, theirs = socket.socketpair()
+    taken: list = []
+
+    def take_exchange(cmd, fds):
+        taken.append(list(fds))
+        fds.clear()
+        return {"type": "exchange_ready", "registered": False}
+
+    side = SimpleNamespace(take_exchange=take_exchange, confine=lambda cmd: {"type": "confined"}, load=None,
+                           calls=None, report=None, guard=None, new_findings=lambda: [])
+    loop = threading.Thread(target=runner_loop.serve, args=(theirs, side), daemon=True)
+    loop.start()
+    r, w = os.pipe()
+    wire.send(ours, {"type": "confine"}, fds=[r])
+    assert wire.recv(ours, max_blob_bytes=0)[0]["type"] == "confined"
+    wire.send(ours, {"type": "exchange", "bytes": 4096}, fds=[w])
+    assert wire.recv(ours, max_blob_bytes=0)[0]["type"] == "exchange_ready"
+    wire.send(ours, {"type": "exit"})
+    loop.join(10)
+    assert len(taken) == 1 and len(taken[0]) == 1
+    os.close(r)
+    os.close(w)
+    ours.close()
+
+
+KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=-float("inf"))
+    x = x - tl.max(x, axis=0)
+    e = tl.exp(x)
+    tl.store(y_ptr + row * y_stride + cols, e / tl.sum(e, axis=0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        softmax_kernel[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0),
+                                      BLOCK=triton.next_power_of_2(x.shape[1]))
+        return y{tail}
+'''
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory):
+    async def run_all():
+        evaluator = WorkerEvaluator(scratch_dir=tmp_path_factory.mktemp("exchange"), force_interpreter=True,
+                                    spare_workers=0)
+        try:
+            options = EvalOptions(size_overrides={"batch_size": 8, "dim": 100}, correctness_trials=2,
+                                  run_timeout_s=120.0)
+            reference = builtin_source("softmax")
+            honest = await evaluator.evaluate(reference, KERNEL.format(tail=""), options)
+            wrong = await evaluator.evaluate(reference, KERNEL.format(tail=" * 1.01"), options)
+            return honest, wrong
+        finally:
+            await evaluator.aclose()
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EGG_MCP_EXCHANGE_FROM_BYTES", "1")  # every output through the region (the workers inherit it)
+        return asyncio.run(run_all())
+
+
+def test_a_verify_through_the_region_is_correct_and_says_so(verdicts):
+    honest, _ = verdicts
+    assert honest.verdict == "correct", (honest.summary, honest.error)
+    assert honest.judge["output_exchange"]["bytes"] >= 8 * 100 * 4
+
+
+def test_a_wrong_output_through_the_region_is_still_incorrect(verdicts):
+    _, wrong = verdicts
+    assert wrong.verdict == "incorrect", (wrong.summary, wrong.error)
+    assert wrong.mismatch is not None and wrong.mismatch.max_abs_error > 0
+    assert "output_exchange" in wrong.judge
