@@ -130,14 +130,15 @@ class ModelNew(nn.Module):
 def verdicts(tmp_path_factory):
     async def run_all():
         evaluator = WorkerEvaluator(scratch_dir=tmp_path_factory.mktemp("exchange"), force_interpreter=True,
-                                    spare_workers=0)
+                                    spare_workers=0, judge="persistent")
         try:
             options = EvalOptions(size_overrides={"batch_size": 8, "dim": 100}, correctness_trials=2,
                                   run_timeout_s=120.0)
             reference = builtin_source("softmax")
             honest = await evaluator.evaluate(reference, KERNEL.format(tail=""), options)
+            again = await evaluator.evaluate(reference, KERNEL.format(tail="  # again"), options)
             wrong = await evaluator.evaluate(reference, KERNEL.format(tail=" * 1.01"), options)
-            return honest, wrong
+            return honest, again, wrong
         finally:
             await evaluator.aclose()
 
@@ -147,13 +148,16 @@ def verdicts(tmp_path_factory):
 
 
 def test_a_verify_through_the_region_is_correct_and_says_so(verdicts):
-    honest, _ = verdicts
-    assert honest.verdict == "correct", (honest.summary, honest.error)
-    assert honest.judge["output_exchange"]["bytes"] >= 8 * 100 * 4
+    honest, again, _ = verdicts
+    for r in (honest, again):
+        assert r.verdict == "correct", (r.summary, r.error)
+        assert r.judge["output_exchange"]["bytes"] >= 8 * 100 * 4
+    assert honest.judge["output_exchange"]["kept"] is False
+    assert again.judge["output_exchange"]["kept"] is True  # the persistent judge's region, kept for its next job
 
 
 def test_a_wrong_output_through_the_region_is_still_incorrect(verdicts):
-    _, wrong = verdicts
+    *_, wrong = verdicts
     assert wrong.verdict == "incorrect", (wrong.summary, wrong.error)
     assert wrong.mismatch is not None and wrong.mismatch.max_abs_error > 0
     assert "output_exchange" in wrong.judge

@@ -128,9 +128,11 @@ class CandidateSide:
         """Map the judge's shared region (its descriptor came with the command); trial outputs go there."""
         if len(fds) != 1 or self.exchange is not None:
             raise ValueError(f"an exchange command carries one descriptor, once per job (got {len(fds)})")
+        started = time.perf_counter()
         self.exchange = OutputExchange(int(cmd["bytes"]), fd=fds.pop())
         registered = self.exchange.register_for_gpu() if self.device == "cuda" else False
-        return {"type": "exchange_ready", "registered": registered}
+        return {"type": "exchange_ready", "registered": registered,
+                "setup_s": round(time.perf_counter() - started, 3)}
 
     # -- load ------------------------------------------------------------------------------------
     def load(self, cmd: dict[str, Any]) -> dict[str, Any]:

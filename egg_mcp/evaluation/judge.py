@@ -113,9 +113,6 @@ class Judge(Verdicts):
                 if self.runner.bounds is not None:  # what the job used, beside its bounds (judge_info.bounds)
                     self.judge_info["runner_peak"] = self.runner.peak_text()
                 self.runner.kill()
-            if self.exchange is not None:
-                self.exchange.close()
-                self.exchange = None
         if result.get("verdict") == "correct":
             self.clock("timing_reference")
             self._reference_timing(result)
@@ -300,21 +297,26 @@ class Judge(Verdicts):
         return out, expected
 
     def _offer_exchange(self, leaves: list) -> None:
-        """Large outputs come back through one shared region (exchange.py), sized to the reference's; once per job."""
+        """Large outputs come back through one shared region (exchange.py), sized to the reference's; once per job.
+        A persistent judge keeps it with the held reference (allocating and page-locking 6 GiB took seconds)."""
         self.exchange_offered = True
         total = sum(aligned(e.numel() * e.element_size()) for e in leaves if isinstance(e, torch.Tensor))
         if total < output_exchange_from_bytes():  # below it (64 MiB) the socket is as fast
             return
+        held = self.held.exchange if self.held is not None else None
+        started = _perf_counter()
         try:
-            exchange = OutputExchange(total)
+            exchange = held if held is not None and held.size >= total else OutputExchange(total)
         except OSError as exc:  # no memfd here: the socket carries them, slower
             self.judge_info["output_exchange"] = f"not used: {exc}"[:200]
             return
         registered = exchange.register_for_gpu() if self.device == "cuda" else False
         self.exchange = exchange
+        info = {"bytes": exchange.size, "judge_pinned": registered, "kept": exchange is held,
+                "judge_setup_s": round(_perf_counter() - started, 3)}
         reply = self._ask({"type": "exchange", "bytes": exchange.size}, "exchange_ready", fds=[exchange.fd])
-        self.judge_info["output_exchange"] = {"bytes": exchange.size, "judge_pinned": registered,
-                                              "runner_pinned": reply.get("registered") is True}
+        self.judge_info["output_exchange"] = {**info, "runner_pinned": reply.get("registered") is True,
+                                              "runner_setup_s": reply.get("setup_s")}  # the runner's words
 
     def _trial(self, cmd: dict[str, Any], trial: int, stage: str, expected_seed: int | None = None):
         """The runner's outputs for `cmd` against the reference on inputs from the same seed."""
@@ -439,7 +441,10 @@ class Judge(Verdicts):
 def evaluate(payload: dict[str, Any]) -> dict[str, Any]:
     """Worker target behind WorkerEvaluator.evaluate (harness.evaluate_job): a one-shot judge."""
     torch.set_grad_enabled(False)
-    result = Judge(payload).run()
+    judge = Judge(payload)
+    result = judge.run()
+    if judge.exchange is not None:
+        judge.exchange.close()
     result["judge"] = {**result.get("judge", {}), "pid": os.getpid(), "job": 1, "persistent": False}
     return result
 

@@ -45,6 +45,7 @@ class HeldReference:
     timing_runs: int = 0
     timed_at: float = 0.0
     jobs: int = 0
+    exchange: Any = None  # the shared output region (exchange.py): sized to this reference's outputs, kept
 
     @property
     def files(self) -> set[str]:
@@ -63,11 +64,10 @@ class HeldReference:
 
     def after_job(self) -> None:
         """Give the job's cached CUDA blocks back (the next runner needs the memory); count the job."""
-        self.jobs += 1
-        import torch
+        from egg_mcp.evaluation.gpu_cache import release_all
 
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
+        self.jobs += 1
+        release_all()
 
 
 def model_bytes(model: Any) -> int:

@@ -49,6 +49,14 @@ def evaluate_held(payload: dict[str, Any], held: HeldReference | None,
                                  init_seed=judge.init_seed, dirname=judge.reference_dir)
         else:
             judge.judge_info["reference"] = "loaded (too large to hold)"
+    if judge.exchange is not None:  # the shared output region stays with the held reference for its next job
+        if held is not None and held.exchange in (None, judge.exchange):
+            held.exchange = judge.exchange
+        elif held is not None:
+            held.exchange.close()
+            held.exchange = judge.exchange
+        else:
+            judge.exchange.close()
     if held is not None and getattr(judge, "measured_reference_timing", None) is not None:
         held.keep_timing(judge.measured_reference_timing, judge.opts.timing_trials)
     return result, held
@@ -188,9 +196,9 @@ def main(argv: list[str] | None = None) -> None:
             if held is not None:
                 held.after_job()
             elif torch_cuda_ready():
-                import torch
+                from egg_mcp.evaluation.gpu_cache import release_all
 
-                torch.cuda.empty_cache()
+                release_all()
             if jobs < args.max_jobs:
                 try:
                     runner_process.prestart(args.mode)  # a fresh runner for the next candidate

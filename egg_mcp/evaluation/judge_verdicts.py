@@ -214,6 +214,8 @@ class Verdicts:
             timer = GpuTimer(torch.cuda.current_device())
             reference_timing, _ = timer.measure(lambda xs: self.ref_model(*xs), make_inputs,
                                                 n_runs=self.opts.timing_trials)
+            cache.clear()  # at 6 GiB per input set, a dozen sets held on reached the next job (gpu_cache.release_all)
+            del timer
             self.judge_info["reference_timing"] = "measured"
             self.measured_reference_timing = reference_timing
         if reference_timing is not None:
