@@ -247,7 +247,7 @@ def test_ncu_readings_map_to_the_gemms_in_order_or_not_at_all():
 
 
 def test_read_tensor_pipe_through_an_ncu_wrapped_job(monkeypatch):
-    import egg_mcp.profiling.runner as prof_runner
+    import egg_mcp.profiling.profile_job as prof_runner
 
     class FakeEvaluator:
         def __init__(self):
@@ -326,7 +326,7 @@ def test_matmul_probes_wiring_on_the_cpu():
 
 
 def test_ncu_without_the_elapsed_rollup_is_asked_again_and_zero_busy_is_no_reading(monkeypatch):
-    import egg_mcp.profiling.runner as prof_runner
+    import egg_mcp.profiling.profile_job as prof_runner
     from egg_mcp.profiling.ncu_csv import render_raw_csv
 
     class OldNcu:

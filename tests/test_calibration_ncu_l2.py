@@ -258,7 +258,7 @@ def _record() -> dict:
 
 
 def test_calibrate_ncu_profiles_the_l2_probe_in_the_same_job_and_explains_it_by_its_path(monkeypatch):
-    import egg_mcp.profiling.runner as prof_runner
+    import egg_mcp.profiling.profile_job as prof_runner
     from egg_mcp.calibration.run import calibrate
 
     monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: "/opt/ncu")
@@ -288,7 +288,7 @@ def test_calibrate_ncu_profiles_the_l2_probe_in_the_same_job_and_explains_it_by_
 def test_an_ncu_without_the_sm_read_metrics_falls_back_to_lts_bytes_and_says_so(monkeypatch):
     """An ncu that rejects one metric per run: asked again without each, the GEMMs read, the L2 row compared
     with lts__t_bytes (today's behaviour) with a note that names what this ncu lacked."""
-    import egg_mcp.profiling.runner as prof_runner
+    import egg_mcp.profiling.profile_job as prof_runner
     from egg_mcp.calibration.run import calibrate
 
     monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: "/opt/ncu")
@@ -305,7 +305,7 @@ def test_an_ncu_without_the_sm_read_metrics_falls_back_to_lts_bytes_and_says_so(
 
 
 def test_an_ncu_without_the_l2_metrics_leaves_the_gemm_rows_read(monkeypatch):
-    import egg_mcp.profiling.runner as prof_runner
+    import egg_mcp.profiling.profile_job as prof_runner
 
     monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: "/opt/ncu")
     engine = _FakeEngine({}, lacks=(ncu_gemm.L2_PCT,))

@@ -25,7 +25,7 @@ from egg_mcp.contract import EvalOptions, Evaluator, JobOutcome, ProgressFn
 from egg_mcp.hardware import NO_GPU, GpuSpec, lookup, unknown_gpu_message
 from egg_mcp.profiling import classify as C
 from egg_mcp.profiling.metrics import metrics_for_stage, spec
-from egg_mcp.profiling.models import KernelProfile, Metric, ProfileReport
+from egg_mcp.profiling.profile_report import KernelProfile, Metric, ProfileReport
 from egg_mcp.profiling.ncu_csv import (
     NcuLaunch,
     counter_access_problem,
