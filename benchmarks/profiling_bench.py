@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # egg_mcp and benchmarks.engine_jobs
 
 from egg_mcp.contract import EvalOptions  # noqa: E402
-from egg_mcp.profiling import profile_job  # noqa: E402
+from egg_mcp.profiling import ncu_command, profile_job  # noqa: E402
 from benchmarks.engine_jobs import evaluator, run_job  # noqa: E402
 from egg_mcp.profiling.metrics import metrics_for_stage  # noqa: E402
 from egg_mcp.stages import Stage  # noqa: E402
@@ -40,12 +40,12 @@ def _kinds():
 
 def bare_ncu(ncu: str, info: dict, metrics: list[str]) -> dict:
     options = EvalOptions(dtype=info["dtype"])
-    payload = profile_job.build_payload(info["reference"], info["candidate"], options, device="cuda", profile=True,
-                                   timing_iters=profile_job.TIMING_ITERS_UNDER_NCU)
+    payload = ncu_command.build_payload(info["reference"], info["candidate"], options, device="cuda", profile=True,
+                                        timing_iters=ncu_command.TIMING_ITERS_UNDER_NCU)
     tmp = Path(tempfile.mkdtemp(prefix="egg-bench-"))
-    argv = profile_job.ncu_argv(ncu, metrics, profile_job.kernel_filter(profile_job.triton_kernel_names(info["candidate"])),
-                           str(tmp / "ncu.csv"))
-    outcome, wall = run_job(profile_job.TARGET, payload, wrapper_argv=argv, timeout_s=300)
+    names = ncu_command.triton_kernel_names(info["candidate"])
+    argv = ncu_command.ncu_argv(ncu, metrics, ncu_command.kernel_filter(names), str(tmp / "ncu.csv"))
+    outcome, wall = run_job(ncu_command.TARGET, payload, wrapper_argv=argv, timeout_s=300)
     return {"wall_s": wall, "exit_code": outcome.exit_code, "csv_bytes": (tmp / "ncu.csv").stat().st_size
             if (tmp / "ncu.csv").exists() else 0}
 
@@ -76,7 +76,7 @@ def main() -> int:
     parser.add_argument("--kinds", default="memory_bound")
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    ncu = profile_job.find_ncu()
+    ncu = ncu_command.find_ncu()
     if ncu is None:
         print("ncu not found: set EGG_MCP_NCU or put Nsight Compute on PATH", file=sys.stderr)
         return 2

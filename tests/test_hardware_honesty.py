@@ -15,7 +15,7 @@ from egg_mcp.doctor import hardware_lines
 from egg_mcp.contract import JobOutcome, STRICT_FP32
 from egg_mcp.expertise.seeds import build_seed_brief, installed_triton
 from egg_mcp.analysis.analysis_types import ReferenceAnalysis
-from egg_mcp.profiling.profile_job import build_fallback_report, resolve_gpu
+from egg_mcp.profiling.report_build import build_fallback_report, resolve_gpu
 from egg_mcp.problems.builtin import builtin_source
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ calculator (occupancy). Worker side: `target.run_forward`, run through `Evaluato
 """
 
 from egg_mcp.profiling.profile_report import ProfileReport
-from egg_mcp.profiling.profile_job import ProfileError, find_ncu, profile_candidate
+from egg_mcp.profiling.ncu_command import find_ncu
+from egg_mcp.profiling.profile_job import ProfileError, profile_candidate
 
 __all__ = ["ProfileError", "ProfileReport", "find_ncu", "profile_candidate"]

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from egg_mcp.contract import EvalOptions  # noqa: E402
-from egg_mcp.profiling import profile_job  # noqa: E402
+from egg_mcp.profiling import ncu_command, profile_job  # noqa: E402
 from egg_mcp.evaluation.engine import WorkerEvaluator  # noqa: E402
 from egg_mcp.stages import Stage  # noqa: E402
 
@@ -47,7 +47,7 @@ def _profile(kind: str):
     return asyncio.run(go())
 
 
-@pytest.mark.skipif(profile_job.find_ncu() is None, reason="ncu not installed")
+@pytest.mark.skipif(ncu_command.find_ncu() is None, reason="ncu not installed")
 @pytest.mark.parametrize("kind", list(kernels.KINDS))
 def test_ncu_classification_matches_the_kernel(kind):
     report = _profile(kind)
@@ -57,7 +57,7 @@ def test_ncu_classification_matches_the_kernel(kind):
 
 
 def test_fallback_sees_spills_and_timing_without_ncu(monkeypatch):
-    monkeypatch.setattr(profile_job, "find_ncu", lambda env=None: None)
+    monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: None)
     report = _profile("spilling")
     assert report.source == "fallback"
     (k,) = report.kernels
