@@ -12,7 +12,7 @@ after, and the CPU seconds our processes burned by role (benchmarks/proc_cpu.py)
 be told from an idle one and our overhead from other users' load.
 `lanes_gpu`: one H200, no Ray (its wheel cannot travel to the GPU machine): the same candidate verified
 by a plain `WorkerEvaluator`, by `NodeLane.run` (the very code a Ray actor runs for a job: the spec as
-data through `jobs.execute` on the node's engine) and by a `LanePool` of local lanes (`serve`'s path);
+data through `job_specs.execute` on the node's engine) and by a `LanePool` of local lanes (`serve`'s path);
 verdicts must agree and the medians lie within noise of each other.
 """
 
@@ -164,7 +164,7 @@ async def lane_path_vs_plain(rounds: int = 2, sizes: dict[str, int] | None = Non
     (compiles, loads the reference, binds each engine's persistent judge) runs the three paths side by
     side and is not timed, and each verify runs `correctness_trials` trials (the timing is the engine's
     own, unchanged)."""
-    from egg_mcp.cluster import jobs
+    from egg_mcp.cluster import job_specs
     from egg_mcp.cluster.build import build_evaluator
     from egg_mcp.cluster.ray_lanes import NodeLane
     from egg_mcp.contract import EvalOptions
@@ -185,7 +185,7 @@ async def lane_path_vs_plain(rounds: int = 2, sizes: dict[str, int] | None = Non
     engines = [ev for ev in engines if ev is not None]
     paths = {
         "plain": lambda: plain.evaluate(reference, candidate, opts),
-        "ray_node_path": lambda: _node_eval(node, jobs.evaluate_spec(reference, candidate, opts)),
+        "ray_node_path": lambda: _node_eval(node, job_specs.evaluate_spec(reference, candidate, opts)),
         "lane_pool": lambda: pool.evaluate(reference, candidate, opts),
     }
     out: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
@@ -259,6 +259,6 @@ async def lane_path_vs_plain(rounds: int = 2, sizes: dict[str, int] | None = Non
 
 
 async def _node_eval(node, spec):
-    from egg_mcp.cluster import jobs
+    from egg_mcp.cluster import job_specs
 
-    return jobs.decode(spec, await node.run(spec))
+    return job_specs.decode(spec, await node.run(spec))

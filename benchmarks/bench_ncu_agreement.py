@@ -34,7 +34,7 @@ from egg_mcp.contract import EvalOptions  # noqa: E402
 from egg_mcp.evaluation.engine import WorkerEvaluator  # noqa: E402
 from egg_mcp.problems.builtin import builtin_source  # noqa: E402
 from egg_mcp.profiling.ncu_csv import parse_ncu_output, short_kernel_name  # noqa: E402
-from egg_mcp.profiling.runner import TARGET, build_payload, find_ncu, kernel_filter, ncu_argv, triton_kernel_names  # noqa: E402
+from egg_mcp.profiling.ncu_command import TARGET, build_payload, find_ncu, kernel_filter, ncu_argv, triton_kernel_names  # noqa: E402
 
 AGREEMENT_LIMIT = 0.05
 SOFTMAX = (ROOT / "tests" / "fixtures" / "softmax" / "row_per_program.py").read_text()

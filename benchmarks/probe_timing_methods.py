@@ -118,7 +118,7 @@ def child(name: str, n: int) -> None:
 
 def ncu_median(name: str, case: dict, scratch: Path) -> dict:
     from egg_mcp.profiling.ncu_csv import parse_ncu_output, short_kernel_name
-    from egg_mcp.profiling.runner import find_ncu, kernel_filter, triton_kernel_names
+    from egg_mcp.profiling.ncu_command import find_ncu, kernel_filter, triton_kernel_names
 
     ncu = find_ncu()
     log = scratch / f"{name}.csv"

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # egg_mcp and benchmarks.engine_jobs
 
 from egg_mcp.contract import EvalOptions  # noqa: E402
-from egg_mcp.profiling import runner  # noqa: E402
+from egg_mcp.profiling import ncu_command, profile_job  # noqa: E402
 from benchmarks.engine_jobs import evaluator, run_job  # noqa: E402
 from egg_mcp.profiling.metrics import metrics_for_stage  # noqa: E402
 from egg_mcp.stages import Stage  # noqa: E402
@@ -40,12 +40,12 @@ def _kinds():
 
 def bare_ncu(ncu: str, info: dict, metrics: list[str]) -> dict:
     options = EvalOptions(dtype=info["dtype"])
-    payload = runner.build_payload(info["reference"], info["candidate"], options, device="cuda", profile=True,
-                                   timing_iters=runner.TIMING_ITERS_UNDER_NCU)
+    payload = ncu_command.build_payload(info["reference"], info["candidate"], options, device="cuda", profile=True,
+                                        timing_iters=ncu_command.TIMING_ITERS_UNDER_NCU)
     tmp = Path(tempfile.mkdtemp(prefix="egg-bench-"))
-    argv = runner.ncu_argv(ncu, metrics, runner.kernel_filter(runner.triton_kernel_names(info["candidate"])),
-                           str(tmp / "ncu.csv"))
-    outcome, wall = run_job(runner.TARGET, payload, wrapper_argv=argv, timeout_s=300)
+    names = ncu_command.triton_kernel_names(info["candidate"])
+    argv = ncu_command.ncu_argv(ncu, metrics, ncu_command.kernel_filter(names), str(tmp / "ncu.csv"))
+    outcome, wall = run_job(ncu_command.TARGET, payload, wrapper_argv=argv, timeout_s=300)
     return {"wall_s": wall, "exit_code": outcome.exit_code, "csv_bytes": (tmp / "ncu.csv").stat().st_size
             if (tmp / "ncu.csv").exists() else 0}
 
@@ -62,7 +62,7 @@ def profiled(info: dict) -> dict:
 async def _profile(info: dict):
     ev = evaluator()
     try:
-        return await runner.profile_candidate(
+        return await profile_job.profile_candidate(
             ev, reference_source=info["reference"], candidate_source=info["candidate"],
         options=EvalOptions(dtype=info["dtype"]), stage=Stage(info["stage"]), gpu=None, flops=info["flops"],
         min_bytes=info["min_bytes"], timeout_s=300)
@@ -76,7 +76,7 @@ def main() -> int:
     parser.add_argument("--kinds", default="memory_bound")
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    ncu = runner.find_ncu()
+    ncu = ncu_command.find_ncu()
     if ncu is None:
         print("ncu not found: set EGG_MCP_NCU or put Nsight Compute on PATH", file=sys.stderr)
         return 2

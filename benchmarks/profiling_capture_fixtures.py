@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from egg_mcp.contract import EvalOptions  # noqa: E402
-from egg_mcp.profiling import runner  # noqa: E402
+from egg_mcp.profiling import ncu_command  # noqa: E402
 from benchmarks.engine_jobs import run_job  # noqa: E402
 from egg_mcp.profiling.metrics import ALL_METRICS  # noqa: E402
 from egg_mcp.profiling.ncu_csv import counter_access_problem, invalid_metrics, parse_ncu_output  # noqa: E402
@@ -49,19 +49,19 @@ class _Proc:
 
 def _run(ncu_argv: list[str], payload: dict, timeout: float) -> tuple[_Proc | None, float]:
     """The profiling target as an engine job (WorkerEvaluator.run_job) under the ncu command line `ncu_argv`."""
-    outcome, wall = run_job(runner.TARGET, payload, wrapper_argv=ncu_argv, timeout_s=timeout)
+    outcome, wall = run_job(ncu_command.TARGET, payload, wrapper_argv=ncu_argv, timeout_s=timeout)
     return (None if outcome.timed_out else _Proc(outcome)), wall
 
 
 def capture(kind: str, info: dict, ncu: str, out: Path, metrics: list[str], rejected: list[str]) -> dict:
-    names = runner.triton_kernel_names(info["candidate"])
-    payload = runner.build_payload(info["reference"], info["candidate"], EvalOptions(dtype=info["dtype"]),
-                                   device="cuda", profile=True, timing_iters=runner.TIMING_ITERS_UNDER_NCU)
+    names = ncu_command.triton_kernel_names(info["candidate"])
+    payload = ncu_command.build_payload(info["reference"], info["candidate"], EvalOptions(dtype=info["dtype"]),
+                                        device="cuda", profile=True, timing_iters=ncu_command.TIMING_ITERS_UNDER_NCU)
     tmp = Path(tempfile.mkdtemp(prefix=f"egg-capture-{kind}-"))
     log_path = tmp / "ncu.csv"
     entry: dict = {k: info[k] for k in ("description", "dtype", "stage", "flops", "min_bytes", "expect")}
     for attempt in range(3):
-        argv = runner.ncu_argv(ncu, metrics, runner.kernel_filter(names), str(log_path))
+        argv = ncu_command.ncu_argv(ncu, metrics, ncu_command.kernel_filter(names), str(log_path))
         proc, wall = _run(argv, payload, timeout=240)
         text = log_path.read_text(errors="replace") if log_path.exists() else ""
         if proc is None:
@@ -90,14 +90,14 @@ def capture(kind: str, info: dict, ncu: str, out: Path, metrics: list[str], reje
 
 def capture_details(info: dict, ncu: str, out: Path) -> dict:
     """One details-page log with ncu's rule hints (for the details parser's test)."""
-    names = runner.triton_kernel_names(info["candidate"])
-    payload = runner.build_payload(info["reference"], info["candidate"], EvalOptions(dtype=info["dtype"]),
-                                   device="cuda", profile=True, timing_iters=0)
+    names = ncu_command.triton_kernel_names(info["candidate"])
+    payload = ncu_command.build_payload(info["reference"], info["candidate"], EvalOptions(dtype=info["dtype"]),
+                                        device="cuda", profile=True, timing_iters=0)
     tmp = Path(tempfile.mkdtemp(prefix="egg-capture-details-"))
     log_path = tmp / "ncu.csv"
     argv = [ncu, "--csv", "--page", "details", "--section", "SpeedOfLight", "--section", "Occupancy",
             "--section", "LaunchStats", "--section", "MemoryWorkloadAnalysis", "--clock-control", "none",
-            "--profile-from-start", "off", "-k", runner.kernel_filter(names), "--launch-count", "1",
+            "--profile-from-start", "off", "-k", ncu_command.kernel_filter(names), "--launch-count", "1",
             "--log-file", str(log_path), "--"]
     proc, wall = _run(argv, payload, timeout=240)
     if log_path.exists():
@@ -112,7 +112,7 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ncu = runner.find_ncu()
+    ncu = ncu_command.find_ncu()
     if ncu is None:
         print("ncu not found: set EGG_MCP_NCU or put Nsight Compute on PATH", file=sys.stderr)
         return 2

@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from egg_mcp.tiling.kernels import spearman  # noqa: E402
+from egg_mcp.tiling.kernel_calls import spearman  # noqa: E402
 
 STORED = REPO / "benchmarks" / "results" / "archive" / "tiling" / "tiling_bench_2026-11-30_layernorm_a_rowsum_a.json"
 SIGNATURE = {"x_ptr": "*fp32", "y_ptr": "*fp32", "n_rows": "i32", "n_cols": "i32", "stride_x": "i32",

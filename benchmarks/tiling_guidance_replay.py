@@ -7,7 +7,7 @@ on the configs the H200 measured (benchmarks/results/archive/h200_2026-12-01_0f0
 (a new `run.py guidance --out D` record can be passed as GUIDANCE.json: its rho at the model it ran with, beside now.)
 
 No GPU: the measured times are the H200's, recorded by `benchmarks/run.py guidance` (guidance_suite.py). The
-candidate's kernels are priced as that run told them apart (`tiling.kernels`: each launch's own kind, dims and
+candidate's kernels are priced as that run told them apart (`tiling.kernel_calls`: each launch's own kind, dims and
 parameters, read there by the meta-device launch probe), on the H200 spec with the ceilings of the stored
 calibration (calibrate_3753365.json, same GPU model, same day; the guidance run calibrated again 35 min later:
 DRAM 4.26 TB/s in both, the replayed predictions of the model of that run are within 0.6 % of its recorded ones).
@@ -26,9 +26,9 @@ sys.path.insert(0, str(REPO))
 
 from egg_mcp.hardware.calibration_record import Calibration  # noqa: E402
 from egg_mcp.hardware import apply_calibration, spec_for  # noqa: E402
-from egg_mcp.tiling.kernels import spearman  # noqa: E402
+from egg_mcp.tiling.kernel_calls import spearman  # noqa: E402
 from egg_mcp.tiling.model import _estimate_one, call_view, estimate  # noqa: E402
-from egg_mcp.tiling.models import KernelCall  # noqa: E402
+from egg_mcp.tiling.tiling_types import KernelCall  # noqa: E402
 from egg_mcp.tiling.space import extract_space  # noqa: E402
 
 RUNS = REPO / "benchmarks" / "results" / "archive" / "h200_2026-12-01_0f0ae24-6438ad0"

@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from egg_mcp.hardware import GPU_TABLE  # noqa: E402
 from egg_mcp.tiling.dims import normalize_dims  # noqa: E402
-from egg_mcp.tiling.kernels import spearman  # noqa: E402
+from egg_mcp.tiling.kernel_calls import spearman  # noqa: E402
 from egg_mcp.tiling.model import estimate_all  # noqa: E402
 from egg_mcp.tiling.plan import config_key, simulate_search  # noqa: E402
 from egg_mcp.tiling.space import enumerate_configs, extract_space  # noqa: E402
@@ -234,7 +234,7 @@ def _search_space(record: dict, run_probe):
     """The case's space and per-launch calls as `tiling_search.run_case` built them; a multi-kernel case needs the
     launch probe (a CPU worker job on the meta device, `run_probe`), a single-kernel one prices its task dims."""
     import tiling_search as ts
-    from egg_mcp.tiling.kernels import kernel_calls
+    from egg_mcp.tiling.kernel_calls import kernel_calls
 
     inp = ts.case_inputs(record["case"], False)
     canonical = normalize_dims(inp["kind"], inp["dims"])

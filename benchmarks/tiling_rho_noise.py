@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from egg_mcp.tiling.kernels import spearman  # noqa: E402
+from egg_mcp.tiling.kernel_calls import spearman  # noqa: E402
 
 RUNS = [REPO / "benchmarks/results/archive/h200_2026-12-01_b4a4599-ae198ae/tiling_search/tiling_search.json",
         REPO / "benchmarks/results/archive/h200_2026-12-01_b4a4599-ae198ae/tiling_search_42095a3/tiling_search.json"]

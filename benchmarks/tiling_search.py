@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from egg_mcp.contract import default_tolerance  # noqa: E402
 from egg_mcp.hardware import GPU_TABLE  # noqa: E402
 from egg_mcp.tiling.dims import normalize_dims  # noqa: E402
-from egg_mcp.tiling.kernels import kernel_calls, spearman  # noqa: E402
+from egg_mcp.tiling.kernel_calls import kernel_calls, spearman  # noqa: E402
 from egg_mcp.tiling.model import estimate_all  # noqa: E402
 from egg_mcp.tiling.plan import config_key  # noqa: E402
 from egg_mcp.tiling.rewrite import apply_config  # noqa: E402

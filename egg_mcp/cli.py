@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(run_demo_cli(args, config_from_args(args)))
     if args.command == "calibrate":
-        from egg_mcp.calibration.cli import run_calibrate_cli
+        from egg_mcp.calibration.calibrate_command import run_calibrate_cli
 
         sys.exit(run_calibrate_cli(args, config_from_args(args)))
     if args.command == "bench":

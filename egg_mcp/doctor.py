@@ -12,7 +12,7 @@ import time
 from egg_mcp.cluster.reach import call_with_deadline, unreachable_reason
 from egg_mcp.config import ServerConfig
 from egg_mcp.hardware import NO_GPU, ceiling, gpu_for, nvml_gpu_names, nvml_gpu_uuids, unknown_gpu_message
-from egg_mcp.profiling.runner import find_ncu
+from egg_mcp.profiling.ncu_command import find_ncu
 
 OK, WARN, FAIL = "ok  ", "warn", "FAIL"
 RAY_CHECK_S = 12.0  # the whole Ray check, the probe included (doctor --ray stays under 15 s)

@@ -31,13 +31,13 @@ from egg_mcp.config import ServerConfig
 from egg_mcp.contract import Evaluator
 from egg_mcp.hardware import GpuSpec, detect_gpu
 from egg_mcp.profiling.compact import CompactProfile, fit_reply
-from egg_mcp.profiling.models import ProfileReport
-from egg_mcp.tiling.models import TilingProposal
+from egg_mcp.profiling.profile_report import ProfileReport
+from egg_mcp.tiling.tiling_types import TilingProposal
 from egg_mcp.surface.progress import long_call
 from egg_mcp.surface.schemas import harden_tools
 from egg_mcp.surface.summaries import tool_result
 from egg_mcp.workflow import service as svc
-from egg_mcp.workflow.compare import CompareResult
+from egg_mcp.workflow.compare_candidates import CompareResult
 from egg_mcp.workflow.models import (
     CandidateDetail,
     CommitResult,
@@ -351,7 +351,7 @@ def create_server(
     ) -> CompareResult:
         """Is B faster than A? Times both correct candidates interleaved (A B A B ...) on one GPU and returns
         faster/slower/inconclusive with its confidence, plus a unified source diff."""
-        from egg_mcp.workflow.compare import compare_candidates
+        from egg_mcp.workflow.compare_candidates import compare_candidates
 
         async with long_call(ctx, "compare") as progress:
             return _said("compare", await compare_candidates(service, task_id, candidate_a, candidate_b,

@@ -247,7 +247,7 @@ def test_ncu_readings_map_to_the_gemms_in_order_or_not_at_all():
 
 
 def test_read_tensor_pipe_through_an_ncu_wrapped_job(monkeypatch):
-    import egg_mcp.profiling.runner as prof_runner
+    from egg_mcp.profiling import ncu_command
 
     class FakeEvaluator:
         def __init__(self):
@@ -261,10 +261,10 @@ def test_read_tensor_pipe_through_an_ncu_wrapped_job(monkeypatch):
             return SimpleNamespace(ok=True, error=None, timed_out=False, exit_code=0, stderr_tail="")
 
     gemms = [("mm_bf16", 8192), ("mm_fp8", 16384)]
-    monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: None)
+    monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: None)
     none = asyncio.run(ncu_gemm.read_tensor_pipe(FakeEvaluator(), gemms))
     assert all("ncu not found" in r["error"] for r in none.values())
-    monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: "/opt/ncu")
+    monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: "/opt/ncu")
     ev = FakeEvaluator()
     got = asyncio.run(ncu_gemm.read_tensor_pipe(ev, gemms))
     target, payload, uses_gpu, argv = ev.calls[0]
@@ -326,7 +326,7 @@ def test_matmul_probes_wiring_on_the_cpu():
 
 
 def test_ncu_without_the_elapsed_rollup_is_asked_again_and_zero_busy_is_no_reading(monkeypatch):
-    import egg_mcp.profiling.runner as prof_runner
+    from egg_mcp.profiling import ncu_command
     from egg_mcp.profiling.ncu_csv import render_raw_csv
 
     class OldNcu:
@@ -347,7 +347,7 @@ def test_ncu_without_the_elapsed_rollup_is_asked_again_and_zero_busy_is_no_readi
                                              ncu_gemm.CLOCK: "1755000000"}]))
             return SimpleNamespace(ok=True, error=None, timed_out=False, exit_code=0, stderr_tail="")
 
-    monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: "/opt/ncu")
+    monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: "/opt/ncu")
     ev = OldNcu()
     got = asyncio.run(ncu_gemm.read_tensor_pipe(ev, [("mm_fp8", 8192), ("mm_bf16", 8192)]))
     assert len(ev.metrics) == 2 and ncu_gemm.PIPE_ELAPSED not in ev.metrics[1]

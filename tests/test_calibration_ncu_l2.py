@@ -258,10 +258,10 @@ def _record() -> dict:
 
 
 def test_calibrate_ncu_profiles_the_l2_probe_in_the_same_job_and_explains_it_by_its_path(monkeypatch):
-    import egg_mcp.profiling.runner as prof_runner
+    from egg_mcp.profiling import ncu_command
     from egg_mcp.calibration.run import calibrate
 
-    monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: "/opt/ncu")
+    monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: "/opt/ncu")
     engine = _FakeEngine(_record())
     cal = asyncio.run(calibrate(engine, None, ncu=True))
     assert len(engine.ncu_calls) == 1  # one ncu job for the GEMMs and the L2 probe
@@ -288,10 +288,10 @@ def test_calibrate_ncu_profiles_the_l2_probe_in_the_same_job_and_explains_it_by_
 def test_an_ncu_without_the_sm_read_metrics_falls_back_to_lts_bytes_and_says_so(monkeypatch):
     """An ncu that rejects one metric per run: asked again without each, the GEMMs read, the L2 row compared
     with lts__t_bytes (today's behaviour) with a note that names what this ncu lacked."""
-    import egg_mcp.profiling.runner as prof_runner
+    from egg_mcp.profiling import ncu_command
     from egg_mcp.calibration.run import calibrate
 
-    monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: "/opt/ncu")
+    monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: "/opt/ncu")
     lacks = (ncu_gemm.SM_READ_RATE, ncu_gemm.SM_READ_PCT, ncu_gemm.RETURN_BUSY)
     engine = _FakeEngine(_record(), lacks=lacks)
     cal = asyncio.run(calibrate(engine, None, ncu=True))
@@ -305,9 +305,9 @@ def test_an_ncu_without_the_sm_read_metrics_falls_back_to_lts_bytes_and_says_so(
 
 
 def test_an_ncu_without_the_l2_metrics_leaves_the_gemm_rows_read(monkeypatch):
-    import egg_mcp.profiling.runner as prof_runner
+    from egg_mcp.profiling import ncu_command
 
-    monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: "/opt/ncu")
+    monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: "/opt/ncu")
     engine = _FakeEngine({}, lacks=(ncu_gemm.L2_PCT,))
     got = asyncio.run(ncu_gemm.read_tensor_pipe(engine, [("mm_bf16", 8192)], l2={"quick": True}))
     assert len(engine.ncu_calls) == 2 and ncu_gemm.L2_PCT not in engine.ncu_calls[1][2]  # asked again without it
@@ -318,7 +318,7 @@ def test_an_ncu_without_the_l2_metrics_leaves_the_gemm_rows_read(monkeypatch):
     got = asyncio.run(ncu_gemm.read_tensor_pipe(neither, [("mm_bf16", 8192)], l2={"quick": True}))
     assert ncu_gemm.L2_PCT in got["l2_read"]["error"] and ncu_gemm.SM_READ_PCT in got["l2_read"]["error"]
     assert got["mm_bf16"]["busy_pct"] == 93.3
-    monkeypatch.setattr(prof_runner, "find_ncu", lambda env=None: None)
+    monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: None)
     none = asyncio.run(ncu_gemm.read_tensor_pipe(engine, [("mm_bf16", 8192)], l2={"quick": True}))
     assert set(none) == {"mm_bf16", "l2_read"} and all("ncu not found" in r["error"] for r in none.values())
 

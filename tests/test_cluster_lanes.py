@@ -1,6 +1,6 @@
 """LanePool: one queue over lanes, exclusive devices, model affinity, retry on a lost lane, fallback.
 
-Fake lanes run jobs through the real `jobs.execute` on a fake engine, so the dispatch rules are tested
+Fake lanes run jobs through the real `job_specs.execute` on a fake engine, so the dispatch rules are tested
 without worker processes; the Ray path is in test_cluster_ray.py, the GPU path in tests/gpu/.
 """
 
@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from egg_mcp.cluster import jobs
+from egg_mcp.cluster import job_specs
 from egg_mcp.cluster.lanes import LaneLost, LanePool, LocalLane
 from egg_mcp.contract import EvalOptions, EvalResult, JobOutcome, TimingStats
 from tests.workspace_fakes import FakeEvaluator
@@ -141,14 +141,14 @@ def test_cpu_only_jobs_do_not_wait_for_a_busy_lane():
 
 def test_job_specs_round_trip_through_execute():
     ev = FakeEvaluator(time_ms=2.0)
-    spec = jobs.evaluate_spec(REF_A, "# c", EvalOptions(dtype="bfloat16"))
-    reply = run(jobs.execute(ev, spec, remote=True))
+    spec = job_specs.evaluate_spec(REF_A, "# c", EvalOptions(dtype="bfloat16"))
+    reply = run(job_specs.execute(ev, spec, remote=True))
     assert reply["kind"] == "evaluate"
-    back = jobs.decode(spec, reply)
+    back = job_specs.decode(spec, reply)
     assert isinstance(back, EvalResult) and back.timing == TimingStats(median_ms=2.0)
     assert ev.options[0].dtype == "bfloat16" and ev.options[0].tolerance.atol == 1e-2
     with pytest.raises(ValueError, match="unknown job kind"):
-        run(jobs.execute(ev, {"kind": "shell"}))
+        run(job_specs.execute(ev, {"kind": "shell"}))
 
 
 def test_a_remote_wrapped_job_carries_its_log_back(tmp_path):
@@ -160,12 +160,12 @@ def test_a_remote_wrapped_job_carries_its_log_back(tmp_path):
             return JobOutcome(ok=True, result={"log_at": log_path})
 
     server_path = tmp_path / "ncu.csv"
-    spec = jobs.run_job_spec("egg_mcp.profiling.target:run_forward", {}, timeout_s=5, uses_gpu=True,
+    spec = job_specs.run_job_spec("egg_mcp.profiling.target:run_forward", {}, timeout_s=5, uses_gpu=True,
                              wrapper_argv=["ncu", "--log-file", str(server_path), "--"])
-    reply = run(jobs.execute(Wrapped(), spec, remote=True))
+    reply = run(job_specs.execute(Wrapped(), spec, remote=True))
     assert reply["result"]["result"]["log_at"] != str(server_path)  # the node wrote its own file
     assert not server_path.exists()
-    jobs.decode(spec, reply)
+    job_specs.decode(spec, reply)
     assert server_path.read_text() == "ncu,csv\n"
 
 
@@ -265,8 +265,8 @@ def test_a_lane_s_engine_is_told_how_many_spare_served_jobs_wait_behind_each_job
     # FIFO: the first device job found the lane idle and nothing queued yet; the second had two device
     # jobs behind it (the verify behind them takes no spare); the CPU-only job took no lane
     assert ev.told == [0, 2, 1, 0, 0]
-    assert jobs.spare_served(jobs.baselines_spec(REF_A, EvalOptions()))
-    assert not jobs.spare_served(jobs.run_job_spec("egg_mcp.x:y", {}, timeout_s=1, uses_gpu=True, wrapper_argv=["ncu"]))
+    assert job_specs.spare_served(job_specs.baselines_spec(REF_A, EvalOptions()))
+    assert not job_specs.spare_served(job_specs.run_job_spec("egg_mcp.x:y", {}, timeout_s=1, uses_gpu=True, wrapper_argv=["ncu"]))
 
 
 def test_an_engine_told_of_queued_jobs_starts_spares_for_them(tmp_path):

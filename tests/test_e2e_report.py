@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from egg_mcp.e2e.report import render_task_report, stage_gains, stage_table, stage_time_chart, write_task_report
+from egg_mcp.e2e.task_report import render_task_report, stage_gains, stage_table, stage_time_chart, write_task_report
 from egg_mcp.contract import STRICT_FP32
 from egg_mcp.workflow.models import CommittedStage, Evidence, StageDecision, TaskOptions, TaskStatus
 from tests.conftest import REPO
@@ -76,11 +76,11 @@ def test_write_task_report_and_cli_from_status_json(tmp_path):
     assert files[0].name == "report.md"
     status_json = tmp_path / "status.json"
     status_json.write_text(st.model_dump_json())
-    proc = subprocess.run([sys.executable, "-m", "egg_mcp.e2e.report", str(status_json), str(tmp_path / "b"),
+    proc = subprocess.run([sys.executable, "-m", "egg_mcp.e2e.task_report", str(status_json), str(tmp_path / "b"),
                            "--kernel", "k.py"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "`k.py`" in (tmp_path / "b" / "report.md").read_text()
     status_json.write_text('{"not": "a status"}')
-    bad = subprocess.run([sys.executable, "-m", "egg_mcp.e2e.report", str(status_json), str(tmp_path / "c")],
+    bad = subprocess.run([sys.executable, "-m", "egg_mcp.e2e.task_report", str(status_json), str(tmp_path / "c")],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "not task_status output" in bad.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.analysis.probes import CHECK, scan
+from egg_mcp.analysis.environment_probes import CHECK, scan
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.workflow.core import WorkflowError
 from egg_mcp.workflow.models import StageDecision

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from egg_mcp.analysis.models import OP_CLASSES
+from egg_mcp.analysis.analysis_types import OP_CLASSES
 from egg_mcp.analysis.reference import analyze_model
 from egg_mcp.contract import LOOSE, STRICT_FP32, STRICT_HALF, BaselineResult, TimingStats
 from egg_mcp.expertise.paradigms import FUSION_SCOPES, PARADIGMS, paradigms_for

@@ -14,8 +14,8 @@ from egg_mcp.calibration.run import CalibrationError, calibrate, describe, ensur
 from egg_mcp.doctor import hardware_lines
 from egg_mcp.contract import JobOutcome, STRICT_FP32
 from egg_mcp.expertise.seeds import build_seed_brief, installed_triton
-from egg_mcp.analysis.models import ReferenceAnalysis
-from egg_mcp.profiling.runner import build_fallback_report, resolve_gpu
+from egg_mcp.analysis.analysis_types import ReferenceAnalysis
+from egg_mcp.profiling.report_build import build_fallback_report, resolve_gpu
 from egg_mcp.problems.builtin import builtin_source
 
 @pytest.fixture(autouse=True)

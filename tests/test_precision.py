@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from egg_mcp.analysis.models import OpInfo
+from egg_mcp.analysis.analysis_types import OpInfo
 from egg_mcp.analysis.precision import (
     SAFETY,
     _path_product,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from egg_mcp.analysis.models import ReferenceAnalysis
+from egg_mcp.analysis.analysis_types import ReferenceAnalysis
 from egg_mcp.analysis.precision import SAFETY, PathError, measure_path_errors, precision_ladder
 from egg_mcp.analysis.precision_output import FRONTIER_MAX, _frontier
 from egg_mcp.analysis.reference import analyze_job

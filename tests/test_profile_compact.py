@@ -10,8 +10,8 @@ import pytest
 
 from egg_mcp.profiling.compact import MAX_BYTES, compact_report, raw_table
 from egg_mcp.profiling.metrics import metrics_for_stage
-from egg_mcp.profiling.models import Classification, Evidence, KernelProfile, Metric, ProfileReport
-from egg_mcp.profiling.runner import build_ncu_report, resolve_gpu
+from egg_mcp.profiling.profile_report import Classification, Evidence, KernelProfile, Metric, ProfileReport
+from egg_mcp.profiling.report_build import build_ncu_report, resolve_gpu
 
 DATA = Path(__file__).parent / "data" / "ncu"
 KINDS = ["compute_bound", "memory_bound", "launch_bound", "spilling", "uncoalesced"]

@@ -11,7 +11,7 @@ from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.analysis.roofline import compute_type_for
 from egg_mcp.profiling.metrics import ALL_METRICS
 from egg_mcp.profiling.ncu_csv import parse_details_page, parse_ncu_output
-from egg_mcp.profiling.runner import build_ncu_report, resolve_gpu
+from egg_mcp.profiling.report_build import build_ncu_report, resolve_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "ncu"

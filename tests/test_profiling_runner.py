@@ -10,17 +10,12 @@ import pytest
 from egg_mcp.contract import EvalOptions, ErrorReport, JobOutcome
 from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.problems.builtin import builtin_source
-from egg_mcp.profiling import runner
+from egg_mcp.profiling import classify, ncu_command
+from egg_mcp.profiling.metrics import metrics_for_stage
+from egg_mcp.profiling.ncu_command import find_ncu, kernel_filter, ncu_argv, triton_kernel_names
 from egg_mcp.profiling.ncu_csv import render_raw_csv
-from egg_mcp.profiling.runner import (
-    ProfileError,
-    aggregate_launches,
-    find_ncu,
-    kernel_filter,
-    ncu_argv,
-    profile_candidate,
-    triton_kernel_names,
-)
+from egg_mcp.profiling.profile_job import ProfileError, profile_candidate
+from egg_mcp.profiling.report_build import aggregate_launches, build_ncu_report
 from egg_mcp.stages import Stage
 
 H200 = GPU_TABLE["H200"]
@@ -110,7 +105,7 @@ def test_ncu_path_builds_the_command_and_the_report(fake_ncu):
     assert k.name == "softmax_row_kernel" and k.time_share == 1.0
     assert k.classification.bound == "memory-bound"
     assert {m.source for m in k.metrics} == {"ncu", "triton_metadata", "event_timing"}
-    assert k.metric(runner.C.TRITON_REGS).value == 40
+    assert k.metric(classify.TRITON_REGS).value == 40
     assert "ncu" in report.sources and report.roofline.bound_by == "memory"
     assert messages[0].startswith("profiling: starting") and messages[-1] == "profiling: done"
 
@@ -141,8 +136,8 @@ def test_counter_permission_error_falls_back_without_a_second_job(fake_ncu):
     assert report.source == "fallback" and "ERR_NVGPUCTRPERM" in report.fallback_reason
     (k,) = report.kernels
     sources = {m.name: m.source for m in k.metrics}
-    assert sources[runner.C.EVENT_DURATION] == "event_timing"
-    assert sources[runner.C.TRITON_REGS] == "triton_metadata"
+    assert sources[classify.EVENT_DURATION] == "event_timing"
+    assert sources[classify.TRITON_REGS] == "triton_metadata"
     assert sources["computed.theoretical_occupancy"] == "computed"
     assert k.occupancy.blocks_per_sm == 6  # 40 regs: 1280/warp -> 51 warps -> 6 blocks of 8 warps
     assert k.occupancy.limiter == "registers"
@@ -150,7 +145,7 @@ def test_counter_permission_error_falls_back_without_a_second_job(fake_ncu):
 
 
 def test_rejected_metric_is_dropped_and_retried(fake_ncu):
-    bad = runner.metrics_for_stage(Stage.TILING)[-1]
+    bad = metrics_for_stage(Stage.TILING)[-1]
     first = f"==ERROR== Failed to find metric {bad}\n"
     ev = FakeEvaluator([(first, JobOutcome(ok=False, exit_code=1)),
                         (softmax_log(), JobOutcome(ok=True, result=TARGET_RESULT))])
@@ -180,7 +175,7 @@ def test_candidate_failure_and_timeout_raise_clear_errors(fake_ncu):
 
 
 def test_missing_ncu_runs_the_target_without_a_wrapper(monkeypatch):
-    monkeypatch.setattr(runner, "find_ncu", lambda env=None: None)
+    monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: None)
     ev = FakeEvaluator([(None, JobOutcome(ok=True, result=TARGET_RESULT))])
     report = profile(ev)
     assert ev.calls[0]["wrapper_argv"] is None and ev.calls[0]["payload"]["profile"] is False
@@ -226,7 +221,7 @@ def test_cpu_fallback_runs_the_interpreter_in_a_real_worker():
     assert report.source == "fallback"
     (k,) = report.kernels
     assert k.name == "softmax_row_kernel"
-    assert k.metric(runner.C.GRID_BLOCKS).value == 8
+    assert k.metric(classify.GRID_BLOCKS).value == 8
     assert k.duration_ms is None
     assert any("reduced sizes" in w for w in report.warnings)
     # 8 programs on 132 SMs: the mapping advice fires even without counters (grid of the reduced size)
@@ -304,7 +299,7 @@ def test_several_kernels_are_reported_with_shares():
         {"ID": 1, "Kernel Name": "b", "gpu__time_duration.sum": 10_000,
          "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": 80},
     ])
-    report = runner.build_ncu_report(text, stage=Stage.TILING, gpu=H200, flops=1e9, min_bytes=1e8)
+    report = build_ncu_report(text, stage=Stage.TILING, gpu=H200, flops=1e9, min_bytes=1e8)
     assert [k.name for k in report.kernels] == ["a", "b"]
     assert [k.time_share for k in report.kernels] == [0.75, 0.25]
     assert report.kernels[0].classification.bound == "compute-bound"
@@ -313,7 +308,7 @@ def test_several_kernels_are_reported_with_shares():
     assert all("floor" not in k.classification.headline for k in report.kernels)
     assert report.roofline.measured_ms == pytest.approx(0.04)
     with pytest.raises(ValueError, match="no profiled launch"):
-        runner.build_ncu_report("==ERROR== boom\n", stage=Stage.TILING, gpu=H200)
+        build_ncu_report("==ERROR== boom\n", stage=Stage.TILING, gpu=H200)
 
 
 def test_candidate_without_modelnew_fails_with_a_clear_error():

@@ -11,7 +11,7 @@ import pytest
 from egg_mcp.config import ServerConfig
 from egg_mcp.contract import BaselineResult, ErrorReport, EvalResult, JobOutcome, MismatchReport, TimingStats
 from egg_mcp.evaluation.interleaved import paired_verdict, sign_test_p
-from egg_mcp.workflow.compare import compare_candidates, source_diff
+from egg_mcp.workflow.compare_candidates import compare_candidates, source_diff
 from egg_mcp.workflow.models import StageDecision
 from egg_mcp.workflow.service import EggService, WorkflowError, tiling
 from egg_mcp.workspace.store import Workspace

@@ -15,7 +15,7 @@ from egg_mcp.hardware import spec_for
 from egg_mcp.tiling.attention import attention_smem
 from egg_mcp.tiling.dims import normalize_dims
 from egg_mcp.tiling.model import estimate
-from egg_mcp.tiling.models import KernelCall
+from egg_mcp.tiling.tiling_types import KernelCall
 from egg_mcp.tiling.space import extract_space
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import pytest
 from egg_mcp.contract import EvalOptions, JobOutcome
 from egg_mcp.hardware import spec_for
 from egg_mcp.tiling.dims import normalize_dims
-from egg_mcp.tiling.kernels import kernel_calls, launch_dims, spearman
+from egg_mcp.tiling.kernel_calls import kernel_calls, launch_dims, spearman
 from egg_mcp.tiling.launches import probe_launches
 from egg_mcp.tiling.model import estimate
 from egg_mcp.tiling.rewrite import apply_config

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import tiling_rho_noise as noise  # noqa: E402
-from egg_mcp.tiling.kernels import spearman  # noqa: E402
+from egg_mcp.tiling.kernel_calls import spearman  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "tiling_h200"
 RUNS = [DATA / "tiling_search_b4a4599" / "tiling_search.json", DATA / "tiling_search_42095a3" / "tiling_search.json"]

@@ -69,7 +69,7 @@ def test_tf32x3_operand_registers_limit_gemm_occupancy():
     counted without the operands (96) two programs were resident and 2 stages looked as good as 3."""
     import tiling_search as ts
     from egg_mcp.tiling.dims import normalize_dims
-    from egg_mcp.tiling.kernels import kernel_calls
+    from egg_mcp.tiling.kernel_calls import kernel_calls
     from egg_mcp.tiling.model import estimate
     from egg_mcp.tiling.space import extract_space
 

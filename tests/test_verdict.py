@@ -13,7 +13,7 @@ from egg_mcp.evaluation.review import review_findings
 from egg_mcp.expertise.briefs import BriefFacts, render_brief
 from egg_mcp.hardware import spec_for
 from egg_mcp.profiling import classify as C
-from egg_mcp.profiling.models import Metric
+from egg_mcp.profiling.profile_report import Metric
 from egg_mcp.stages import Stage
 
 H200 = spec_for("H200")

@@ -10,7 +10,7 @@ import asyncio
 
 from egg_mcp.contract import ErrorReport, EvalOptions, JobOutcome
 from egg_mcp.evaluation.tool_confine import injection_roots
-from egg_mcp.profiling.runner import ncu_injection_failure, profile_candidate
+from egg_mcp.profiling.profile_job import ncu_injection_failure, profile_candidate
 from egg_mcp.stages import Stage
 from tests.test_profiling_runner import (  # noqa: F401  (fake_ncu is a fixture)
     H200, SOFTMAX_CANDIDATE, SOFTMAX_REFERENCE, TARGET_RESULT, FakeEvaluator, fake_ncu,

@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from egg_mcp.analysis.models import ReferenceAnalysis  # noqa: E402
+from egg_mcp.analysis.analysis_types import ReferenceAnalysis  # noqa: E402
 from egg_mcp.analysis.reference import analyze_job  # noqa: E402
 from egg_mcp.contract import STRICT_FP32, BaselineResult, TimingStats  # noqa: E402
 from egg_mcp.expertise.briefs import BriefFacts, render_brief  # noqa: E402

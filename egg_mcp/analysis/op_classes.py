@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from egg_mcp.analysis.models import OP_CLASSES
+from egg_mcp.analysis.analysis_types import OP_CLASSES
 
 # FLOPs charged per element for ops the torch flop counter ignores (it counts GEMM/conv/attention
 # only). Rough on purpose: these ops are memory-bound and only the order of magnitude matters.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from egg_mcp.analysis.models import ReferenceAnalysis
+from egg_mcp.analysis.analysis_types import ReferenceAnalysis
 from egg_mcp.analysis.roofline import (
     admissible_compute_type,
     candidate_compute_types,

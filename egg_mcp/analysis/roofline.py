@@ -6,7 +6,7 @@ pull torch in (importing torch costs seconds; the server answers in milliseconds
 
 from __future__ import annotations
 
-from egg_mcp.analysis.models import RooflineFloor
+from egg_mcp.analysis.analysis_types import RooflineFloor
 from egg_mcp.contract import TolerancePolicy
 from egg_mcp.hardware import GpuSpec, ceiling
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from egg_mcp.analysis.models import FusibleChain, OpInfo
+from egg_mcp.analysis.analysis_types import FusibleChain, OpInfo
 from egg_mcp.analysis.op_classes import (
     CLASS_PRIORITY,
     _dtype_name,

@@ -113,7 +113,7 @@ def gemm_maker(key: str, device: str = "cuda") -> Callable[[int], tuple[Callable
     import torch
     import triton
 
-    from egg_mcp.calibration.kernels import _gemm_tf32x3 as gemm_tf32x3
+    from egg_mcp.calibration.probe_kernels import _gemm_tf32x3 as gemm_tf32x3
 
     def make(size: int):
         a, b = _operands(size, device)

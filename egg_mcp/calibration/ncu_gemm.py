@@ -208,7 +208,7 @@ async def read_tensor_pipe(evaluator, gemms: list[tuple[str, int]], timeout_s: f
                            l2: dict | None = None) -> dict[str, dict[str, Any]]:
     """Run the ncu-wrapped job; {key: reading or {"error"}} for every GEMM, and for "l2_read" when `l2` (the
     L2 probe's build options, {"quick": ...}) is given: its launch is profiled last, in the same job."""
-    from egg_mcp.profiling.runner import find_ncu
+    from egg_mcp.profiling.ncu_command import find_ncu
 
     keys = [k for k, _ in gemms] + ([L2_KEY] if l2 is not None else [])
     ncu = find_ncu()

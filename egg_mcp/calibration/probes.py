@@ -18,7 +18,7 @@ import triton
 
 from egg_mcp.calibration.explain import relabel
 from egg_mcp.calibration.fma import fma_probe, fp32_fma_peak, sample_clock
-from egg_mcp.calibration.kernels import _gemm_tf32x3, _l2_reread, _read_reduce  # noqa: F401 - tests reach them here
+from egg_mcp.calibration.probe_kernels import _gemm_tf32x3, _l2_reread, _read_reduce  # noqa: F401 - tests reach them here
 from egg_mcp.calibration.matmul import matmul_probes
 from egg_mcp.calibration.matmul import best_ms as _best_ms
 from egg_mcp.calibration.matmul import entry as _entry

@@ -2,6 +2,6 @@
 
 `lanes.py`: `LanePool` (one queue, one lane per device, model affinity, retry on a lost lane,
 fallback to local lanes) and `LocalLane`; `ray_lanes.py`: lanes on a Ray cluster (optional extra);
-`jobs.py`: a job as data and `execute`, the one path every lane runs; `build.py`: what `serve` and
+`job_specs.py`: a job as data and `execute`, the one path every lane runs; `build.py`: what `serve` and
 `bench` start.
 """

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from egg_mcp.cluster import jobs
+from egg_mcp.cluster import job_specs
 from egg_mcp.contract import (
     BaselineResult, EvalOptions, EvalResult, JobOutcome, Placement, ProgressFn,
 )
@@ -73,7 +73,7 @@ class LocalLane:
         return self.evaluator.has_gpu()
 
     async def run(self, spec: dict[str, Any], progress: ProgressFn | None = None) -> dict[str, Any]:
-        return await jobs.execute(self.evaluator, spec, remote=False, progress=progress)
+        return await job_specs.execute(self.evaluator, spec, remote=False, progress=progress)
 
     async def aclose(self) -> None:
         close = getattr(self.evaluator, "aclose", None)
@@ -150,21 +150,21 @@ class LanePool:
 
     async def evaluate(self, reference_source: str, candidate_source: str, options: EvalOptions,
                        progress: ProgressFn | None = None) -> EvalResult:
-        spec = jobs.evaluate_spec(reference_source, candidate_source, options)
+        spec = job_specs.evaluate_spec(reference_source, candidate_source, options)
         return await self._dispatch(spec, reference_key(reference_source), progress)
 
     async def baselines(self, reference_source: str, options: EvalOptions,
                         progress: ProgressFn | None = None) -> BaselineResult:
-        spec = jobs.baselines_spec(reference_source, options)
+        spec = job_specs.baselines_spec(reference_source, options)
         return await self._dispatch(spec, reference_key(reference_source), progress)
 
     async def memcheck(self, reference_source: str, candidate_source: str, options: EvalOptions):
-        spec = jobs.memcheck_spec(reference_source, candidate_source, options)
+        spec = job_specs.memcheck_spec(reference_source, candidate_source, options)
         return await self._dispatch(spec, reference_key(reference_source), None)
 
     async def run_job(self, target: str, payload: dict[str, Any], *, timeout_s: float, uses_gpu: bool,
                       wrapper_argv: list[str] | None = None) -> JobOutcome:
-        spec = jobs.run_job_spec(target, payload, timeout_s=timeout_s, uses_gpu=uses_gpu, wrapper_argv=wrapper_argv)
+        spec = job_specs.run_job_spec(target, payload, timeout_s=timeout_s, uses_gpu=uses_gpu, wrapper_argv=wrapper_argv)
         ref = payload.get("reference_source") if isinstance(payload, dict) else None
         return await self._dispatch(spec, reference_key(ref) if isinstance(ref, str) else None, None)
 
@@ -209,17 +209,17 @@ class LanePool:
         lost: list[str] = []
         moved: str | None = None
         for attempt in range(1, self.retries + 2):
-            exclusive = jobs.exclusive(spec)
+            exclusive = job_specs.exclusive(spec)
             sent = spec
             if exclusive:
-                lane, moved_now = await self._acquire(key, jobs.spare_served(spec))
+                lane, moved_now = await self._acquire(key, job_specs.spare_served(spec))
                 moved = moved or moved_now
                 if lane is not None:  # the lane's engine keeps that many spare workers starting (its burst)
-                    sent = {**spec, jobs.QUEUED_KEY: self._queued_for(lane)}
+                    sent = {**spec, job_specs.QUEUED_KEY: self._queued_for(lane)}
             else:
                 lane = self._least_busy()
             if lane is None:
-                return jobs.lost_result(spec, lost + ["no evaluation lane is left"])
+                return job_specs.lost_result(spec, lost + ["no evaluation lane is left"])
             try:
                 reply = await lane.run(sent, progress)
             except LaneLost as exc:
@@ -228,7 +228,7 @@ class LanePool:
                 continue
             finally:
                 self._release(lane, exclusive)
-            result = jobs.decode(spec, reply)
+            result = job_specs.decode(spec, reply)
             self.jobs_done += 1
             if "placement" in type(result).model_fields:
                 note = "; ".join(filter(None, [moved, ("lost before: " + "; ".join(lost)) if lost else None])) or None
@@ -236,7 +236,7 @@ class LanePool:
                                              device_model=lane.device_model, lane=lane.name, via=lane.via,
                                              attempts=attempt, note=note)
             return result
-        return jobs.lost_result(spec, lost)
+        return job_specs.lost_result(spec, lost)
 
     def _alive_models(self) -> set[str]:
         return {lane.device_model for lane in self.lanes}

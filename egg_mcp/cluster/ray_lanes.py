@@ -5,8 +5,8 @@ which extra to install. Each lane is an actor holding one GPU (`num_gpus=1`, pin
 its node's `accelerator_type:<model>` label when Ray found one) and a `WorkerEvaluator` on that node,
 given the settings a local engine gets (`lanes.engine_settings`: the server's sandbox floor, which its
 runners' own reports are checked against there, the protected paths and the runners' bound floors).
-A job goes to it as data (`jobs.py`: sources and options in, a result model as JSON out) and runs
-through `jobs.execute`, the same path a local lane runs: the actor starts our worker process (the
+A job goes to it as data (`job_specs.py`: sources and options in, a result model as JSON out) and runs
+through `job_specs.execute`, the same path a local lane runs: the actor starts our worker process (the
 judge, which starts the confined runner); the Ray worker process never imports a candidate.
 An actor that dies mid-job (its node gone, its process killed) surfaces as `LaneLost`; the pool
 retries the job once elsewhere (`lanes.LanePool`).
@@ -88,9 +88,9 @@ class NodeLane:
                 "gpu": bool(gpu_ids) and not self.force_interpreter, "version": egg_mcp.__version__}
 
     async def run(self, spec: dict[str, Any]) -> dict[str, Any]:
-        from egg_mcp.cluster import jobs
+        from egg_mcp.cluster import job_specs
 
-        return await jobs.execute(self._engine(), spec, remote=True)
+        return await job_specs.execute(self._engine(), spec, remote=True)
 
     async def close(self) -> None:
         if self.evaluator is not None:

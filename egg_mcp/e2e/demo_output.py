@@ -95,7 +95,7 @@ def render_table(report: DemoReport) -> str:
 
 def write_demo_report(report: DemoReport, stem: Path) -> list[Path]:
     """Markdown report and stage-time chart next to the JSON (`<stem>.md`, `<stem>_stages.png`)."""
-    from egg_mcp.e2e.report import render_task_report, stage_time_chart
+    from egg_mcp.e2e.task_report import render_task_report, stage_time_chart
 
     out = [stem.with_suffix(".md")]
     if report.status is None:

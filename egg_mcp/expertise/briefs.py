@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from egg_mcp.analysis.models import ReferenceAnalysis
+from egg_mcp.analysis.analysis_types import ReferenceAnalysis
 from egg_mcp.analysis.verdict import roofline_verdict
 from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_tol
 from egg_mcp.contract import TolerancePolicy

@@ -11,7 +11,7 @@ import math
 
 from pydantic import BaseModel, Field
 
-from egg_mcp.analysis.models import OpInfo, ReferenceAnalysis, RooflineFloor
+from egg_mcp.analysis.analysis_types import OpInfo, ReferenceAnalysis, RooflineFloor
 from egg_mcp.analysis.precision import precision_ladder
 from egg_mcp.analysis.roofline import admissible_compute_type, fmt_bytes, fmt_ms, fmt_shape, fmt_tol, roofline_floor
 from egg_mcp.contract import BaselineResult, EvalOptions, TolerancePolicy

@@ -17,7 +17,7 @@ from egg_mcp.analysis.roofline import floor_provenance
 from egg_mcp.analysis.verdict import AT_ROOF_FRACTION, roofline_verdict
 from egg_mcp.hardware import GpuSpec, ceiling
 from egg_mcp.profiling.metrics import STALL_REASONS, spec, stall_metric
-from egg_mcp.profiling.models import Bound, Classification, Evidence, KernelProfile, Metric, MetricSource, Roofline
+from egg_mcp.profiling.profile_report import Bound, Classification, Evidence, KernelProfile, Metric, MetricSource, Roofline
 from egg_mcp.profiling.occupancy import OccupancyEstimate
 from egg_mcp.stages import Stage
 

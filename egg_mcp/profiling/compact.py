@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from egg_mcp.profiling.metrics import metrics_for_stage
-from egg_mcp.profiling.models import ProfileReport
+from egg_mcp.profiling.profile_report import ProfileReport
 
 MAX_BYTES = 3000
 METRICS_PER_KERNEL = 6

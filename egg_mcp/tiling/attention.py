@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 from egg_mcp.hardware import GpuSpec
-from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate
+from egg_mcp.tiling.tiling_types import CandidateSpace, ConfigEstimate
 
 SFU_PER_SM_PER_CLK = 16  # exp2 throughput per SM per clock (Hopper-class MUFU)
 SOFTMAX_OPS = 6  # CUDA-core instructions per score element (scale, mask, max, subtract, sum, rescale)

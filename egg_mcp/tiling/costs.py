@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from egg_mcp.hardware import GpuSpec
-from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate
+from egg_mcp.tiling.tiling_types import CandidateSpace, ConfigEstimate
 from egg_mcp.tiling.space import persistent_programs
 
 KB = 1024

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from egg_mcp.tiling.models import KERNEL_KINDS
+from egg_mcp.tiling.tiling_types import KERNEL_KINDS
 
 _ALIASES = {
     "gemm": {"M": ("m", "rows", "n_rows", "batch"), "N": ("n", "cols", "n_cols", "out_features"),

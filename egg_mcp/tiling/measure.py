@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from egg_mcp.tiling.models import MeasuredConfig, TilingConfig
+from egg_mcp.tiling.tiling_types import MeasuredConfig, TilingConfig
 from egg_mcp.tiling.plan import config_key, next_configs, round_sizes
 
 TORCH_DTYPES = ("float32", "float16", "bfloat16")

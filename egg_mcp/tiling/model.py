@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from egg_mcp.hardware import GpuSpec
 from egg_mcp.tiling.dims import next_pow2
-from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate, KernelCall, TilingConfig, TunableParam
+from egg_mcp.tiling.tiling_types import CandidateSpace, ConfigEstimate, KernelCall, TilingConfig, TunableParam
 
 from egg_mcp.tiling.costs import (
     ACC_SPILL_REGS, DTYPE_BYTES, GEMM_TILE_FIXED_S, KB, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, SMEM_BYTES_PER_CLK,
@@ -196,7 +196,7 @@ def call_view(space: CandidateSpace, call: KernelCall) -> CandidateSpace:
     it by and the dim it tiles there (`kernels.call_axis`), its fixed launch values as
     one-choice parameters, and only its own kernel's facts."""
     from egg_mcp.tiling.dims import axis_for
-    from egg_mcp.tiling.kernels import call_axis
+    from egg_mcp.tiling.kernel_calls import call_axis
     from egg_mcp.tiling.source_index import role_of
 
     params: list[TunableParam] = []
@@ -218,7 +218,7 @@ def call_view(space: CandidateSpace, call: KernelCall) -> CandidateSpace:
 def estimate(values: dict[str, int], space: CandidateSpace, *, gpu: GpuSpec, dims: dict[str, int], kind: str,
              dtype: str = "float32") -> ConfigEstimate:
     """Feasibility and predicted time of one config (`dims` canonical, see dims.normalize_dims): the sum over
-    the candidate's launches (`space.calls`, see tiling/kernels.py), each priced with its own kind, dims and
+    the candidate's launches (`space.calls`, see tiling/kernel_calls.py), each priced with its own kind, dims and
     parameters; a rule that fires names its kernel when there are several."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}")
@@ -321,7 +321,7 @@ def infer_kind(space: CandidateSpace) -> str:
     """Best guess of the candidate's kind when no launch probe told its kernels apart (the caller's hint wins):
     the heaviest of its kernels' own kinds (`kernels.kernel_kind`, the one classifier), an attention kernel
     priced by the GEMM model here."""
-    from egg_mcp.tiling.kernels import kernel_kind
+    from egg_mcp.tiling.kernel_calls import kernel_kind
 
     kinds = {kernel_kind(k) for k in space.kernels}
     if "attention" in kinds:

@@ -15,8 +15,8 @@ from egg_mcp.hardware import GpuSpec, gpu_status, spec_for
 STAND_IN_GPU = "H200"
 from egg_mcp.tiling.dims import check_kind, normalize_dims
 from egg_mcp.tiling.model import estimate_all, grid_notes, infer_kind
-from egg_mcp.tiling.kernels import kernel_calls, spearman
-from egg_mcp.tiling.models import (
+from egg_mcp.tiling.kernel_calls import kernel_calls, spearman
+from egg_mcp.tiling.tiling_types import (
     ConfigEstimate,
     KernelSummary,
     MeasuredConfig,

@@ -15,7 +15,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from egg_mcp.tiling.models import KernelFacts, ParamRole
+from egg_mcp.tiling.tiling_types import KernelFacts, ParamRole
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages")
 

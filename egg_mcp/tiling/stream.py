@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from egg_mcp.hardware import GpuSpec
-from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate
+from egg_mcp.tiling.tiling_types import CandidateSpace, ConfigEstimate
 
 
 def stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int],

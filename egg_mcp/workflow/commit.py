@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from egg_mcp.analysis.probes import CHECK as PROBE_CHECK
-from egg_mcp.analysis.probes import describe as describe_probes
-from egg_mcp.analysis.probes import scan as scan_probes
+from egg_mcp.analysis.environment_probes import CHECK as PROBE_CHECK
+from egg_mcp.analysis.environment_probes import describe as describe_probes
+from egg_mcp.analysis.environment_probes import scan as scan_probes
 from egg_mcp.workflow import limits, memcheck_gate
 from egg_mcp.workflow.checks import evidence_mismatches
 from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check

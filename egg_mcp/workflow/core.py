@@ -260,7 +260,7 @@ class ServiceCore:
         return render_brief(stage, role, self.brief_facts(row))
 
     def brief_facts(self, row: TaskRow):
-        from egg_mcp.analysis.models import ReferenceAnalysis
+        from egg_mcp.analysis.analysis_types import ReferenceAnalysis
         from egg_mcp.expertise.briefs import BriefFacts
 
         opts = self._options(row)

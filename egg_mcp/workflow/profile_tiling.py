@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 async def profile(service: EggService, task_id: str, candidate_id: str, progress: ProgressFn | None = None,
                   size_overrides: dict[str, int | list[int]] | None = None):
-    from egg_mcp.profiling.runner import ProfileError, profile_candidate
+    from egg_mcp.profiling.profile_job import ProfileError, profile_candidate
 
     row, stage, _cand, source = service.correct_candidate("profile_ncu", task_id, candidate_id)
     analysis = service._analysis(row) or {}

@@ -128,7 +128,7 @@ class TaskLifecycle(ServiceCore):
 
     # -- generate_seeds -------------------------------------------------------------------------
     async def generate_seeds(self, task_id: str, progress: ProgressFn | None = None) -> SeedsResult:
-        from egg_mcp.analysis.models import ReferenceAnalysis
+        from egg_mcp.analysis.analysis_types import ReferenceAnalysis
         from egg_mcp.expertise.seeds import build_seed_brief
 
         row = self._task_row(task_id)

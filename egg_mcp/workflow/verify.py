@@ -7,9 +7,9 @@ import asyncio
 import json
 import sqlite3
 
-from egg_mcp.analysis.probes import CHECK as PROBE_CHECK
-from egg_mcp.analysis.probes import describe as describe_probes
-from egg_mcp.analysis.probes import scan as scan_probes
+from egg_mcp.analysis.environment_probes import CHECK as PROBE_CHECK
+from egg_mcp.analysis.environment_probes import describe as describe_probes
+from egg_mcp.analysis.environment_probes import scan as scan_probes
 from egg_mcp.contract import ErrorReport, EvalResult, IntegrityFinding, ProgressFn
 from egg_mcp.problems.loader import ProblemError, check_candidate_contract
 from egg_mcp.workflow import limits

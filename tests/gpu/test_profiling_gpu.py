@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from egg_mcp.contract import EvalOptions  # noqa: E402
-from egg_mcp.profiling import runner  # noqa: E402
+from egg_mcp.profiling import ncu_command, profile_job  # noqa: E402
 from egg_mcp.evaluation.engine import WorkerEvaluator  # noqa: E402
 from egg_mcp.stages import Stage  # noqa: E402
 
@@ -37,7 +37,7 @@ def _profile(kind: str):
 
         ev = WorkerEvaluator(scratch_dir=Path(tempfile.mkdtemp(prefix="egg-prof-gpu-")), spare_workers=0)
         try:
-            return await runner.profile_candidate(
+            return await profile_job.profile_candidate(
                 ev, reference_source=info["reference"], candidate_source=info["candidate"],
                 options=EvalOptions(dtype=info["dtype"]), stage=Stage(info["stage"]), gpu=None, flops=info["flops"],
                 min_bytes=info["min_bytes"], timeout_s=300)
@@ -47,7 +47,7 @@ def _profile(kind: str):
     return asyncio.run(go())
 
 
-@pytest.mark.skipif(runner.find_ncu() is None, reason="ncu not installed")
+@pytest.mark.skipif(ncu_command.find_ncu() is None, reason="ncu not installed")
 @pytest.mark.parametrize("kind", list(kernels.KINDS))
 def test_ncu_classification_matches_the_kernel(kind):
     report = _profile(kind)
@@ -57,7 +57,7 @@ def test_ncu_classification_matches_the_kernel(kind):
 
 
 def test_fallback_sees_spills_and_timing_without_ncu(monkeypatch):
-    monkeypatch.setattr(runner, "find_ncu", lambda env=None: None)
+    monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: None)
     report = _profile("spilling")
     assert report.source == "fallback"
     (k,) = report.kernels

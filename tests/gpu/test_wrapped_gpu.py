@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 from egg_mcp.contract import EvalOptions  # noqa: E402
 from egg_mcp.evaluation.engine import WorkerEvaluator  # noqa: E402
 from egg_mcp.problems.builtin import builtin_source  # noqa: E402
-from egg_mcp.profiling import runner  # noqa: E402
+from egg_mcp.profiling import ncu_command, profile_job  # noqa: E402
 from egg_mcp.sandbox import probe  # noqa: E402
 from egg_mcp.stages import Stage  # noqa: E402
 
@@ -39,9 +39,9 @@ def _with_evaluator(tmp_path, fn):
     return asyncio.run(main())
 
 
-@pytest.mark.skipif(runner.find_ncu() is None, reason="ncu not installed")
+@pytest.mark.skipif(ncu_command.find_ncu() is None, reason="ncu not installed")
 def test_profile_ncu_under_confinement_still_returns_counters_and_states_its_sandbox(tmp_path):
-    report = _with_evaluator(tmp_path, lambda ev: runner.profile_candidate(
+    report = _with_evaluator(tmp_path, lambda ev: profile_job.profile_candidate(
         ev, reference_source=builtin_source("softmax"), candidate_source=CORRECT, options=EvalOptions(),
         stage=Stage.MEMORY, gpu=None, timeout_s=240))
     print(f"\nprofile under ncu: source={report.source}, sandbox={report.sandbox}, wall {report.wall_s:.1f} s, "
@@ -52,12 +52,12 @@ def test_profile_ncu_under_confinement_still_returns_counters_and_states_its_san
     assert report.source == "ncu", f"ncu's injection failed under the sandbox: {report.fallback_reason}"
 
 
-@pytest.mark.skipif(runner.find_ncu() is None, reason="ncu not installed")
+@pytest.mark.skipif(ncu_command.find_ncu() is None, reason="ncu not installed")
 def test_an_ncu_wrapped_job_cannot_read_or_write_the_workspace(tmp_path):
     ws = tmp_path / "workspace"
     ws.mkdir()
     (ws / "tasks.json").write_text("{}")
-    argv = runner.ncu_argv(runner.find_ncu(), ["gpu__time_duration.sum"], "regex:.*", str(tmp_path / "ncu.csv"))
+    argv = ncu_command.ncu_argv(ncu_command.find_ncu(), ["gpu__time_duration.sum"], "regex:.*", str(tmp_path / "ncu.csv"))
     outcome = _with_evaluator(tmp_path, lambda ev: ev.run_job(
         "egg_mcp.evaluation.jobs:reach", {"read": [str(ws / "tasks.json")], "write": [str(ws / "x"), "ok.txt"],
                                           "env": ["EGG_MCP_TOKEN"]}, timeout_s=120, uses_gpu=True,

@@ -5,7 +5,7 @@ Everything here works from `task_status` output (the `TaskStatus` model or its J
 be made from a running server through any client:
 
     python tools/egg_client.py --stdio "egg-mcp serve" call task_status '{"task_id": "t-..."}' > status.json
-    python -m egg_mcp.e2e.report status.json report/ [--kernel exported.py]
+    python -m egg_mcp.e2e.task_report status.json report/ [--kernel exported.py]
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def write_task_report(status: TaskStatus | dict[str, Any], out_dir: Path, *, ker
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m egg_mcp.e2e.report",
+    parser = argparse.ArgumentParser(prog="python -m egg_mcp.e2e.task_report",
                                      description="markdown report and stage-time chart from task_status JSON")
     parser.add_argument("status_json", type=Path, help="output of the task_status tool (a file, or - for stdin)")
     parser.add_argument("out_dir", type=Path)
