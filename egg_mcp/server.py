@@ -54,7 +54,8 @@ from egg_mcp.workflow import limits
 from egg_mcp.workflow.service import EggService, WorkflowError
 from egg_mcp.stages import Stage
 from egg_mcp.workspace.faults import tool_error_text
-from egg_mcp.workspace.store import Workspace, WorkspaceError
+from egg_mcp.workspace.errors import WorkspaceError
+from egg_mcp.workspace.store import Workspace
 
 # Input constraints published in the tool schemas (the service checks them again for other callers). Every
 # argument model is strict (surface.schemas.strict_arguments): no bools or strings for numbers.
