@@ -231,7 +231,7 @@ def serve(args: argparse.Namespace) -> int:
         anyio.run(run_stdio, mcp)  # answers malformed JSON-RPC lines (the SDK's stdio drops them)
         return 0
     from egg_mcp.transport.auth import resolve_token, token_banner
-    from egg_mcp.transport.guard import HttpLimits
+    from egg_mcp.transport.connection_guard import HttpLimits
     from egg_mcp.transport.http import serve_http, tcp_listener, unix_listener
 
     if args.token:

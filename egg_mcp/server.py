@@ -53,8 +53,8 @@ from egg_mcp.workflow.models import (
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.service import EggService, WorkflowError
 from egg_mcp.stages import Stage
+from egg_mcp.workspace.damage import WorkspaceError
 from egg_mcp.workspace.faults import tool_error_text
-from egg_mcp.workspace.errors import WorkspaceError
 from egg_mcp.workspace.store import Workspace
 
 # Input constraints published in the tool schemas (the service checks them again for other callers). Every

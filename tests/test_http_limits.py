@@ -16,7 +16,7 @@ import pytest
 
 from egg_mcp.transport import auth
 from egg_mcp.transport.acceptor import Acceptor
-from egg_mcp.transport.guard import ConnectionGuard, HttpLimits
+from egg_mcp.transport.connection_guard import ConnectionGuard, HttpLimits
 from egg_mcp.transport.http import RateLimitedLogFilter, guarded_protocol, tcp_listener
 from tests.http_flood import TOKEN_HOLDER, fd_count, flood, open_session, post, start_server, timed_calls
 

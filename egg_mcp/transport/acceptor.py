@@ -8,7 +8,7 @@ import socket
 import time
 from collections import OrderedDict
 
-from egg_mcp.transport.guard import ConnectionGuard
+from egg_mcp.transport.connection_guard import ConnectionGuard
 
 
 class Acceptor:

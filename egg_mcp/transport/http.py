@@ -9,7 +9,7 @@ import socket
 import time
 
 from egg_mcp.transport.acceptor import Acceptor
-from egg_mcp.transport.guard import ConnectionGuard, HttpLimits
+from egg_mcp.transport.connection_guard import ConnectionGuard, HttpLimits
 
 
 def guarded_protocol(guard: ConnectionGuard):

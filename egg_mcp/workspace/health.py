@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from egg_mcp.workspace.errors import DatabaseDamaged
+from egg_mcp.workspace.damage import DatabaseDamaged
 from egg_mcp.workspace.snapshots import RECOVERY_LOG, database_problem
 from egg_mcp.workspace.store import Workspace
 

@@ -23,7 +23,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from egg_mcp.workspace.errors import DatabaseDamaged
+from egg_mcp.workspace.damage import DatabaseDamaged
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from egg_mcp.config import default_scratch_dir
-from egg_mcp.workspace.errors import ArtifactError
+from egg_mcp.workspace.damage import ArtifactError
 from egg_mcp.workspace.schema import (
     MIGRATIONS,
     SCHEMA,

@@ -1,4 +1,4 @@
-"""What goes wrong in a workspace that the client cannot fix by changing its call."""
+"""Damage in a workspace: what the client cannot fix by changing its call (the message says what to do)."""
 
 
 class WorkspaceError(Exception):
