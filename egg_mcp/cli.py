@@ -223,14 +223,16 @@ def serve(args: argparse.Namespace) -> int:
     if not args.http:
         import anyio
 
-        from egg_mcp.transport import run_stdio
+        from egg_mcp.transport.stdio import run_stdio
 
         mcp = _create_server(config)
         if mcp is None:
             return 2
         anyio.run(run_stdio, mcp)  # answers malformed JSON-RPC lines (the SDK's stdio drops them)
         return 0
-    from egg_mcp.transport import HttpLimits, resolve_token, serve_http, tcp_listener, token_banner, unix_listener
+    from egg_mcp.transport.auth import resolve_token, token_banner
+    from egg_mcp.transport.connection_guard import HttpLimits
+    from egg_mcp.transport.http import serve_http, tcp_listener, unix_listener
 
     if args.token:
         print("egg-mcp serve: --token is visible to every local user in the process list; set EGG_MCP_TOKEN "
@@ -250,7 +252,7 @@ def serve(args: argparse.Namespace) -> int:
     mcp = _create_server(config)
     if mcp is None:
         return 2
-    from egg_mcp.transport import install_log_rate_limit
+    from egg_mcp.transport.http import install_log_rate_limit
 
     install_log_rate_limit()
     host = "localhost" if args.uds else args.host
@@ -272,7 +274,8 @@ def build_http_app(mcp, *, host: str, port: int, token: str, extra_hosts: list[s
     that every request passes first (loopback and unix socket included)."""
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from egg_mcp.transport import MAX_BODY_BYTES, BearerTokenMiddleware, CheckedJsonRpcMiddleware
+    from egg_mcp.transport.auth import BearerTokenMiddleware
+    from egg_mcp.transport.jsonrpc_check import MAX_BODY_BYTES, CheckedJsonRpcMiddleware
 
     hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*", "localhost"]
     origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]

@@ -167,8 +167,28 @@ def lane_lines(config: ServerConfig) -> list[tuple[str, str, str]]:
 
 
 def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
-    failures = 0
     _line(OK, "python", sys.version.split()[0])
+    failures = _mcp_line()
+    torch = _torch_lines()
+    if torch is None:
+        return 1
+    for status, what, detail in hardware_lines(nvml_gpu_names(), nvml_gpu_uuids(), config.workspace):
+        _line(status, what, detail)
+    for status, what, detail in lane_lines(config):
+        _line(status, what, detail)
+        failures += status == FAIL
+    failures += _triton_line()
+    failures += _interpreter_line()
+    _sandbox_lines(config)
+    _bounds_lines()
+    _memcheck_line(torch.cuda.is_available())
+    _ncu_line(torch.cuda.is_available())
+    failures += _workspace_lines(config, start_empty)
+    failures += _kernelbench_line(config)
+    return 1 if failures else 0
+
+
+def _mcp_line() -> int:
     try:
         import mcp  # noqa: F401
         from importlib.metadata import version
@@ -176,7 +196,12 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
         _line(OK, "mcp SDK", version("mcp"))
     except Exception as exc:  # pragma: no cover - install problem
         _line(FAIL, "mcp SDK", f"not importable: {exc}")
-        failures += 1
+        return 1
+    return 0
+
+
+def _torch_lines():
+    """torch and the GPUs it sees; None when torch cannot be imported (nothing else can be checked)."""
     try:
         import torch
 
@@ -191,35 +216,38 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
             _line(WARN, "GPU (torch)", "none: verification runs in the Triton CPU interpreter, no timing")
     except Exception as exc:
         _line(FAIL, "torch", f"not importable: {exc}")
-        return 1
-    for status, what, detail in hardware_lines(nvml_gpu_names(), nvml_gpu_uuids(), config.workspace):
-        _line(status, what, detail)
-    for status, what, detail in lane_lines(config):
-        _line(status, what, detail)
-        failures += status == FAIL
+        return None
+    return torch
+
+
+def _triton_line() -> int:
     try:
         import triton
 
         _line(OK, "triton", triton.__version__)
     except Exception as exc:
         _line(FAIL, "triton", f"not importable: {exc}")
-        failures += 1
+        return 1
+    return 0
+
+
+def _interpreter_line() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, TRITON_INTERPRET="1", TRITON_CACHE_DIR=tmp)
         probe = subprocess.run([sys.executable, "-c", _INTERPRETER_PROBE], env=env, capture_output=True, text=True,
                                timeout=120)
         if probe.returncode == 0:
             _line(OK, "interpreter", "TRITON_INTERPRET=1 runs a kernel correctly on the CPU")
-        else:
-            _line(FAIL, "interpreter", (probe.stderr.strip().splitlines() or ["failed"])[-1])
-            failures += 1
-    _sandbox_lines(config)
-    _bounds_lines()
-    _memcheck_line(torch.cuda.is_available())
+            return 0
+        _line(FAIL, "interpreter", (probe.stderr.strip().splitlines() or ["failed"])[-1])
+        return 1
+
+
+def _ncu_line(cuda: bool) -> None:
     ncu = find_ncu()
     if ncu is None:
         _line(WARN, "ncu", "not found: profile_ncu uses the no-counter fallback (set EGG_MCP_NCU to its path)")
-    elif not torch.cuda.is_available():
+    elif not cuda:
         _line(WARN, "ncu", f"{ncu} (no GPU: cannot read counters here)")
     else:
         probe = subprocess.run([ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv",
@@ -231,6 +259,9 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
             reason = "ERR_NVGPUCTRPERM (no permission for counters)" if "ERR_NVGPUCTRPERM" in text else \
                 (text.strip().splitlines() or ["failed"])[-1][:160]
             _line(WARN, "ncu", f"{ncu} cannot read counters: {reason}; profile_ncu falls back")
+
+
+def _workspace_lines(config: ServerConfig, start_empty: bool) -> int:
     try:
         config.workspace.mkdir(parents=True, exist_ok=True)
         probe_file = config.workspace / ".doctor"
@@ -239,14 +270,18 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
         _line(OK, "workspace", str(config.workspace))
     except OSError as exc:
         _line(FAIL, "workspace", f"{config.workspace} not writable: {exc}; pass --workspace")
-        failures += 1
-    else:
-        from egg_mcp.workspace.health import workspace_health
+        return 1
+    from egg_mcp.workspace.health import workspace_health
 
-        for status, what, detail in workspace_health(config.workspace, start_empty=start_empty,
-                                                     scratch=config.scratch_dir()):
-            _line({"ok": OK, "warn": WARN, "fail": FAIL}[status], what, detail)
-            failures += status == "fail"
+    failures = 0
+    for status, what, detail in workspace_health(config.workspace, start_empty=start_empty,
+                                                 scratch=config.scratch_dir()):
+        _line({"ok": OK, "warn": WARN, "fail": FAIL}[status], what, detail)
+        failures += status == "fail"
+    return failures
+
+
+def _kernelbench_line(config: ServerConfig) -> int:
     kb = config.kernelbench_dir
     if kb is None:
         _line(WARN, "KernelBench", "not configured (--kernelbench-dir): ids like level1/23 are unavailable")
@@ -254,5 +289,5 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
         _line(OK, "KernelBench", str(kb))
     else:
         _line(FAIL, "KernelBench", f"{kb} has no KernelBench/level1 folder")
-        failures += 1
-    return 1 if failures else 0
+        return 1
+    return 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from egg_mcp.cli import build_parser
-from egg_mcp.transport import UNAUTHORIZED_BODY
+from egg_mcp.transport.auth import UNAUTHORIZED_BODY
 
 
 def _help(*argv: str) -> str:

@@ -14,7 +14,10 @@ import time
 
 import pytest
 
-from egg_mcp import transport
+from egg_mcp.transport import auth
+from egg_mcp.transport.acceptor import Acceptor
+from egg_mcp.transport.connection_guard import ConnectionGuard, HttpLimits
+from egg_mcp.transport.http import RateLimitedLogFilter, guarded_protocol, tcp_listener
 from tests.http_flood import TOKEN_HOLDER, fd_count, flood, open_session, post, start_server, timed_calls
 
 pytestmark = pytest.mark.slow
@@ -124,14 +127,14 @@ def test_token_compare_is_constant_time(monkeypatch):
     import anyio
 
     calls = []
-    real = transport.hmac.compare_digest
-    monkeypatch.setattr(transport.hmac, "compare_digest", lambda a, b: calls.append((a, b)) or real(a, b))
+    real = auth.hmac.compare_digest
+    monkeypatch.setattr(auth.hmac, "compare_digest", lambda a, b: calls.append((a, b)) or real(a, b))
     reached = []
 
     async def app(scope, receive, send):
         reached.append(scope["path"])
 
-    mw = transport.BearerTokenMiddleware(app, "t0ken")
+    mw = auth.BearerTokenMiddleware(app, "t0ken")
     sent = []
 
     async def send(message):
@@ -145,7 +148,7 @@ def test_token_compare_is_constant_time(monkeypatch):
     assert calls == [(b"Bearer nope", b"Bearer t0ken"), (b"Bearer t0ken", b"Bearer t0ken")]
     assert reached == ["/b"] and sent[0]["status"] == 401
     with pytest.raises(ValueError):
-        transport.BearerTokenMiddleware(app, "")
+        auth.BearerTokenMiddleware(app, "")
 
 
 def test_oversized_body_refused(server):
@@ -199,7 +202,7 @@ def test_header_and_body_timeouts(server):
 
 def test_log_rate_limit_filter_bounds_a_flood():
     now = [0.0]
-    flt = transport.RateLimitedLogFilter(burst=5, per_s=10.0, clock=lambda: now[0])
+    flt = RateLimitedLogFilter(burst=5, per_s=10.0, clock=lambda: now[0])
     rec = lambda: logging.LogRecord("uvicorn.error", logging.WARNING, __file__, 1, "Invalid HTTP request received.",
                                     None, None)
     passed = [flt.filter(r := rec()) and r for _ in range(10_000)]
@@ -271,7 +274,7 @@ def test_guard_paces_evictions_at_the_cap_and_logs_one_summary_line(caplog):
     import asyncio
 
     async def body():
-        guard = transport.ConnectionGuard(transport.HttpLimits(max_connections=4, evictions_per_s=10))
+        guard = ConnectionGuard(HttpLimits(max_connections=4, evictions_per_s=10))
         conns = [_Conn() for _ in range(4)]
         for c in conns:
             assert guard.admit(c) and guard.accept_delay() == 0.0  # below the cap: no pacing
@@ -294,7 +297,7 @@ def test_guard_paces_evictions_at_the_cap_and_logs_one_summary_line(caplog):
 
 
 def test_guard_paces_accepts_at_the_cap():
-    guard = transport.ConnectionGuard(transport.HttpLimits(max_connections=1, accepts_at_cap_per_s=100))
+    guard = ConnectionGuard(HttpLimits(max_connections=1, accepts_at_cap_per_s=100))
     assert guard.accept_delay() == 0.0  # below the cap
     guard.open = 1
     delays = [guard.accept_delay() for _ in range(10)]
@@ -308,7 +311,7 @@ def test_acceptor_refuses_at_accept_when_full_and_paces_at_the_cap():
     import asyncio
 
     async def body():
-        guard = transport.ConnectionGuard(transport.HttpLimits(max_connections=2, evictions_per_s=10, accept_batch=4))
+        guard = ConnectionGuard(HttpLimits(max_connections=2, evictions_per_s=10, accept_batch=4))
         made: list = []
 
         class Proto(asyncio.Protocol):
@@ -327,9 +330,9 @@ def test_acceptor_refuses_at_accept_when_full_and_paces_at_the_cap():
             def connection_lost(self, exc):
                 guard.forget(self)
 
-        lsock = transport.tcp_listener("127.0.0.1", 0, 64)
+        lsock = tcp_listener("127.0.0.1", 0, 64)
         port = lsock.getsockname()[1]
-        acceptor = transport.Acceptor(lsock, Proto, guard, logging.getLogger("egg_mcp.http"))
+        acceptor = Acceptor(lsock, Proto, guard, logging.getLogger("egg_mcp.http"))
         acceptor.start()
         loop = asyncio.get_running_loop()
         clients = []
@@ -400,12 +403,12 @@ def test_closed_connections_are_not_left_to_the_cycle_collector():
         raise AssertionError
 
     async def body():
-        guard = transport.ConnectionGuard(transport.HttpLimits(max_connections=10))
-        config = uvicorn.Config(app, http=transport.guarded_protocol(guard), ws="none", lifespan="off", log_config=None)
+        guard = ConnectionGuard(HttpLimits(max_connections=10))
+        config = uvicorn.Config(app, http=guarded_protocol(guard), ws="none", lifespan="off", log_config=None)
         config.load()
         server = uvicorn.Server(config)
-        lsock = transport.tcp_listener("127.0.0.1", 0, 64)
-        acceptor = transport.Acceptor(lsock, lambda: config.http_protocol_class(
+        lsock = tcp_listener("127.0.0.1", 0, 64)
+        acceptor = Acceptor(lsock, lambda: config.http_protocol_class(
             config=config, server_state=server.server_state, app_state={}), guard, logging.getLogger("egg_mcp.http"))
         acceptor.start()
         loop = asyncio.get_running_loop()

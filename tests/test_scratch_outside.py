@@ -10,7 +10,7 @@ from pathlib import Path
 
 from egg_mcp.config import ServerConfig, default_scratch_dir
 from egg_mcp.evaluation import runner_process
-from egg_mcp.workspace import store
+from egg_mcp.workspace.scratch import RUNNER_DIRS_FILE, SCRATCH_OWNER_FILE, private_scratch
 from egg_mcp.workspace.store import Workspace
 
 
@@ -39,7 +39,7 @@ def test_a_planted_scratch_base_is_not_used(tmp_path):
     shared.mkdir()
     (tmp_path / "elsewhere").mkdir()
     (shared / f"egg-mcp-{os.getuid()}").symlink_to(tmp_path / "elsewhere")
-    got = store.private_scratch(shared / f"egg-mcp-{os.getuid()}" / "abc", tmp_path / "ws")
+    got = private_scratch(shared / f"egg-mcp-{os.getuid()}" / "abc", tmp_path / "ws")
     assert got == tmp_path / "ws" / "scratch" and not (tmp_path / "elsewhere" / "abc").exists()
 
 
@@ -52,7 +52,7 @@ def _runner_dir(base: Path, name: str) -> Path:
 
 
 def test_runner_dirs_a_killed_judge_listed_are_removed_and_a_live_ones_kept(tmp_path, monkeypatch):
-    assert store.RUNNER_DIRS_FILE == runner_process.RUNNER_DIRS_FILE
+    assert RUNNER_DIRS_FILE == runner_process.RUNNER_DIRS_FILE
     temp = tmp_path / "systmp"
     temp.mkdir()
     scratch = tmp_path / "scratch"
@@ -67,9 +67,9 @@ def test_runner_dirs_a_killed_judge_listed_are_removed_and_a_live_ones_kept(tmp_
     link = temp / "tmplink"
     link.symlink_to(_runner_dir(tmp_path, "target"))
     kept_by_live = _runner_dir(temp, "tmplive")
-    (dead_judge / store.RUNNER_DIRS_FILE).write_text(
+    (dead_judge / RUNNER_DIRS_FILE).write_text(
         "\n".join(map(str, [stale, busy, stranger, link, "relative/x", temp / "gone"])) + "\n")
-    (live_judge / store.RUNNER_DIRS_FILE).write_text(f"{kept_by_live}\n")
+    (live_judge / RUNNER_DIRS_FILE).write_text(f"{kept_by_live}\n")
     old = time.time() - 600
     for d in (dead_judge, live_judge):
         os.utime(d, (old, old))
@@ -124,8 +124,8 @@ def test_the_scratch_of_a_deleted_workspace_is_removed_at_the_next_start(tmp_pat
     gone_ws, kept_ws, busy_ws = tmp_path / "gone", tmp_path / "kept", tmp_path / "busy"
     made = {}
     for ws in (gone_ws, kept_ws, busy_ws):
-        made[ws] = store.private_scratch(base / ws.name, ws)
-        assert (made[ws] / store.SCRATCH_OWNER_FILE).read_text() == str(ws.resolve())
+        made[ws] = private_scratch(base / ws.name, ws)
+        assert (made[ws] / SCRATCH_OWNER_FILE).read_text() == str(ws.resolve())
         (made[ws] / "worker-interp-x").mkdir()
     foreign = base / "notours"  # no owner file: never touched
     foreign.mkdir()

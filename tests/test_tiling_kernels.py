@@ -150,7 +150,7 @@ def test_propose_tiling_reports_rank_correlation_when_three_or_more_measured():
     assert proposal.rank_correlation_n == 5 and proposal.rank_correlation == pytest.approx(rho) and 0 < rho < 1
     assert f"rank correlation (Spearman) {rho:.2f} over 5 configs" in proposal.note
     assert proposal.kernels[0].kernel == "gemm_add_relu_kernel" and proposal.kernels[0].precision == "tf32x3"
-    from egg_mcp.server import TilingResult
+    from egg_mcp.server.measure_tools import TilingResult
     from egg_mcp.surface.summaries import summary_text
 
     text = summary_text("propose_tiling", TilingResult(task_id="t", candidate_id="c", report_id="r", proposal=proposal,

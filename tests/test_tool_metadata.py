@@ -9,7 +9,8 @@ import anyio
 from mcp import Client
 
 from egg_mcp.config import ServerConfig
-from egg_mcp.server import TOOL_ANNOTATIONS, create_server
+from egg_mcp.server import create_server
+from egg_mcp.server.tool_metadata import TOOL_ANNOTATIONS
 
 HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from mcp_types import INVALID_REQUEST, PARSE_ERROR
 
-from egg_mcp.transport import error_for_line
+from egg_mcp.transport.jsonrpc_check import error_for_line
 
 VALID = {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "list_tasks", "arguments": {}}}
 

@@ -11,8 +11,10 @@ import pytest
 
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.workflow.models import StageDecision
+from egg_mcp.workspace.damage import DatabaseDamaged
 from egg_mcp.workspace.health import workspace_health
-from egg_mcp.workspace.store import SCHEMA_VERSION, DatabaseDamaged, Workspace
+from egg_mcp.workspace.schema import SCHEMA_VERSION
+from egg_mcp.workspace.store import Workspace
 from tests.workspace_fakes import make_service
 
 SEED = (Path(__file__).parent / "fixtures" / "softmax" / "row_per_program.py").read_text()

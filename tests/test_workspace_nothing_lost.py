@@ -90,7 +90,7 @@ def test_lost_or_cut_wal_after_kill9_loses_no_acknowledged_task(tmp_path, damage
     damage(ws)
     assert tasks_seen_by_plain_sqlite(ws, tmp_path / "plain") < n, "the damage must lose tasks to a plain open"
 
-    with caplog.at_level(logging.WARNING, logger="egg_mcp.workspace.store"):
+    with caplog.at_level(logging.WARNING, logger="egg_mcp.workspace.snapshots"):
         service = make_service(ws)  # the restart
     note = service.ws.recovery_note
     assert note and "older than its newest snapshot" in note and "damaged" in note, note

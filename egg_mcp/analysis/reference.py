@@ -58,39 +58,17 @@ def analyze_model(
     ops, index = _collapse(raw)
     chains, attention = _chains(raw, index)
 
-    tc_flops = sum(r.info.flops for r in raw if r.info.op_class in TENSOR_CORE_CLASSES)
-    if counter_flops and counter_flops != tc_flops:
-        notes.append(f"torch FlopCounterMode counted {counter_flops} GEMM/conv FLOPs, per-op sum {tc_flops}; "
-                     "using the counter")
-        tc_flops = counter_flops
-    other_flops = sum(r.info.flops for r in raw if r.info.op_class not in TENSOR_CORE_CLASSES)
-    flops = tc_flops + other_flops
+    flops, tc_flops = _flops(raw, counter_flops, notes)
 
     tensor_inputs = [t for t in inputs if isinstance(t, torch.Tensor)]
-    seen: set[int] = set()
-    param_count = param_bytes = 0
-    for t in list(model.parameters()) + list(model.buffers()):
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        param_count += t.numel() if t.is_floating_point() or t.dim() else 0
-        param_bytes += t.numel() * t.element_size()
+    param_count, param_bytes = _parameters(model)
     in_bytes = sum(t.numel() * t.element_size() for t in tensor_inputs)
     out_bytes = sum(t.numel() * t.element_size() for t in outputs)
     min_bytes = in_bytes + out_bytes + param_bytes
 
-    infos = [r.info for r in raw]
-    if precision_probe is None:
-        errors, precision_method = gemm_fallback(infos, dtype, "no module given")
-    else:
-        errors, precision_method = precision_probe(infos)
+    errors, precision_method = _precision_errors([r.info for r in raw], dtype, precision_probe)
     compute_type = admissible_compute_type(dtype, tolerance, errors, gpu)
-    floor, floors, floor_text = None, {}, f"floor: {gpu_missing}"
-    if gpu is not None:
-        floor = roofline_floor(flops, tc_flops, min_bytes, gpu, compute_type)
-        floors = {ct: roofline_floor(flops, tc_flops, min_bytes, gpu, ct).floor_ms
-                  for ct in dict.fromkeys([*candidate_compute_types(dtype), compute_type]) if ct in gpu.peak_flops}
-        floor_text = f"floor {fmt_ms(floor.floor_ms)} on {gpu.name} ({compute_type}, {floor.bound}-bound, {gpu.source})"
+    floor, floors, floor_text = _floors(flops, tc_flops, min_bytes, gpu, dtype, compute_type, gpu_missing)
     classes = _ordered_classes(ops, attention)
     if traced_on is None:
         devs = {t.device.type for t in tensor_inputs}
@@ -106,14 +84,7 @@ def analyze_model(
         f"{fmt_flops(flops)}, min traffic {fmt_bytes(min_bytes)}, AI {ai:.3g} FLOP/B; "
         f"{floor_text}"
     )
-    if chains:
-        notes.append(
-            f"eager's ops move at least {fmt_bytes(sum(r.info.bytes for r in raw))} through DRAM (each reading its "
-            f"inputs and writing its output once; their own passes can move more); fusing the chains saves at least "
-            f"{fmt_bytes(sum(c.saved_bytes for c in chains))}"
-        )
-    if traced_on == "meta":
-        notes.append("traced on meta tensors: shapes and FLOPs exact, no data touched")
+    notes += _fusion_and_trace_notes(raw, chains, traced_on)
     return ReferenceAnalysis(
         summary=summary,
         problem_doc=problem_doc,
@@ -141,6 +112,64 @@ def analyze_model(
         notes=notes,
     )
 
+
+
+def _flops(raw, counter_flops: int, notes: list[str]) -> tuple[int, int]:
+    """(all FLOPs, tensor-core FLOPs): torch's FlopCounterMode count for GEMM/conv where it disagrees (noted)."""
+    tc_flops = sum(r.info.flops for r in raw if r.info.op_class in TENSOR_CORE_CLASSES)
+    if counter_flops and counter_flops != tc_flops:
+        notes.append(f"torch FlopCounterMode counted {counter_flops} GEMM/conv FLOPs, per-op sum {tc_flops}; "
+                     "using the counter")
+        tc_flops = counter_flops
+    other_flops = sum(r.info.flops for r in raw if r.info.op_class not in TENSOR_CORE_CLASSES)
+    return tc_flops + other_flops, tc_flops
+
+
+def _parameters(model: Any) -> tuple[int, int]:
+    """(parameter count, bytes of parameters and buffers), each tensor once."""
+    seen: set[int] = set()
+    param_count = param_bytes = 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        param_count += t.numel() if t.is_floating_point() or t.dim() else 0
+        param_bytes += t.numel() * t.element_size()
+    return param_count, param_bytes
+
+
+def _precision_errors(infos, dtype: str, precision_probe) -> tuple[Any, str]:
+    """The precision ladder's errors and how they were found: `precision_probe` at the output, else per GEMM."""
+    if precision_probe is None:
+        return gemm_fallback(infos, dtype, "no module given")
+    return precision_probe(infos)
+
+
+def _floors(flops: int, tc_flops: int, min_bytes: int, gpu: GpuSpec | None, dtype: str, compute_type: str,
+            gpu_missing: str):
+    """(the roofline floor at `compute_type`, the floor at each admissible alternative, the summary's floor text);
+    without a GPU: (None, {}, why)."""
+    if gpu is None:
+        return None, {}, f"floor: {gpu_missing}"
+    floor = roofline_floor(flops, tc_flops, min_bytes, gpu, compute_type)
+    floors = {ct: roofline_floor(flops, tc_flops, min_bytes, gpu, ct).floor_ms
+              for ct in dict.fromkeys([*candidate_compute_types(dtype), compute_type]) if ct in gpu.peak_flops}
+    floor_text = f"floor {fmt_ms(floor.floor_ms)} on {gpu.name} ({compute_type}, {floor.bound}-bound, {gpu.source})"
+    return floor, floors, floor_text
+
+
+def _fusion_and_trace_notes(raw, chains, traced_on: str) -> list[str]:
+    """What fusing the chains saves over eager's traffic, and what a trace on meta tensors means."""
+    notes = []
+    if chains:
+        notes.append(
+            f"eager's ops move at least {fmt_bytes(sum(r.info.bytes for r in raw))} through DRAM (each reading its "
+            f"inputs and writing its output once; their own passes can move more); fusing the chains saves at least "
+            f"{fmt_bytes(sum(c.saved_bytes for c in chains))}"
+        )
+    if traced_on == "meta":
+        notes.append("traced on meta tensors: shapes and FLOPs exact, no data touched")
+    return notes
 
 # ----------------------------------------------------------------------------------------------
 # Worker side

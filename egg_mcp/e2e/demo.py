@@ -28,6 +28,7 @@ from egg_mcp.e2e.demo_plan import (
     PLANS,
     DemoError,
     DemoPlan,
+    Step,
     available_problems,
     carry_tunables,
     kernel_source,
@@ -159,6 +160,17 @@ async def drive(client, problem: str, *, transport: str, log=lambda msg: None) -
     plan = PLANS[problem]
     t0 = time.monotonic()
     d = _Driver(client, plan, log)
+    report = await _start(d, problem, plan, transport, log)
+    commit, committed = await _seeds(d, problem, plan, log)
+    for step in plan.steps:
+        commit, committed = await _later_stage(d, problem, step, commit, committed, log)
+    await _done(d, report)
+    report.wall_s = round(time.monotonic() - t0, 2)
+    return report
+
+
+async def _start(d: _Driver, problem: str, plan: DemoPlan, transport: str, log) -> DemoReport:
+    """start_task: the task id, whether kernels are timed here, and the report every later step fills."""
     log(f"start_task {problem}")
     started = await d.call("start_task", reference=problem, k_seeds=len(plan.seeds))
     d.task_id = started["task_id"]
@@ -170,8 +182,12 @@ async def drive(client, problem: str, *, transport: str, log=lambda msg: None) -
     if not d.timing:
         report.notes.append("timings need a GPU: on this machine every kernel was checked for correctness in the "
                             "Triton interpreter only")
+    return report
 
-    # SEEDS ---------------------------------------------------------------------------------------
+
+async def _seeds(d: _Driver, problem: str, plan: DemoPlan, log) -> tuple[dict[str, Any], dict[str, Any]]:
+    """SEEDS: the baselines, every seed verified, the best one committed; (the commit's reply, the committed seed)."""
+    report = d.report
     log("SEEDS: generate_seeds")
     seeds = await d.call("generate_seeds", task_id=d.task_id)
     base = seeds.get("baselines") or {}
@@ -193,82 +209,104 @@ async def drive(client, problem: str, *, transport: str, log=lambda msg: None) -
         "rationale": ("fastest correct seed by measurement" if d.timing
                       else "first correct seed (no timing without a GPU; on a GPU the fastest one is chosen)"),
         "evidence": evidence}, kept=False)
-    committed = best
+    return commit, best
 
-    # later stages -----------------------------------------------------------------------------------
-    for step in plan.steps:
-        status = await d.call("task_status", task_id=d.task_id)
-        if status["stage"] != step.stage:
-            raise DemoError(f"expected stage {step.stage}, the task is in {status['stage']}")
-        log(f"{step.stage}:")
-        extra: list[dict[str, Any]] = []
-        if step.profile_committed:
-            try:
-                p = await d.profile(committed["candidate_id"])
-                extra.append({"metric": "profile", "before": _profile_line(p), "report_id": p["report_id"]})
-            except ToolFailed as exc:  # a profiler failure costs the evidence, not the run
-                report.notes.append(f"{step.stage}: {exc}")
-                log(f"    {exc}")
-        committed_source = commit["context"]["committed_source"] or ""
-        changes = list(step.changes)
-        summary = step.summary
-        verified = []
-        for file in step.kernels:
-            source = kernel_source(problem, file)
-            label = file
-            if step.carry_tunables:
-                source, carried = carry_tunables(committed_source, source)
-                if carried:
-                    changes.append("kept the committed configuration " + ", ".join(f"{k}={v}" for k, v in carried.items()))
-            verified.append(await d.verify(step.stage, label, source, step.summary))
-            if d.timing:
-                for name, values in step.gpu_variants.items():
-                    for value in values:
-                        verified.append(await d.verify(step.stage, f"{file} {name}={value}",
-                                                       set_constant(source, name, value), f"{step.summary} ({name}={value})"))
-        if step.tiling:
-            first = _best(verified, d.timing)
+
+async def _later_stage(d: _Driver, problem: str, step: Step, commit: dict[str, Any], committed: dict[str, Any],
+                       log) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One stage after SEEDS: its kernels verified (and tuned), the best committed; (the commit's reply, the
+    committed candidate)."""
+    report = d.report
+    status = await d.call("task_status", task_id=d.task_id)
+    if status["stage"] != step.stage:
+        raise DemoError(f"expected stage {step.stage}, the task is in {status['stage']}")
+    log(f"{step.stage}:")
+    extra: list[dict[str, Any]] = []
+    if step.profile_committed:
+        try:
+            p = await d.profile(committed["candidate_id"])
+            extra.append({"metric": "profile", "before": _profile_line(p), "report_id": p["report_id"]})
+        except ToolFailed as exc:  # a profiler failure costs the evidence, not the run
+            report.notes.append(f"{step.stage}: {exc}")
+            log(f"    {exc}")
+    committed_source = commit["context"]["committed_source"] or ""
+    changes = list(step.changes)
+    summary = step.summary
+    verified = await _stage_kernels(d, problem, step, committed_source, changes)
+    if step.tiling:
+        verified, summary = await _tiling(d, step, verified, extra, changes, summary, log)
+    candidate = _best(verified, d.timing)
+    if step.tiling and candidate is not None and d.kernel_of.get(candidate["candidate_id"], "").startswith("propose"):
+        step_summary = summary
+    else:
+        step_summary = step.summary
+    commit = await d.commit(step.stage, candidate, committed, step_summary, changes, step.rationale, extra)
+    committed = {"candidate_id": commit["committed"]["candidate_id"], "time_ms": commit["committed"]["time_ms"]}
+    return commit, committed
+
+
+async def _stage_kernels(d: _Driver, problem: str, step: Step, committed_source: str,
+                         changes: list[str]) -> list[dict[str, Any]]:
+    """The stage's kernels verified (with the committed tunables carried over, and its GPU variants on a GPU)."""
+    verified = []
+    for file in step.kernels:
+        source = kernel_source(problem, file)
+        label = file
+        if step.carry_tunables:
+            source, carried = carry_tunables(committed_source, source)
+            if carried:
+                changes.append("kept the committed configuration " + ", ".join(f"{k}={v}" for k, v in carried.items()))
+        verified.append(await d.verify(step.stage, label, source, step.summary))
+        if d.timing:
+            for name, values in step.gpu_variants.items():
+                for value in values:
+                    verified.append(await d.verify(step.stage, f"{file} {name}={value}",
+                                                   set_constant(source, name, value), f"{step.summary} ({name}={value})"))
+    return verified
+
+
+async def _tiling(d: _Driver, step: Step, verified: list[dict[str, Any]], extra: list[dict[str, Any]],
+                  changes: list[str], summary: str, log) -> tuple[list[dict[str, Any]], str]:
+    """propose_tiling on the stage's best kernel and its recommendation verified; (the verified list, the summary)."""
+    report = d.report
+    first = _best(verified, d.timing)
+    t = None
+    if first is not None:
+        log("  propose_tiling ...")
+        try:
+            t = await d.call("propose_tiling", task_id=d.task_id, candidate_id=first["candidate_id"],
+                             max_trials=8, time_budget_s=90.0)
+        except ToolFailed as exc:  # keep the stage's own kernel
+            report.notes.append(f"{step.stage}: {exc}")
+            log(f"    {exc}")
             t = None
-            if first is not None:
-                log("  propose_tiling ...")
-                try:
-                    t = await d.call("propose_tiling", task_id=d.task_id, candidate_id=first["candidate_id"],
-                                     max_trials=8, time_budget_s=90.0)
-                except ToolFailed as exc:  # keep the stage's own kernel
-                    report.notes.append(f"{step.stage}: {exc}")
-                    log(f"    {exc}")
-                    t = None
-            if first is not None and t is not None:
-                prop = t["proposal"]
-                rec = prop.get("recommended") or {}
-                label = ", ".join(f"{k}={v}" for k, v in (rec.get("values") or {}).items()) or "unchanged"
-                report.reports.append({"kind": "tiling", "report_id": t["report_id"], "candidate_id": first["candidate_id"],
-                                       "measured": prop.get("measured"), "recommended": label,
-                                       "feasible": prop.get("feasible_count"), "pruned": prop.get("pruned_count"),
-                                       "reason": prop.get("recommended_reason", "")})
-                log(f"    recommended {label} ({'measured' if prop.get('measured') else 'analytic ranking only'}; "
-                    f"{prop.get('feasible_count')} feasible, {prop.get('pruned_count')} pruned)")
-                extra.append({"metric": "tiling_recommendation", "after": label, "report_id": t["report_id"]})
-                if prop.get("recommended_source"):
-                    rec_v = await d.verify(step.stage, f"propose_tiling: {label}", prop["recommended_source"],
-                                           f"propose_tiling recommendation {label}")
-                    changes.append(f"propose_tiling recommended {label}")
-                    if not d.timing and rec_v["verdict"] == "correct":
-                        # nothing to measure on a CPU: the verified recommendation goes on
-                        verified = [rec_v]
-                    else:
-                        verified.append(rec_v)
-                    if rec_v["verdict"] == "correct":
-                        summary = f"{step.summary}: {label}"
-        candidate = _best(verified, d.timing)
-        if step.tiling and candidate is not None and d.kernel_of.get(candidate["candidate_id"], "").startswith("propose"):
-            step_summary = summary
-        else:
-            step_summary = step.summary
-        commit = await d.commit(step.stage, candidate, committed, step_summary, changes, step.rationale, extra)
-        committed = {"candidate_id": commit["committed"]["candidate_id"], "time_ms": commit["committed"]["time_ms"]}
+    if first is not None and t is not None:
+        prop = t["proposal"]
+        rec = prop.get("recommended") or {}
+        label = ", ".join(f"{k}={v}" for k, v in (rec.get("values") or {}).items()) or "unchanged"
+        report.reports.append({"kind": "tiling", "report_id": t["report_id"], "candidate_id": first["candidate_id"],
+                               "measured": prop.get("measured"), "recommended": label,
+                               "feasible": prop.get("feasible_count"), "pruned": prop.get("pruned_count"),
+                               "reason": prop.get("recommended_reason", "")})
+        log(f"    recommended {label} ({'measured' if prop.get('measured') else 'analytic ranking only'}; "
+            f"{prop.get('feasible_count')} feasible, {prop.get('pruned_count')} pruned)")
+        extra.append({"metric": "tiling_recommendation", "after": label, "report_id": t["report_id"]})
+        if prop.get("recommended_source"):
+            rec_v = await d.verify(step.stage, f"propose_tiling: {label}", prop["recommended_source"],
+                                   f"propose_tiling recommendation {label}")
+            changes.append(f"propose_tiling recommended {label}")
+            if not d.timing and rec_v["verdict"] == "correct":
+                # nothing to measure on a CPU: the verified recommendation goes on
+                verified = [rec_v]
+            else:
+                verified.append(rec_v)
+            if rec_v["verdict"] == "correct":
+                summary = f"{step.summary}: {label}"
+    return verified, summary
 
-    # DONE --------------------------------------------------------------------------------------------
+
+async def _done(d: _Driver, report: DemoReport) -> None:
+    """DONE: the kernel exported and the final status read."""
     exported = await d.call("export_kernel", task_id=d.task_id)
     report.export_path = exported.get("path")
     final = await d.call("task_status", task_id=d.task_id)
@@ -276,8 +314,6 @@ async def drive(client, problem: str, *, transport: str, log=lambda msg: None) -
     report.status = final
     report.eager_ms = final.get("eager_ms", report.eager_ms)
     report.compile_ms = final.get("compile_ms", report.compile_ms)
-    report.wall_s = round(time.monotonic() - t0, 2)
-    return report
 
 
 def _profile_line(p: dict[str, Any]) -> str:

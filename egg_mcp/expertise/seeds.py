@@ -127,96 +127,122 @@ def _why(p: Paradigm, analysis: ReferenceAnalysis, gpu: GpuSpec | None, dtype: s
 
 
 def _why_on(p: Paradigm, analysis: ReferenceAnalysis, sms: int, dtype: str) -> tuple[float, str]:
+    """(score, the fact and reason) for paradigm `p` on this problem's main op of its class."""
     op = _main_op(analysis, p.op_class)
     name = p.key.split(".", 1)[1]
     if op is None:
         return 0.0, p.wins_when
     if p.op_class in ("reduction", "softmax", "normalization", "scan"):
-        rl = _rows_and_length(op)
-        if rl is None:
-            return 0.0, p.wins_when
-        rows, length = rl
-        row_bytes = length * _elt_bytes(dtype)
-        fits = row_bytes <= ROW_IN_REGISTERS_MAX_BYTES
-        # splitting a row only pays when the rows cannot fill the SMs AND each row is long enough
-        # that one program would stream it for longer than a launch (~3 us) costs
-        few_rows = rows < 2 * sms and length >= SPLIT_ROW_MIN_LENGTH
-        strided_stats = "batch_norm" in op.op and op.input_shapes[0][0] > 1  # instance norm: [1, N*C, H, W]
-        fact = f"{rows} rows of {length} ({fmt_bytes(row_bytes)} per row; {sms} SMs)"
-        table = {
-            "row_in_registers": (3 if fits else 0.5, "row fits registers" if fits else "row too long for registers"),
-            "associative_scan_in_registers": (2.5 if fits else 0.5, "row fits registers" if fits else "row too long"),
-            "online_looped": (2.5 if not fits else 1.5, "streams rows of any length"),
-            "looped_row": (2.5 if not fits else 1.5, "streams rows of any length"),
-            "blocked_scan_with_carry": (3, "streams rows of any length"),
-            "row_per_program": (3 if not few_rows else 1, "enough rows to fill the SMs" if not few_rows
-                                else "too few rows to fill the SMs alone"),
-            "multi_row_tile": (2.5 if length < 1024 or "dim" in op.attrs and op.attrs["dim"] != [len(op.input_shapes[0]) - 1]
-                               else 1.2, "short or strided rows"),
-            "split_row_two_pass": (3.5 if few_rows else 1.3, "few rows: split each row across SMs" if few_rows
-                                   else "rows already fill the SMs; splitting adds a pass"),
-            "split_row_partials": (3.5 if few_rows else 1.3, "few rows: split each row across SMs" if few_rows
-                                   else "rows already fill the SMs; splitting adds a pass"),
-            "reduce_then_scan": (3.5 if few_rows else 1.0, "few long rows: parallel over chunks" if few_rows
-                                 else "rows already fill the SMs"),
-            "atomics": (2 if few_rows else 0.8, "one launch for few outputs" if few_rows else "atomic order varies"),
-            "channel_stats_then_apply": (3.5 if strided_stats else 0.8, "per-channel statistics over N*H*W"
-                                         if strided_stats else "each normalised row is contiguous"),
-        }
-        score, reason = table.get(name, (1.0, p.wins_when))
-        return score, f"{fact}: {reason}"
+        return _why_on_rows(p, op, name, sms, dtype)
     if p.op_class in ("gemm", "batched_gemm", "attention"):
-        M, N, K = op.attrs.get("M", 0), op.attrs.get("N", 0), op.attrs.get("K", 0)
-        batch = op.attrs.get("batch", 1)
-        tiles = math.ceil(M / TILE) * math.ceil(N / TILE) * batch if M and N else 0
-        waves = tiles / sms if tiles else 0
-        fact = (f"M={M} N={N} K={K}" + (f" batch={batch}" if batch > 1 else "")
-                + f": {tiles} tiles of {TILE}x{TILE} = {waves:.2f} waves on {sms} SMs")
-        tail = waves % 1
-        table = {
-            "tiled_grouped": (3, "many tiles: L2 reuse from grouped order" if waves >= 1 else "few tiles"),
-            "split_k": (3.5 if waves < 1 and K >= 4 * max(M, N, 1) else (2.2 if waves < 1 else 0.9),
-                        "fewer tiles than SMs: split K to fill them" if waves < 1 else "tiles already fill the SMs"),
-            "persistent": (2.5 if 1 <= waves and 0 < tail < 0.5 else 1.8,
-                           f"last wave {tail:.0%} full: persistent programs remove the tail" if waves >= 1
-                           else "few tiles"),
-            "batch_in_grid": (3, "batch as a grid axis"),
-            "flatten_batch": (1.5, "only if B is shared across the batch"),
-            "persistent_batched": (2 if tiles < 2 * sms else 1.4, "small per-batch problems"),
-            "flash_online_softmax": (3.5, "never materialises the scores"),
-            "split_kv": (2.5 if M and M <= 128 else 1.5, "short query length" if M and M <= 128 else "long queries"),
-            "three_kernels": (1.0, "simple baseline"),
-        }
-        score, reason = table.get(name, (1.0, p.wins_when))
-        return score, f"{fact}: {reason}"
+        return _why_on_gemm(p, op, name, sms, dtype)
     if p.op_class == "convolution":
-        shapes = op.input_shapes
-        groups = op.attrs.get("groups", 1)
-        kernel = op.attrs.get("kernel", [])
-        cin = shapes[0][1] if shapes and len(shapes[0]) > 1 else 0
-        depthwise = groups > 1 and groups == cin
-        one_by_one = bool(kernel) and all(k == 1 for k in kernel)
-        gemm_k = (cin // max(groups, 1)) * math.prod(kernel or [1])
-        fact = f"Cin={cin} groups={groups} kernel={fmt_shape(kernel)}: implicit-GEMM K={gemm_k}"
-        table = {
-            "implicit_gemm": (0.8 if depthwise else 3.5, "depthwise: K too small for tensor cores" if depthwise
-                              else "K large enough for tensor cores"),
-            "direct": (3.5 if depthwise or gemm_k < 32 else 1.5, "depthwise/small K" if depthwise or gemm_k < 32
-                       else "CUDA-core FMAs lose on dense convs"),
-            "im2col_then_gemm": (3 if one_by_one else 2, "1x1: im2col is a view" if one_by_one
-                                 else "robust seed; R*S-fold patch traffic"),
-        }
-        score, reason = table.get(name, (1.0, p.wins_when))
-        return score, f"{fact}: {reason}"
+        return _why_on_convolution(p, op, name, sms, dtype)
     if p.op_class == "pooling":
-        adaptive = "adaptive" in op.op
-        table = {
-            "window_per_output": (3 if not adaptive else 1, "simple, coalesced"),
-            "row_tile_reuse": (2.5 if not adaptive else 0.5, "overlapping windows reuse loads"),
-            "reduction_per_plane": (3.5 if adaptive else 1, "adaptive/global pooling is a reduction"),
-        }
-        score, reason = table.get(name, (1.0, p.wins_when))
-        return score, f"{op.op} on {fmt_shape(op.input_shapes[0])}: {reason}"
+        return _why_on_pooling(p, op, name, sms, dtype)
+    return _why_on_elementwise(p, op, name, sms, dtype)
+
+
+def _why_on_rows(p: Paradigm, op: OpInfo, name: str, sms: int, dtype: str) -> tuple[float, str]:
+    """Reductions, softmax, norms, scans: rows that fit registers or not, enough rows to fill the SMs or not."""
+    rl = _rows_and_length(op)
+    if rl is None:
+        return 0.0, p.wins_when
+    rows, length = rl
+    row_bytes = length * _elt_bytes(dtype)
+    fits = row_bytes <= ROW_IN_REGISTERS_MAX_BYTES
+    # splitting a row only pays when the rows cannot fill the SMs AND each row is long enough
+    # that one program would stream it for longer than a launch (~3 us) costs
+    few_rows = rows < 2 * sms and length >= SPLIT_ROW_MIN_LENGTH
+    strided_stats = "batch_norm" in op.op and op.input_shapes[0][0] > 1  # instance norm: [1, N*C, H, W]
+    fact = f"{rows} rows of {length} ({fmt_bytes(row_bytes)} per row; {sms} SMs)"
+    table = {
+        "row_in_registers": (3 if fits else 0.5, "row fits registers" if fits else "row too long for registers"),
+        "associative_scan_in_registers": (2.5 if fits else 0.5, "row fits registers" if fits else "row too long"),
+        "online_looped": (2.5 if not fits else 1.5, "streams rows of any length"),
+        "looped_row": (2.5 if not fits else 1.5, "streams rows of any length"),
+        "blocked_scan_with_carry": (3, "streams rows of any length"),
+        "row_per_program": (3 if not few_rows else 1, "enough rows to fill the SMs" if not few_rows
+                            else "too few rows to fill the SMs alone"),
+        "multi_row_tile": (2.5 if length < 1024 or "dim" in op.attrs and op.attrs["dim"] != [len(op.input_shapes[0]) - 1]
+                           else 1.2, "short or strided rows"),
+        "split_row_two_pass": (3.5 if few_rows else 1.3, "few rows: split each row across SMs" if few_rows
+                               else "rows already fill the SMs; splitting adds a pass"),
+        "split_row_partials": (3.5 if few_rows else 1.3, "few rows: split each row across SMs" if few_rows
+                               else "rows already fill the SMs; splitting adds a pass"),
+        "reduce_then_scan": (3.5 if few_rows else 1.0, "few long rows: parallel over chunks" if few_rows
+                             else "rows already fill the SMs"),
+        "atomics": (2 if few_rows else 0.8, "one launch for few outputs" if few_rows else "atomic order varies"),
+        "channel_stats_then_apply": (3.5 if strided_stats else 0.8, "per-channel statistics over N*H*W"
+                                     if strided_stats else "each normalised row is contiguous"),
+    }
+    score, reason = table.get(name, (1.0, p.wins_when))
+    return score, f"{fact}: {reason}"
+
+
+def _why_on_gemm(p: Paradigm, op: OpInfo, name: str, sms: int, dtype: str) -> tuple[float, str]:
+    """GEMMs and attention: tiles and waves on the SMs."""
+    M, N, K = op.attrs.get("M", 0), op.attrs.get("N", 0), op.attrs.get("K", 0)
+    batch = op.attrs.get("batch", 1)
+    tiles = math.ceil(M / TILE) * math.ceil(N / TILE) * batch if M and N else 0
+    waves = tiles / sms if tiles else 0
+    fact = (f"M={M} N={N} K={K}" + (f" batch={batch}" if batch > 1 else "")
+            + f": {tiles} tiles of {TILE}x{TILE} = {waves:.2f} waves on {sms} SMs")
+    tail = waves % 1
+    table = {
+        "tiled_grouped": (3, "many tiles: L2 reuse from grouped order" if waves >= 1 else "few tiles"),
+        "split_k": (3.5 if waves < 1 and K >= 4 * max(M, N, 1) else (2.2 if waves < 1 else 0.9),
+                    "fewer tiles than SMs: split K to fill them" if waves < 1 else "tiles already fill the SMs"),
+        "persistent": (2.5 if 1 <= waves and 0 < tail < 0.5 else 1.8,
+                       f"last wave {tail:.0%} full: persistent programs remove the tail" if waves >= 1
+                       else "few tiles"),
+        "batch_in_grid": (3, "batch as a grid axis"),
+        "flatten_batch": (1.5, "only if B is shared across the batch"),
+        "persistent_batched": (2 if tiles < 2 * sms else 1.4, "small per-batch problems"),
+        "flash_online_softmax": (3.5, "never materialises the scores"),
+        "split_kv": (2.5 if M and M <= 128 else 1.5, "short query length" if M and M <= 128 else "long queries"),
+        "three_kernels": (1.0, "simple baseline"),
+    }
+    score, reason = table.get(name, (1.0, p.wins_when))
+    return score, f"{fact}: {reason}"
+
+
+def _why_on_convolution(p: Paradigm, op: OpInfo, name: str, sms: int, dtype: str) -> tuple[float, str]:
+    """Convolutions: depthwise, 1x1, or an implicit GEMM's K."""
+    shapes = op.input_shapes
+    groups = op.attrs.get("groups", 1)
+    kernel = op.attrs.get("kernel", [])
+    cin = shapes[0][1] if shapes and len(shapes[0]) > 1 else 0
+    depthwise = groups > 1 and groups == cin
+    one_by_one = bool(kernel) and all(k == 1 for k in kernel)
+    gemm_k = (cin // max(groups, 1)) * math.prod(kernel or [1])
+    fact = f"Cin={cin} groups={groups} kernel={fmt_shape(kernel)}: implicit-GEMM K={gemm_k}"
+    table = {
+        "implicit_gemm": (0.8 if depthwise else 3.5, "depthwise: K too small for tensor cores" if depthwise
+                          else "K large enough for tensor cores"),
+        "direct": (3.5 if depthwise or gemm_k < 32 else 1.5, "depthwise/small K" if depthwise or gemm_k < 32
+                   else "CUDA-core FMAs lose on dense convs"),
+        "im2col_then_gemm": (3 if one_by_one else 2, "1x1: im2col is a view" if one_by_one
+                             else "robust seed; R*S-fold patch traffic"),
+    }
+    score, reason = table.get(name, (1.0, p.wins_when))
+    return score, f"{fact}: {reason}"
+
+
+def _why_on_pooling(p: Paradigm, op: OpInfo, name: str, sms: int, dtype: str) -> tuple[float, str]:
+    """Pooling: windows, or adaptive/global pooling as a reduction."""
+    adaptive = "adaptive" in op.op
+    table = {
+        "window_per_output": (3 if not adaptive else 1, "simple, coalesced"),
+        "row_tile_reuse": (2.5 if not adaptive else 0.5, "overlapping windows reuse loads"),
+        "reduction_per_plane": (3.5 if adaptive else 1, "adaptive/global pooling is a reduction"),
+    }
+    score, reason = table.get(name, (1.0, p.wins_when))
+    return score, f"{op.op} on {fmt_shape(op.input_shapes[0])}: {reason}"
+
+
+def _why_on_elementwise(p: Paradigm, op: OpInfo, name: str, sms: int, dtype: str) -> tuple[float, str]:
+    """Elementwise and broadcast: output elements per SM."""
     numel = math.prod(op.output_shape) if op.output_shape else 0
     fact = f"{numel} output elements ({numel / (1024 * sms):.1f} blocks of 1024 per SM)"
     base = {"flat_1d_fused": 3, "tiled_2d_broadcast": 3.2 if p.op_class == "broadcast" else 2,

@@ -263,6 +263,17 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
     if abi is None:
         report.notes.append(NO_LANDLOCK_NOTE)
         return _finish(report)
+    attr, size, handled = _ruleset_attr(report, abi, network, scope_abstract_sockets)
+    rules = _path_rules(private_dir, abi, handled, guarded, namespaces, extra_read, extra_write)
+    ports, threads, flags = _restrict_self(attr, size, handled, rules, abi, tcp_ports, network)
+    report.fs_confined = True
+    _record_confinement(report, abi, scope_abstract_sockets, network, ports, threads, flags)
+    return _finish(report)
+
+
+def _ruleset_attr(report, abi: int, network: bool, scope_abstract_sockets: bool):
+    """(ruleset attribute, its size for this ABI, the handled file-system rights); what the ABI cannot
+    restrict is noted on `report`."""
     handled = _handled_fs(abi)
     attr = S.RulesetAttr(handled_access_fs=handled)
     size = 8
@@ -280,6 +291,13 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
     else:
         report.notes.append(f"Landlock ABI {abi} < 6: signals and abstract unix sockets not scoped "
                             "(Linux >= 6.12); a PID namespace is the remaining guard")
+    return attr, size, handled
+
+
+def _path_rules(private_dir: Path, abi: int, handled: int, guarded, namespaces: str, extra_read: Sequence[Path],
+                extra_write: Sequence[Path]) -> list[tuple[str, int]]:
+    """(path, rights) granted: the system and toolchain read-only, the devices read-write, the private dir
+    (and a private /dev/shm, extra_write) with every handled right."""
     private = Path(private_dir).resolve()
     rules: list[tuple[str, int]] = []
     etc = [os.path.join("/etc", name) for name in ETC_READ]
@@ -291,6 +309,12 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
     # /dev/shm only where the launcher mounted a private one (the host's is shared by every process)
     shm = ["/dev/shm"] if "shm" in namespaces else []
     rules += [(str(p), handled) for p in (private, *shm, *extra_write)]
+    return rules
+
+
+def _restrict_self(attr, size: int, handled: int, rules: list[tuple[str, int]], abi: int, tcp_ports: Sequence[int],
+                   network: bool) -> tuple[list[int], int, int]:
+    """Build the ruleset and confine this process; returns (TCP ports allowed, threads before, the TSYNC flag used)."""
     ruleset = S.landlock_create_ruleset(attr, size)
     try:
         for path, rights in rules:
@@ -317,7 +341,12 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
             S.landlock_restrict_self(ruleset, flags)
     finally:
         os.close(ruleset)
-    report.fs_confined = True
+    return ports, threads, flags
+
+
+def _record_confinement(report, abi: int, scope_abstract_sockets: bool, network: bool, ports: list[int], threads: int,
+                        flags: int) -> None:
+    """What the confinement holds, on `report`, with a note for each gap."""
     if abi < 2:
         _allow_cross_directory_renames()
         report.notes.append("Landlock ABI 1 denies every cross-directory rename (EXDEV); os.replace/os.rename "
@@ -334,7 +363,6 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
         report.notes.append(f"{threads - 1} thread(s) started before confine (e.g. by import torch) stay outside "
                             "the Landlock "
                             f"domain (ABI {abi} < 8 has no TSYNC); code that hijacks one escapes the file rules")
-    return _finish(report)
 
 
 def _allow_cross_directory_renames() -> None:

@@ -20,8 +20,10 @@ from egg_mcp.hardware import GpuSpec, spec_for
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.models import CandidateSummary, CommittedStage, StageDecision, TaskOptions
 from egg_mcp.stages import NEXT_STEP, Stage, allowed, refusal
+from egg_mcp.workspace.damage import ArtifactError
 from egg_mcp.workspace.repo import CandidateRow, CommitRow, Repository, TaskRow
-from egg_mcp.workspace.store import ArtifactError, Workspace, _pid_alive
+from egg_mcp.workspace.scratch import pid_alive
+from egg_mcp.workspace.store import Workspace
 
 log = logging.getLogger("egg_mcp.workflow.service")  # the name operators' log filters know
 
@@ -299,7 +301,7 @@ def _check(fn, *args) -> None:
 def _owner_alive(owner: str | None) -> bool:
     """Is the server process that owns a running candidate row alive (same host only)?"""
     host, _, pid = (owner or ":").rpartition(":")
-    return host == socket.gethostname() and pid.isdigit() and (int(pid) == os.getpid() or _pid_alive(int(pid)))
+    return host == socket.gethostname() and pid.isdigit() and (int(pid) == os.getpid() or pid_alive(int(pid)))
 
 
 def quick_key(sizes: dict[str, int | list[int]] | None) -> str | None:

@@ -1,6 +1,6 @@
 """The workflow service: every tool's logic as a plain async method, testable without MCP.
 
-The MCP layer (server.py) only translates arguments and errors. This package owns the rules of EGG:
+The MCP layer (server/) only translates arguments and errors. This package owns the rules of EGG:
 stage order, the regression guard on commit, selective handoff, idempotent verification. Each job
 has its own module (core.py: rows, options, baselines, briefs; tasks.py: start_task, generate_seeds;
 verify.py; commit.py: commit_stage + guard; views.py: status, context, export, reports;

@@ -11,7 +11,7 @@ from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check, _compile_m
 from egg_mcp.workflow.export import ExportError, write_export
 from egg_mcp.workflow.models import CandidateDetail, ExportResult, HandoffContext, TaskList, TaskStatus, TaskSummary
 from egg_mcp.stages import STAGE_GOALS, tools_allowed
-from egg_mcp.workspace.store import ArtifactError
+from egg_mcp.workspace.damage import ArtifactError
 
 
 class Views(ServiceCore):

@@ -12,7 +12,7 @@ import errno
 import sqlite3
 from pathlib import Path
 
-from egg_mcp.workspace.store import WorkspaceError
+from egg_mcp.workspace.damage import WorkspaceError
 
 
 class StorageFault(WorkspaceError):

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from egg_mcp.workspace.store import RECOVERY_LOG, DatabaseDamaged, Workspace, database_problem
+from egg_mcp.workspace.damage import DatabaseDamaged
+from egg_mcp.workspace.snapshots import RECOVERY_LOG, database_problem
+from egg_mcp.workspace.store import Workspace
 
 
 def workspace_health(root: Path, *, start_empty: bool = False, scratch: Path | None = None) -> list[tuple[str, str, str]]:
