@@ -12,34 +12,6 @@ import math
 from dataclasses import dataclass, field
 
 from egg_mcp.hardware import GpuSpec
-from egg_mcp.tiling.costs import (  # one set of constants for both models
-    _BASE_OPS,
-    _FUNCTION_OPS,
-    _LIVE_PER_ELEMENT,
-    _LIVE_PER_ELEMENT_LOOPING,
-    _REDUCTIONS,
-    _TRANSCENDENTAL,
-    DRAM_LATENCY_S,
-    DTYPE_BYTES,
-    L2_OVER_DRAM,
-    LAUNCH_OVERHEAD_S,
-    LOOP_TRIP_OPS,
-    MAX_REGS,
-    OVERLAP_P,
-    PROGRAM_DISPATCH_S,
-    PROGRAM_FIXED_S,
-    REDUCTION_STEP_S,
-    SM_MAX_SHARE,
-    STREAM_KNEE_P,
-    TRANSCENDENTAL_OPS,
-    WARP_ILP,
-    WARP_STREAM_BPS,
-    _ctas_per_sm,
-    _persistent,
-    _round_up,
-    resident,
-)
-from egg_mcp.tiling.dims import next_pow2
 from egg_mcp.tiling.models import CandidateSpace, ConfigEstimate
 
 
@@ -130,6 +102,13 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
 
 def _tile(k, space: CandidateSpace, dims: dict[str, int], dtype: str, kind: str) -> _Tile:
     """The launch's tile: an elementwise kernel without row/column blocks tiles the flat `n`."""
+    from egg_mcp.tiling.costs import (
+        _LIVE_PER_ELEMENT,
+        _LIVE_PER_ELEMENT_LOOPING,
+        DTYPE_BYTES,
+    )
+    from egg_mcp.tiling.dims import next_pow2
+
     w = k.warps
     loops = any(kn.has_loop for kn in space.kernels)
     if kind == "elementwise" and "n_cols" not in k.blocks and "n_rows" not in k.blocks:
@@ -149,6 +128,8 @@ def _resource_rules(t: _Tile, k, space: CandidateSpace, gpu: GpuSpec, kind: str,
                     est: ConfigEstimate) -> list[tuple[str, str]]:
     """The pruning rules: a row the kernel cannot cover, spilled registers, idle threads, a block's registers
     over the SM's; sets the estimate's registers and shared memory."""
+    from egg_mcp.tiling.costs import _REDUCTIONS, MAX_REGS, _round_up
+
     fired: list[tuple[str, str]] = []
     br, bc, w, per_thread, live = t.br, t.bc, t.w, t.per_thread, t.live
     cols_name = k.block_params.get("n_cols", k.block_params.get("n", "BLOCK"))
@@ -181,6 +162,8 @@ def _resource_rules(t: _Tile, k, space: CandidateSpace, gpu: GpuSpec, kind: str,
 def _occupancy_and_grid(t: _Tile, values: dict[str, int], space: CandidateSpace, gpu: GpuSpec, kind: str,
                         est: ConfigEstimate, reg_scale: float) -> None:
     """Occupancy, grid, waves, the persistent grid's programs and the tail the blocks overhang."""
+    from egg_mcp.tiling.costs import MAX_REGS, _ctas_per_sm, _persistent, _round_up
+
     br, bc, w, threads = t.br, t.bc, t.w, t.threads
     # occupancy: a looping program's registers from the fit to compiled ones (the estimate above stays the spill
     # test), at this pricing's point of the register spread (stream() prices a looping config three times)
@@ -209,6 +192,8 @@ def _occupancy_and_grid(t: _Tile, values: dict[str, int], space: CandidateSpace,
 
 def _traffic(t: _Tile, gpu: GpuSpec, kind: str) -> tuple[float, float, float, int]:
     """Bytes one program moves: (reads, reads + writes, the broadcast operand's once-per-SM bytes, passes)."""
+    from egg_mcp.tiling.costs import L2_OVER_DRAM
+
     nbytes, br, bc, n_rows, n_cols = t.nbytes, t.br, t.bc, t.n_rows, t.n_cols
     # bytes one program moves: reads (a second pass over a row re-reads it, from L2 when it fits) + writes
     row_elems = br * (bc if kind == "elementwise" else n_cols)
@@ -234,6 +219,14 @@ def _traffic(t: _Tile, gpu: GpuSpec, kind: str) -> tuple[float, float, float, in
 def _issue_time(t: _Tile, space: CandidateSpace, gpu: GpuSpec, kind: str, passes: int, active: int) -> float:
     """Instruction issue: every launched lane (masked ones too) costs ~ops instructions; a scheduler
     needs ~4 resident warps to hide ALU / MUFU latency."""
+    from egg_mcp.tiling.costs import (
+        _BASE_OPS,
+        _FUNCTION_OPS,
+        _TRANSCENDENTAL,
+        LOOP_TRIP_OPS,
+        TRANSCENDENTAL_OPS,
+    )
+
     calls = {c.split(".")[-1] for kn in space.kernels for c in kn.tl_calls}
     # a norm takes its sqrt / rsqrt of the row's statistic, once per row: not an element's cost
     per_row = {"sqrt", "rsqrt"} if kind == "norm" else set()
@@ -250,6 +243,21 @@ def _issue_time(t: _Tile, space: CandidateSpace, gpu: GpuSpec, kind: str, passes
 def _price(t: _Tile, space: CandidateSpace, gpu: GpuSpec, kind: str, est: ConfigEstimate) -> None:
     """The busiest SM's time: a smooth max of bandwidth, latency (or warp streaming) and issue, floored by
     program dispatch, stretched by a partial last wave; notes say which bound it is."""
+    from egg_mcp.tiling.costs import (
+        _REDUCTIONS,
+        DRAM_LATENCY_S,
+        LAUNCH_OVERHEAD_S,
+        OVERLAP_P,
+        PROGRAM_DISPATCH_S,
+        PROGRAM_FIXED_S,
+        REDUCTION_STEP_S,
+        SM_MAX_SHARE,
+        STREAM_KNEE_P,
+        WARP_ILP,
+        WARP_STREAM_BPS,
+        resident,
+    )
+
     w, c, iters, programs, launched = t.w, t.ctas, t.iters, t.programs, t.launched
     reads, program_bytes, broadcast_once, passes = _traffic(t, gpu, kind)
     active = min(gpu.sm_count, programs)
