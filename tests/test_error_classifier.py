@@ -3,7 +3,7 @@
 import pytest
 
 from egg_mcp.evaluation.errors import classify, error_kind, verdict_for
-from egg_mcp.tiling.measure import _error_kind as tiling_kind
+from egg_mcp.tiling.trial_problem import trial_error_kind as tiling_kind
 
 
 def _named(name: str, base=Exception):

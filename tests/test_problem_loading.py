@@ -5,7 +5,7 @@ import torch
 
 from egg_mcp.problems.modules import import_source
 from egg_mcp.problems.problem import Problem, apply_size_overrides, cast_to
-from egg_mcp.tiling.measure import _Problem
+from egg_mcp.tiling.trial_problem import TrialProblem
 
 SOURCE = '''
 import torch, torch.nn as nn
@@ -72,8 +72,8 @@ def test_tiling_worker_uses_the_same_rules(tmp_path, candidate):
     path = tmp_path / "reference.py"
     path.write_text(SOURCE)
     with pytest.raises(ValueError, match="not integer constants"):
-        _Problem(str(path), "float32", {"rows": 4}, 0, "cpu")
-    problem = _Problem(str(path), "bfloat16", {"batch_size": 4}, 0, "cpu")
+        TrialProblem(str(path), "float32", {"rows": 4}, 0, "cpu")
+    problem = TrialProblem(str(path), "bfloat16", {"batch_size": 4}, 0, "cpu")
     assert problem.inputs[0].shape == (4, 16) and problem.inputs[0].dtype == torch.bfloat16
     assert problem.inputs[1][0].dtype == torch.bfloat16  # nested inputs are cast too
     model = problem.build(candidate)  # sets the candidate's batch_size, or its assert fails

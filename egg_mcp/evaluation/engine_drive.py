@@ -53,6 +53,58 @@ def timeout_message(limit_s: float, armed_phase: str, phase: str | None) -> str:
             "the worker's whole process group was killed")
 
 
+async def _on_message(message: dict, nonce: str, state: _JobState, deadline: float, first_timeout_s: float,
+                      run_timeout_s: float | None, progress: ProgressFn | None) -> float:
+    """Take one worker message into `state`; returns the deadline, re-armed when the job starts or its run
+    phase begins. A message without the job's nonce is recorded as forged."""
+    kind = message.get("type")
+    if kind in QUIET:
+        return deadline
+    if message.get("nonce") != nonce:
+        state.forged.append(str(message)[:200])
+        return deadline
+    if kind == "started":
+        state.marks["started"] = time.monotonic()
+        state.phase = "load"
+        deadline = time.monotonic() + first_timeout_s
+        state.limit_s, state.limit_phase = first_timeout_s, state.phase
+    elif kind == "phase":
+        state.phase = str(message.get("phase"))
+        if state.phase == "run" and run_timeout_s is not None:
+            deadline = time.monotonic() + run_timeout_s
+            state.limit_s, state.limit_phase = run_timeout_s, state.phase
+        if progress is not None:
+            with contextlib.suppress(Exception):
+                await progress(
+                    float(message.get("done", 0)),
+                    message.get("total"),
+                    message.get("message") or state.phase,
+                )
+    elif kind == "confined" and state.sandbox is None and state.result_message is None:
+        state.sandbox = message.get("sandbox") if isinstance(message.get("sandbox"), dict) else None
+    elif kind == "result":
+        if state.result_message is not None:
+            state.forged.append("a second result message")
+        else:
+            state.result_message = message
+            state.marks["result"] = time.monotonic()
+    return deadline
+
+
+async def _drain(worker: _Worker, state: _JobState, seen: int, nonce: str) -> None:
+    """Stragglers (threads/processes the candidate left) die with the group; then the pipes are drained and
+    the messages that came after the loop are read (the result, or forged ones)."""
+    worker.kill_group()
+    if worker.tasks:
+        await asyncio.wait(worker.tasks[2:], timeout=1.0)  # the result reader: every message in
+        await asyncio.wait(worker.tasks[:2], timeout=0.5)  # logs: an escaped process may hold them
+    for message in worker.messages[seen:]:
+        if message.get("type") == "result" and message.get("nonce") == nonce and state.result_message is None:
+            state.result_message = message
+        elif message.get("type") not in QUIET and message.get("nonce") != nonce:
+            state.forged.append(str(message)[:200])
+
+
 class JobDriver:
     """One job on one worker (`WorkerEvaluator.driver`): the job file, its messages, deadlines and end, and the
     JobOutcome made of them. The worker itself is the pool's (engine_pool.py): taken before, disposed of after."""
@@ -73,23 +125,7 @@ class JobDriver:
         """Run one job on `worker`; `keep` (a persistent judge): the job fd stays open for the next job
         and the worker is left alive once its result is in."""
         started = time.monotonic()
-        nonce = secrets.token_hex(16)
-        job_path = worker.workdir / "jobs" / f"job-{secrets.token_hex(8)}.json"
-        fd = os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"nonce": nonce, "target": target, "payload": payload}, f)
-        # The worker stdout/stderr so far belong to its start-up, not to this job.
-        worker.stdout = _reset_capture(worker.stdout, self.settings.log_limit_bytes)
-        worker.stderr = _reset_capture(worker.stderr, self.settings.log_limit_bytes)
-        try:
-            os.write(worker.job_fd, (str(job_path) + "\n").encode())
-        except OSError:
-            pass  # the worker died while waiting: reported below from its exit status
-        if not keep:
-            with contextlib.suppress(OSError):
-                os.close(worker.job_fd)
-            worker.job_fd = -1
-
+        nonce = self._hand_over(worker, target, payload, keep)
         state = _JobState()
         deadline = time.monotonic() + STARTUP_ALLOWANCE_S + first_timeout_s
         state.limit_s, state.limit_phase = STARTUP_ALLOWANCE_S + first_timeout_s, state.phase
@@ -102,37 +138,8 @@ class JobDriver:
                 while seen < len(worker.messages):
                     message = worker.messages[seen]
                     seen += 1
-                    kind = message.get("type")
-                    if kind in QUIET:
-                        continue
-                    if message.get("nonce") != nonce:
-                        state.forged.append(str(message)[:200])
-                        continue
-                    if kind == "started":
-                        state.marks["started"] = time.monotonic()
-                        state.phase = "load"
-                        deadline = time.monotonic() + first_timeout_s
-                        state.limit_s, state.limit_phase = first_timeout_s, state.phase
-                    elif kind == "phase":
-                        state.phase = str(message.get("phase"))
-                        if state.phase == "run" and run_timeout_s is not None:
-                            deadline = time.monotonic() + run_timeout_s
-                            state.limit_s, state.limit_phase = run_timeout_s, state.phase
-                        if progress is not None:
-                            with contextlib.suppress(Exception):
-                                await progress(
-                                    float(message.get("done", 0)),
-                                    message.get("total"),
-                                    message.get("message") or state.phase,
-                                )
-                    elif kind == "confined" and state.sandbox is None and state.result_message is None:
-                        state.sandbox = message.get("sandbox") if isinstance(message.get("sandbox"), dict) else None
-                    elif kind == "result":
-                        if state.result_message is not None:
-                            state.forged.append("a second result message")
-                        else:
-                            state.result_message = message
-                            state.marks["result"] = time.monotonic()
+                    deadline = await _on_message(message, nonce, state, deadline, first_timeout_s, run_timeout_s,
+                                                 progress)
                 if wait_task.done() or worker.proc.returncode is not None:
                     break
                 if keep and state.result_message is not None:
@@ -163,17 +170,29 @@ class JobDriver:
             wait_task.cancel()
         if kept:
             return self._finish(worker, state, started, first_timeout_s, run_timeout_s)
-        # Stragglers (threads/processes the candidate left) die with the group; then drain pipes.
-        worker.kill_group()
-        if worker.tasks:
-            await asyncio.wait(worker.tasks[2:], timeout=1.0)  # the result reader: every message in
-            await asyncio.wait(worker.tasks[:2], timeout=0.5)  # logs: an escaped process may hold them
-        for message in worker.messages[seen:]:
-            if message.get("type") == "result" and message.get("nonce") == nonce and state.result_message is None:
-                state.result_message = message
-            elif message.get("type") not in QUIET and message.get("nonce") != nonce:
-                state.forged.append(str(message)[:200])
+        await _drain(worker, state, seen, nonce)
         return self._finish(worker, state, started, first_timeout_s, run_timeout_s)
+
+    def _hand_over(self, worker: _Worker, target: str, payload: dict[str, Any], keep: bool) -> str:
+        """Write the job file, tell the worker its path; returns the job's nonce. Without `keep` the job fd
+        is closed: a one-shot worker gets no second job."""
+        nonce = secrets.token_hex(16)
+        job_path = worker.workdir / "jobs" / f"job-{secrets.token_hex(8)}.json"
+        fd = os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"nonce": nonce, "target": target, "payload": payload}, f)
+        # The worker stdout/stderr so far belong to its start-up, not to this job.
+        worker.stdout = _reset_capture(worker.stdout, self.settings.log_limit_bytes)
+        worker.stderr = _reset_capture(worker.stderr, self.settings.log_limit_bytes)
+        try:
+            os.write(worker.job_fd, (str(job_path) + "\n").encode())
+        except OSError:
+            pass  # the worker died while waiting: reported below from its exit status
+        if not keep:
+            with contextlib.suppress(OSError):
+                os.close(worker.job_fd)
+            worker.job_fd = -1
+        return nonce
 
     def _finish(self, worker: _Worker, state: _JobState, started: float, first_timeout_s: float,
                 run_timeout_s: float | None) -> tuple[JobOutcome, _JobState]:

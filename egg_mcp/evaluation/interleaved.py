@@ -13,6 +13,7 @@ server imports it; torch is imported only inside the job).
 
 from __future__ import annotations
 
+import importlib
 import math
 import random
 import secrets
@@ -82,22 +83,56 @@ def paired_verdict(ratios: list[float], *, min_effect: float = MIN_EFFECT, confi
             "confidence_level": confidence}
 
 
+_IMPORTED_BEFORE_CANDIDATES = ("egg_mcp.evaluation.compare", "egg_mcp.evaluation.timed_audit",
+                               "egg_mcp.evaluation.timed_checks", "egg_mcp.evaluation.timing",
+                               "egg_mcp.problems.modules", "egg_mcp.problems.problem")
+"""What run_interleaved imports before it loads the candidates (its helpers then import them from there)."""
+
+
 def run_interleaved(payload: dict[str, Any]) -> dict[str, Any]:
     """Worker job. Payload: reference_source, source_a, source_b, dtype, size_overrides, rounds, seed,
     atol, rtol. Returns {times_a_ms, times_b_ms, ratios, orders, method, check, phase_s, device}."""
     import torch
 
     # timing captures its torch/time entry points at import: before any candidate code is imported
-    from egg_mcp.evaluation.compare import compare_outputs
-    from egg_mcp.evaluation.timed_audit import TimedCallAudit
-    from egg_mcp.evaluation.timed_checks import check_in_process
-    from egg_mcp.evaluation.timing import GpuTimer
-    from egg_mcp.problems.modules import import_source
-    from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
+    for module in _IMPORTED_BEFORE_CANDIDATES:
+        importlib.import_module(module)
 
     if not torch.cuda.is_available():
         raise RuntimeError("interleaved timing needs a CUDA device; this worker has none")
     t0 = time.perf_counter()
+    seed = int(payload.get("seed", 0))
+    problem, models, ref_model = _load(payload, seed)
+    phase = {"load": time.perf_counter() - t0}
+
+    check, details = _check_once(problem, models, ref_model, seed, payload)
+    torch.cuda.synchronize()
+    if any(v != "ok" for v in check.values()):
+        return _rejected(check, details, phase)
+
+    t1 = time.perf_counter()
+    times, orders, methods = _timed_rounds(problem, models, ref_model, seed, payload, check, details)
+    phase["timing"] = time.perf_counter() - t1
+    if any(v != "ok" for v in check.values()):
+        return _rejected(check, details, phase)
+    ratios = [b / a for a, b in zip(times["a"], times["b"]) if a > 0]
+    return {"check": check, "times_a_ms": times["a"], "times_b_ms": times["b"], "ratios": ratios, "orders": orders,
+            "method": ", ".join(sorted(methods)) + f" ({RUNS_PER_ROUND} runs per candidate per round)",
+            "device": torch.cuda.get_device_name(), "phase_s": phase}
+
+
+def _rejected(check: dict[str, str], details: dict[str, str], phase: dict[str, float]) -> dict[str, Any]:
+    return {"check": check, "check_detail": details, "times_a_ms": [], "times_b_ms": [], "ratios": [], "orders": [],
+            "phase_s": phase}
+
+
+def _load(payload: dict[str, Any], seed: int):
+    """The reference and the two candidates, loaded with the size overrides; (problem, models, ref_model)."""
+    import torch
+
+    from egg_mcp.problems.modules import import_source
+    from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
+
     work = Path(tempfile.mkdtemp(prefix="egg-interleaved-"))
     tag = f"{int(time.time() * 1e6) % 10**9}"
     reference = import_source(payload["reference_source"], work / f"egg_cmp_ref_{tag}.py", f"egg_cmp_ref_{tag}")
@@ -108,14 +143,19 @@ def run_interleaved(payload: dict[str, Any]) -> dict[str, Any]:
     apply_size_overrides(reference, None, overrides)
     for mod in mods.values():
         apply_size_overrides(reference, mod, overrides)
-    seed = int(payload.get("seed", 0))
     problem = Problem(reference, torch.device("cuda"), DTYPES[payload.get("dtype", "float32")])
     init = problem.init_inputs(seed)
     models = {k: problem.build(m.ModelNew, init, seed) for k, m in mods.items()}
     ref_model = problem.build(reference.Model, init, seed)
-    phase = {"load": time.perf_counter() - t0}
+    return problem, models, ref_model
 
-    # One correctness check on a shared input: a stale or wrong kernel must not win a timing duel.
+
+def _check_once(problem, models: dict, ref_model, seed: int, payload: dict[str, Any]):
+    """One correctness check on a shared input: a stale or wrong kernel must not win a timing duel."""
+    import torch
+
+    from egg_mcp.evaluation.compare import compare_outputs
+
     check: dict[str, str] = {}
     details: dict[str, str] = {}  # where a mismatching candidate went wrong
     with torch.no_grad():
@@ -127,10 +167,18 @@ def run_interleaved(payload: dict[str, Any]) -> dict[str, Any]:
             check[k] = "ok" if mismatch is None else "mismatch"
             if mismatch is not None:
                 details[k] = f"{mismatch.path}: {mismatch.hint}"[:300]
-    torch.cuda.synchronize()
-    if any(v != "ok" for v in check.values()):
-        return {"check": check, "check_detail": details, "times_a_ms": [], "times_b_ms": [], "ratios": [], "orders": [],
-                "phase_s": phase}
+    return check, details
+
+
+def _timed_rounds(problem, models: dict, ref_model, seed: int, payload: dict[str, Any], check: dict[str, str],
+                  details: dict[str, str]):
+    """Rounds of A and B timed in alternating order on shared input sets; then each candidate's audited timed
+    outputs are checked against the reference (a mismatch lands in `check`). Returns (times, orders, methods)."""
+    import torch
+
+    from egg_mcp.evaluation.timed_audit import TimedCallAudit
+    from egg_mcp.evaluation.timed_checks import check_in_process
+    from egg_mcp.evaluation.timing import GpuTimer
 
     timer = GpuTimer(torch.cuda.current_device())
     sets: dict[int, list] = {}
@@ -152,7 +200,6 @@ def run_interleaved(payload: dict[str, Any]) -> dict[str, Any]:
     times: dict[str, list[float]] = {"a": [], "b": []}
     orders: list[str] = []
     methods: set[str] = set()
-    t1 = time.perf_counter()
     with torch.no_grad():
         for i in range(int(payload.get("rounds", 30))):
             order = ("a", "b") if i % 2 == 0 else ("b", "a")
@@ -166,11 +213,4 @@ def run_interleaved(payload: dict[str, Any]) -> dict[str, Any]:
                                              payload.get("atol", 1e-4), payload.get("rtol", 1e-4))
             if problem_found is not None:
                 check[k], details[k] = "mismatch_while_timed", problem_found[:300]
-    phase["timing"] = time.perf_counter() - t1
-    if any(v != "ok" for v in check.values()):
-        return {"check": check, "check_detail": details, "times_a_ms": [], "times_b_ms": [], "ratios": [], "orders": [],
-                "phase_s": phase}
-    ratios = [b / a for a, b in zip(times["a"], times["b"]) if a > 0]
-    return {"check": check, "times_a_ms": times["a"], "times_b_ms": times["b"], "ratios": ratios, "orders": orders,
-            "method": ", ".join(sorted(methods)) + f" ({RUNS_PER_ROUND} runs per candidate per round)",
-            "device": torch.cuda.get_device_name(), "phase_s": phase}
+    return times, orders, methods

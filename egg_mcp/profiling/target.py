@@ -239,6 +239,79 @@ def _short_kernel(name: str) -> str:
     return name.split("(", 1)[0].strip()
 
 
+def _use_cuda(torch, device_choice: str) -> bool:
+    """Whether the forward runs on CUDA; without it the kernels run on Triton's CPU interpreter."""
+    use_cuda = device_choice == "cuda" or (device_choice == "auto" and torch.cuda.is_available())
+    if device_choice == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device='cuda' was requested but this worker has no CUDA device")
+    if not use_cuda:
+        os.environ["TRITON_INTERPRET"] = "1"
+    return use_cuda
+
+
+def _load_pair(payload: dict, overrides: dict):
+    """The reference and candidate modules, loaded under unique names with the size overrides applied."""
+    from egg_mcp.problems.problem import apply_size_overrides
+
+    workdir = Path(tempfile.mkdtemp(prefix="egg-profile-target-"))
+    tag = f"{os.getpid()}_{int(time.time() * 1e6) % 10**9}"
+    reference = _load_module(payload["reference_source"], f"egg_profile_reference_{tag}", workdir)
+    candidate = _load_module(payload["candidate_source"], f"egg_profile_candidate_{tag}", workdir)
+    apply_size_overrides(reference, candidate, overrides)
+    if not hasattr(candidate, "ModelNew"):
+        raise ValueError("the candidate source defines no `class ModelNew`; write ModelNew with the reference's "
+                         "constructor and forward signatures")
+    return reference, candidate
+
+
+def _warm_up(torch, model, inputs, warmup: int, recorder: _LaunchRecorder, use_cuda: bool):
+    """Warm-up forwards; the last one is recorded: launches per kernel and the hook's kernel names."""
+    for i in range(warmup):
+        if i == warmup - 1:
+            recorder.launches.clear()
+            recorder.hook_names.clear()
+        model(*inputs)
+    if use_cuda:
+        torch.cuda.synchronize()
+    per_forward: dict[str, int] = {}
+    for launch in recorder.launches:
+        per_forward[launch["name"]] = per_forward.get(launch["name"], 0) + 1
+    return per_forward, list(dict.fromkeys(recorder.hook_names))
+
+
+def _profiled_forward(torch, model, inputs) -> None:
+    """Exactly one forward between cudaProfilerStart/Stop: the one ncu profiles."""
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    try:
+        model(*inputs)
+        torch.cuda.synchronize()
+    finally:
+        torch.cuda.profiler.stop()
+
+
+def _kernel_entries(recorder: _LaunchRecorder, per_forward: dict[str, int], hook_names: list[str],
+                    event_ms: dict[str, float], timing_method: str | None) -> list[dict[str, Any]]:
+    """One entry per kernel seen (launch wrapper first, then the launch hook's extra names)."""
+    names = list(per_forward) or [n for n in hook_names]
+    for extra in hook_names:
+        if extra not in names:
+            names.append(extra)
+    kernels = []
+    for name in names:
+        entry: dict[str, Any] = {
+            "name": name,
+            "launches_per_forward": per_forward.get(name, hook_names.count(name) or 1),
+            "grid": recorder.grids.get(name),
+            "event_ms": event_ms.get(name),
+            "cupti": bool(timing_method and "cupti" in timing_method.split("per kernel:")[-1]),
+        }
+        if name in recorder.compiled:
+            entry.update(_compiled_metadata(recorder.compiled[name]))
+        kernels.append(entry)
+    return kernels
+
+
 def run_forward(payload: dict) -> dict:
     """Profile target. Payload keys:
 
@@ -259,26 +332,14 @@ def run_forward(payload: dict) -> dict:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
 
-    from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
+    from egg_mcp.problems.problem import DTYPES, Problem
 
-    use_cuda = device_choice == "cuda" or (device_choice == "auto" and torch.cuda.is_available())
-    if device_choice == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' was requested but this worker has no CUDA device")
-    if not use_cuda:
-        os.environ["TRITON_INTERPRET"] = "1"
+    use_cuda = _use_cuda(torch, device_choice)
     device = torch.device("cuda" if use_cuda else "cpu")
     dtype = DTYPES.get(payload.get("dtype", "float32"), torch.float32)
     seed = int(payload.get("seed", 0))
     overrides = dict(payload.get("size_overrides") or {})
-
-    workdir = Path(tempfile.mkdtemp(prefix="egg-profile-target-"))
-    tag = f"{os.getpid()}_{int(time.time() * 1e6) % 10**9}"
-    reference = _load_module(payload["reference_source"], f"egg_profile_reference_{tag}", workdir)
-    candidate = _load_module(payload["candidate_source"], f"egg_profile_candidate_{tag}", workdir)
-    apply_size_overrides(reference, candidate, overrides)
-    if not hasattr(candidate, "ModelNew"):
-        raise ValueError("the candidate source defines no `class ModelNew`; write ModelNew with the reference's "
-                         "constructor and forward signatures")
+    reference, candidate = _load_pair(payload, overrides)
 
     recorder = _LaunchRecorder()
     module_kernels = recorder.wrap(candidate)
@@ -291,18 +352,8 @@ def run_forward(payload: dict) -> dict:
 
         t1 = time.perf_counter()
         with torch.no_grad():
-            warmup = max(1, int(payload.get("warmup", 3)))
-            for i in range(warmup):
-                if i == warmup - 1:
-                    recorder.launches.clear()
-                    recorder.hook_names.clear()
-                model(*inputs)
-            if use_cuda:
-                torch.cuda.synchronize()
-            per_forward = {}
-            for launch in recorder.launches:
-                per_forward[launch["name"]] = per_forward.get(launch["name"], 0) + 1
-            hook_names = list(dict.fromkeys(recorder.hook_names))
+            per_forward, hook_names = _warm_up(torch, model, inputs, max(1, int(payload.get("warmup", 3))),
+                                               recorder, use_cuda)
             phase["warmup"] = time.perf_counter() - t1
 
             event_ms: dict[str, float] = {}
@@ -315,40 +366,18 @@ def run_forward(payload: dict) -> dict:
                                                                     per_kernel=payload.get("per_kernel", "cupti"))
                 phase["timing"] = time.perf_counter() - t2
 
-            profiled = False
-            if payload.get("profile", True) and use_cuda:
+            profiled = bool(payload.get("profile", True) and use_cuda)
+            if profiled:
                 t3 = time.perf_counter()
-                torch.cuda.synchronize()
-                torch.cuda.profiler.start()
-                try:
-                    model(*inputs)
-                    torch.cuda.synchronize()
-                finally:
-                    torch.cuda.profiler.stop()
-                profiled = True
+                _profiled_forward(torch, model, inputs)
                 phase["profiled_forward"] = time.perf_counter() - t3
     finally:
         recorder.restore()
 
-    names = list(per_forward) or [n for n in hook_names]
-    for extra in hook_names:
-        if extra not in names:
-            names.append(extra)
-    if not names:
+    kernels = _kernel_entries(recorder, per_forward, hook_names, event_ms, timing_method)
+    if not kernels:
         warnings.append("the forward launched no Triton kernel that could be seen (kernels defined in the candidate "
                         f"module: {', '.join(module_kernels) or 'none'})")
-    kernels = []
-    for name in names:
-        entry: dict[str, Any] = {
-            "name": name,
-            "launches_per_forward": per_forward.get(name, hook_names.count(name) or 1),
-            "grid": recorder.grids.get(name),
-            "event_ms": event_ms.get(name),
-            "cupti": bool(timing_method and "cupti" in timing_method.split("per kernel:")[-1]),
-        }
-        if name in recorder.compiled:
-            entry.update(_compiled_metadata(recorder.compiled[name]))
-        kernels.append(entry)
     if not use_cuda:
         warnings.append("ran on the CPU interpreter: no compiled metadata and no timing")
     return {

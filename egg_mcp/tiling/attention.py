@@ -71,7 +71,7 @@ def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, di
               est: ConfigEstimate) -> list[tuple[str, str]]:
     from egg_mcp.tiling.costs import (
         DTYPE_BYTES, GEMM_TILE_FIXED_S, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, _ctas_per_sm, _persistent,
-        compute_type, resident, dot_step_parts, rows_redone,
+        compute_type, resident,
     )
 
     fired: list[tuple[str, str]] = []
@@ -112,23 +112,8 @@ def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, di
     if fired:
         return fired
 
-    causal = any("where" in kn.tl_calls for kn in space.kernels)
-    if causal:
-        steps = [math.ceil(min((i + 1) * bm, s_len) / bn) for i in range(q_blocks)]
-    else:
-        steps = [math.ceil(s_len / bn)] * q_blocks
-    t_tensor, t_split = (2 * x for x in dot_step_parts(bm, bn, d, w, ctype, gpu, est.notes, what="attention tile"))
-    redo = rows_redone(bm, w, gpu)
-    if redo > 1:  # warps along M (Triton's layout for chained dots): extra warpgroups redo S = Q K^T
-        t_tensor *= (1 + redo) / 2
-        est.notes.append(f"{k.names.get('warps', 'num_warps')}={w} covers {16 * w} rows of a {bm}-row tile: "
-                         f"S = Q K^T is computed {16 * w // bm}x (fewer warps or a larger BLOCK_M)")
-    redo_n = columns_redone(bn, w) if not wgmma else 1.0
-    if redo_n > 1:  # warps along N on the mma.sync path: fewer than 8 score columns per warp
-        t_tensor *= (1 + redo_n) / 2
-        est.notes.append(f"{k.names.get('warps', 'num_warps')}={w} splits {name('S', bn)} into {bn // w}-column "
-                         f"slices (an mma.sync tile is 8 wide): S = Q K^T is computed {redo_n:.0f}x (fewer warps or a "
-                         "larger BLOCK_N)")
+    steps = _key_steps(space, q_blocks, bm, bn, s_len)
+    t_tensor, t_split = _dot_times(k, gpu, est, bm, bn, d, w, ctype, wgmma, name('S', bn))
     clock = (gpu.sm_clock_mhz or 1500) * 1e6
     t_softmax = bm * bn * (1 / (SFU_PER_SM_PER_CLK * clock) + SOFTMAX_OPS / (128 * clock))
     t_cuda = t_split + t_softmax
@@ -142,10 +127,44 @@ def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, di
     t_sm = per_sm * t_step + math.ceil(programs / gpu.sm_count) * GEMM_TILE_FIXED_S / held
     est.predicted_ms = (t_sm + LAUNCH_OVERHEAD_S) * 1e3
     est.intensity = 4 * bm * bn * d / (2 * bn * d * nbytes)
+    _bound_notes(est, t_tensor, t_softmax, t_cuda, c)
+    return fired
+
+
+def _key_steps(space: CandidateSpace, q_blocks: int, bm: int, bn: int, s_len: int) -> list[int]:
+    """Key blocks each query block walks: all of them, or (causal: a tl.where mask) those up to its diagonal."""
+    causal = any("where" in kn.tl_calls for kn in space.kernels)
+    if causal:
+        return [math.ceil(min((i + 1) * bm, s_len) / bn) for i in range(q_blocks)]
+    return [math.ceil(s_len / bn)] * q_blocks
+
+
+def _dot_times(k, gpu: GpuSpec, est: ConfigEstimate, bm: int, bn: int, d: int, w: int, ctype: str, wgmma: bool,
+               key_block: str) -> tuple[float, float]:
+    """Per key step: the two dots' tensor time (stretched when warps redo S = Q K^T) and their split-precision
+    CUDA-core time."""
+    from egg_mcp.tiling.costs import dot_step_parts, rows_redone
+
+    t_tensor, t_split = (2 * x for x in dot_step_parts(bm, bn, d, w, ctype, gpu, est.notes, what="attention tile"))
+    redo = rows_redone(bm, w, gpu)
+    if redo > 1:  # warps along M (Triton's layout for chained dots): extra warpgroups redo S = Q K^T
+        t_tensor *= (1 + redo) / 2
+        est.notes.append(f"{k.names.get('warps', 'num_warps')}={w} covers {16 * w} rows of a {bm}-row tile: "
+                         f"S = Q K^T is computed {16 * w // bm}x (fewer warps or a larger BLOCK_M)")
+    redo_n = columns_redone(bn, w) if not wgmma else 1.0
+    if redo_n > 1:  # warps along N on the mma.sync path: fewer than 8 score columns per warp
+        t_tensor *= (1 + redo_n) / 2
+        est.notes.append(f"{k.names.get('warps', 'num_warps')}={w} splits {key_block} into {bn // w}-column "
+                         f"slices (an mma.sync tile is 8 wide): S = Q K^T is computed {redo_n:.0f}x (fewer warps or a "
+                         "larger BLOCK_N)")
+    return t_tensor, t_split
+
+
+def _bound_notes(est: ConfigEstimate, t_tensor: float, t_softmax: float, t_cuda: float, ctas: int) -> None:
+    """Say when the exps outweigh the dots, or when one program per SM serialises dots and CUDA-core work."""
     if t_softmax > t_tensor:
         est.notes.append(f"softmax-bound: exps {t_softmax * 1e9:.0f} ns > dots {t_tensor * 1e9:.0f} ns per key step")
-    if c == 1 and t_cuda > 0.25 * t_tensor:
+    if ctas == 1 and t_cuda > 0.25 * t_tensor:
         est.notes.append(f"one program per SM ({est.smem_bytes / 1024:.0f} KB shared memory, {est.regs_per_thread} "
                          f"registers): its dots ({t_tensor * 1e9:.0f} ns) and CUDA-core work ({t_cuda * 1e9:.0f} ns) "
                          "per key step run one after the other; a smaller tile lets two programs overlap them")
-    return fired

@@ -121,26 +121,8 @@ async def propose_tiling(
     started = time.perf_counter()
     if max_trials < 0:
         raise ValueError("max_trials must be >= 0")
-    first_look = extract_space(candidate_source)
-    kind = check_kind(kind) if kind is not None else infer_kind(first_look)
-    canonical = normalize_dims(kind, dict(dims))
-    space = extract_space(candidate_source, kind=kind, dims=canonical)
-    calls, call_notes = kernel_calls(space, kind, canonical, launches)
-    space.calls = calls
-    tunable = [p for p in space.params if p.applicable and len(p.choices) > 1]
-    if not tunable:
-        raise ValueError(
-            "no tunable parameters found in the candidate: pass the block sizes at the launch as int literals or "
-            "module constants (kernel[grid](..., BM=128, BLOCK_N=BLOCK_N, num_warps=4)) or declare "
-            "TUNING_SPACE = {'BLOCK_M': [64, 128], ...}; sizes computed at the launch (e.g. "
-            "triton.next_power_of_2(n)) are derived, not tunable"
-        )
-    stand_in = None
-    if gpu is None:  # a ranking needs a target: use a named stand-in, and say so in the proposal
-        status = gpu_status()
-        gpu = spec_for(STAND_IN_GPU)
-        stand_in = (f"{status or 'no GPU ceilings'}: the analytic ranking targets the {gpu.name} datasheet leads as a "
-                    "stand-in; on your GPU, run egg-mcp calibrate and measure the top configs")
+    kind, canonical, space, call_notes = _tunable_space(candidate_source, kind, dims, launches)
+    gpu, stand_in = _target_gpu(gpu)
     configs, total, truncated = enumerate_configs(space, max_configs=max_configs)
     estimates = estimate_all(configs, space, gpu=gpu, dims=canonical, kind=kind, dtype=options.dtype)
     feasible = [e for e in estimates if e.feasible]
@@ -155,13 +137,13 @@ async def propose_tiling(
         kernels=[KernelSummary(kernel=c.kernel, kind=c.kind, dims=c.dims, dims_from=c.dims_from, precision=c.precision,
                                parameters={k: v for k, v in c.params.items() if space.param(v) is not None
                                            and space.param(v).applicable and len(space.param(v).choices) > 1})
-                 for c in calls],
+                 for c in space.calls],
     )
     by_key = {config_key(e.config.values): e for e in estimates}
 
     measured: list[MeasuredConfig] = []
     baseline = current_config(space)  # the config the source has now: measured first, the one to beat
-    baseline = baseline if all(p.name in baseline for p in tunable) else None
+    baseline = baseline if all(p.name in baseline for p in _tunable(space)) else None
     if not feasible:
         proposal.note = "every config was pruned; see `pruned` for the reasons"
     elif not measure or max_trials == 0:
@@ -173,6 +155,55 @@ async def propose_tiling(
                                   options, max_trials, time_budget_s - (time.perf_counter() - started), progress,
                                   baseline)
 
+    ordered = _rank_table(proposal, measured, feasible, by_key)
+    correct = [m for m in ordered if m.correct and m.median_ms is not None]
+    _rank_correlation(proposal, correct, by_key)
+    base = next((m for m in measured if config_key(m.config.values) == config_key(baseline)), None) \
+        if baseline else None
+    _recommend(proposal, evaluator, measure, measured, correct, base, feasible)
+    if proposal.recommended is not None:
+        proposal.recommended_source = apply_config(candidate_source, proposal.recommended.values)
+    proposal.wall_s = time.perf_counter() - started
+    return proposal
+
+
+def _tunable(space) -> list:
+    return [p for p in space.params if p.applicable and len(p.choices) > 1]
+
+
+def _tunable_space(candidate_source: str, kind: str | None, dims: dict[str, int], launches: list[dict] | None):
+    """The candidate's tile space for `kind` (inferred from its tl.* calls when None) at the canonical
+    dims, each kernel launch with its own dims; (kind, dims, space, notes). Raises when nothing is tunable."""
+    first_look = extract_space(candidate_source)
+    kind = check_kind(kind) if kind is not None else infer_kind(first_look)
+    canonical = normalize_dims(kind, dict(dims))
+    space = extract_space(candidate_source, kind=kind, dims=canonical)
+    calls, call_notes = kernel_calls(space, kind, canonical, launches)
+    space.calls = calls
+    if not _tunable(space):
+        raise ValueError(
+            "no tunable parameters found in the candidate: pass the block sizes at the launch as int literals or "
+            "module constants (kernel[grid](..., BM=128, BLOCK_N=BLOCK_N, num_warps=4)) or declare "
+            "TUNING_SPACE = {'BLOCK_M': [64, 128], ...}; sizes computed at the launch (e.g. "
+            "triton.next_power_of_2(n)) are derived, not tunable"
+        )
+    return kind, canonical, space, call_notes
+
+
+def _target_gpu(gpu: GpuSpec | None) -> tuple[GpuSpec, str | None]:
+    """The GPU the ranking targets; without one, a named stand-in and the warning that says so."""
+    if gpu is not None:
+        return gpu, None
+    status = gpu_status()
+    gpu = spec_for(STAND_IN_GPU)
+    return gpu, (f"{status or 'no GPU ceilings'}: the analytic ranking targets the {gpu.name} datasheet leads as a "
+                 "stand-in; on your GPU, run egg-mcp calibrate and measure the top configs")
+
+
+def _rank_table(proposal: TilingProposal, measured: list[MeasuredConfig], feasible: list[ConfigEstimate],
+                by_key: dict[tuple, ConfigEstimate]) -> list[MeasuredConfig]:
+    """The ranked table: measured configs first (correct by time, then the failures), then the best
+    predicted ones not measured; returns the measured configs in that order."""
     ranked: list[RankedConfig] = []
     seen: set[tuple] = set()
     ordered = sorted(measured, key=lambda m: (not m.correct, m.median_ms if m.median_ms is not None else float("inf")))
@@ -187,8 +218,11 @@ async def propose_tiling(
     proposal.ranked = ranked
     proposal.trials_used = len(measured)
     proposal.measured = bool(measured)
+    return ordered
 
-    correct = [m for m in ordered if m.correct and m.median_ms is not None]
+
+def _rank_correlation(proposal: TilingProposal, correct: list[MeasuredConfig], by_key: dict[tuple, ConfigEstimate]) -> None:
+    """Spearman correlation of predicted vs measured time over the correct measured configs."""
     pairs = [(by_key[config_key(m.config.values)].predicted_ms, m.median_ms) for m in correct
              if config_key(m.config.values) in by_key and by_key[config_key(m.config.values)].predicted_ms]
     proposal.rank_correlation = spearman([p for p, _ in pairs], [t for _, t in pairs])
@@ -196,32 +230,14 @@ async def propose_tiling(
     if proposal.rank_correlation is not None:
         proposal.note += (f"; model vs measured rank correlation (Spearman) {proposal.rank_correlation:.2f} over "
                           f"{len(pairs)} configs")
-    base = next((m for m in measured if config_key(m.config.values) == config_key(baseline)), None) \
-        if baseline else None
-    if correct and base is not None and not (base.correct and base.median_ms is not None):
-        proposal.recommended_reason = (f"the current config did not measure ({base.error_kind or 'no time'}: "
-                                       f"{(base.error or '')[:160]}): fix the candidate before tuning it")
-    elif correct:
-        best = correct[0]
-        predicted_rank = next((i + 1 for i, e in enumerate(feasible)
-                               if config_key(e.config.values) == config_key(best.config.values)), None)
-        if base is None:
-            proposal.recommended = best.config
-            proposal.recommended_reason = (f"fastest of {len(correct)} correct configs measured ({best.median_ms:.4f} "
-                                           f"ms, predicted rank {predicted_rank}); the current config was not measured")
-        else:
-            band = _noise_band(best, base)
-            if best is not base and best.median_ms < base.median_ms * (1 - band):
-                proposal.recommended = best.config
-                proposal.recommended_reason = (
-                    f"{base.median_ms / best.median_ms:.2f}x faster than the current config ({best.median_ms:.4f} vs "
-                    f"{base.median_ms:.4f} ms, beyond the {band:.1%} noise band; fastest of {len(correct)} correct "
-                    f"configs measured, predicted rank {predicted_rank})")
-            else:
-                proposal.recommended_reason = (
-                    f"keep the current config: no measured config beat it beyond the {band:.1%} noise band (current "
-                    f"{base.median_ms:.4f} ms, best other {min((m.median_ms for m in correct if m is not base), default=float('nan')):.4f} "
-                    f"ms over {len(correct)} correct configs)")
+
+
+def _recommend(proposal: TilingProposal, evaluator: Any, measure: bool, measured: list[MeasuredConfig],
+               correct: list[MeasuredConfig], base: MeasuredConfig | None, feasible: list[ConfigEstimate]) -> None:
+    """The recommendation and its reason: from the measured configs when any is correct; none when
+    all failed or nothing was measured on a GPU; else the analytic model's best."""
+    if correct:
+        _recommend_measured(proposal, correct, base, feasible)
     elif measured:
         proposal.recommended_reason = ("no measured config was correct: fix the candidate first (see the errors in "
                                        "`ranked`) before tuning it")
@@ -230,10 +246,36 @@ async def propose_tiling(
     elif feasible:
         proposal.recommended = feasible[0].config
         proposal.recommended_reason = "best predicted by the analytic model (not measured): verify it against the current config"
-    if proposal.recommended is not None:
-        proposal.recommended_source = apply_config(candidate_source, proposal.recommended.values)
-    proposal.wall_s = time.perf_counter() - started
-    return proposal
+
+
+def _recommend_measured(proposal: TilingProposal, correct: list[MeasuredConfig], base: MeasuredConfig | None,
+                        feasible: list[ConfigEstimate]) -> None:
+    """With correct measured configs: fix a current config that failed; else the fastest, but over a
+    measured current config only beyond the noise band."""
+    if base is not None and not (base.correct and base.median_ms is not None):
+        proposal.recommended_reason = (f"the current config did not measure ({base.error_kind or 'no time'}: "
+                                       f"{(base.error or '')[:160]}): fix the candidate before tuning it")
+        return
+    best = correct[0]
+    predicted_rank = next((i + 1 for i, e in enumerate(feasible)
+                           if config_key(e.config.values) == config_key(best.config.values)), None)
+    if base is None:
+        proposal.recommended = best.config
+        proposal.recommended_reason = (f"fastest of {len(correct)} correct configs measured ({best.median_ms:.4f} "
+                                       f"ms, predicted rank {predicted_rank}); the current config was not measured")
+        return
+    band = _noise_band(best, base)
+    if best is not base and best.median_ms < base.median_ms * (1 - band):
+        proposal.recommended = best.config
+        proposal.recommended_reason = (
+            f"{base.median_ms / best.median_ms:.2f}x faster than the current config ({best.median_ms:.4f} vs "
+            f"{base.median_ms:.4f} ms, beyond the {band:.1%} noise band; fastest of {len(correct)} correct "
+            f"configs measured, predicted rank {predicted_rank})")
+    else:
+        proposal.recommended_reason = (
+            f"keep the current config: no measured config beat it beyond the {band:.1%} noise band (current "
+            f"{base.median_ms:.4f} ms, best other {min((m.median_ms for m in correct if m is not base), default=float('nan')):.4f} "
+            f"ms over {len(correct)} correct configs)")
 
 
 def _noise_band(a: MeasuredConfig, b: MeasuredConfig) -> float:

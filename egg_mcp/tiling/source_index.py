@@ -172,6 +172,21 @@ def _kernel_facts(fn: ast.FunctionDef, autotuned: bool) -> KernelFacts:
 def index_source(source: str) -> SourceIndex:
     tree = _parse(source)
     index = SourceIndex(tree=tree)
+    top_level = _index_module_constants(tree, index)
+    _index_kernels(tree, index, top_level)
+    _index_launches(tree, index)
+    if any(k.persistent for k in index.kernels):
+        sized = [n for n in index.constants if PERSISTENT_NAMES.fullmatch(n) or PERSISTENT_NAMES.search(n)]
+        if sized:
+            name = sized[0]
+            index.derived["persistent_grid"] = f"{name}={int_literal(index.constants[name][-1])}"
+        else:
+            index.derived["persistent_grid"] = "NUM_SMS=1"
+    return index
+
+
+def _index_module_constants(tree: ast.Module, index: SourceIndex) -> dict[str, ast.AST]:
+    """Module-level int constants and TUNING_SPACE into `index`; returns every top-level assignment's value."""
     top_level: dict[str, ast.AST] = {}
     for stmt in tree.body:
         targets, value = [], None
@@ -187,21 +202,30 @@ def index_source(source: str) -> SourceIndex:
                 index.constants.setdefault(target.id, []).append(value)
             if target.id == "TUNING_SPACE":
                 index.tuning_space_line = stmt.lineno
-                try:
-                    raw = ast.literal_eval(value)
-                except ValueError as exc:
-                    raise ValueError(f"TUNING_SPACE (line {stmt.lineno}) must be a literal dict of int lists") from exc
-                if not isinstance(raw, dict) or not all(
-                    isinstance(k, str) and isinstance(v, (list, tuple)) and v
-                    and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
-                    for k, v in raw.items()
-                ):
-                    raise ValueError(
-                        f"TUNING_SPACE (line {stmt.lineno}) must map names to non-empty lists of ints, "
-                        'e.g. {"BLOCK_M": [64, 128], "NUM_WARPS": [4, 8]}'
-                    )
-                index.tuning_space = {k: sorted(set(v)) for k, v in raw.items()}
+                index.tuning_space = _tuning_space(value, stmt.lineno)
+    return top_level
 
+
+def _tuning_space(value: ast.AST, lineno: int) -> dict[str, list[int]]:
+    """TUNING_SPACE's literal: names to sorted, distinct ints (anything else is the author's error)."""
+    try:
+        raw = ast.literal_eval(value)
+    except ValueError as exc:
+        raise ValueError(f"TUNING_SPACE (line {lineno}) must be a literal dict of int lists") from exc
+    if not isinstance(raw, dict) or not all(
+        isinstance(k, str) and isinstance(v, (list, tuple)) and v
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+        for k, v in raw.items()
+    ):
+        raise ValueError(
+            f"TUNING_SPACE (line {lineno}) must map names to non-empty lists of ints, "
+            'e.g. {"BLOCK_M": [64, 128], "NUM_WARPS": [4, 8]}'
+        )
+    return {k: sorted(set(v)) for k, v in raw.items()}
+
+
+def _index_kernels(tree: ast.Module, index: SourceIndex, top_level: dict[str, ast.AST]) -> None:
+    """The @triton.jit kernels and their @triton.autotune sites."""
     for stmt in tree.body:
         if not isinstance(stmt, ast.FunctionDef):
             continue
@@ -215,6 +239,10 @@ def index_source(source: str) -> SourceIndex:
             if site:
                 index.autotune.append(site)
 
+
+def _index_launches(tree: ast.Module, index: SourceIndex) -> None:
+    """Each `kernel[grid](...)` site: its keywords as literals (tunable), module constants (tunable
+    through the constant) or expressions (derived)."""
     kernel_names = {k.name: k for k in index.kernels}
     launches = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)]
     # a launch option (num_warps=4) given as a literal at the sites of several kernels is one knob per kernel
@@ -244,11 +272,3 @@ def index_source(source: str) -> SourceIndex:
                 index.launch_names.setdefault(kw.arg, set()).add(kw.value.id)
             else:
                 index.derived[kw.arg] = ast.unparse(kw.value)
-    if any(k.persistent for k in index.kernels):
-        sized = [n for n in index.constants if PERSISTENT_NAMES.fullmatch(n) or PERSISTENT_NAMES.search(n)]
-        if sized:
-            name = sized[0]
-            index.derived["persistent_grid"] = f"{name}={int_literal(index.constants[name][-1])}"
-        else:
-            index.derived["persistent_grid"] = "NUM_SMS=1"
-    return index

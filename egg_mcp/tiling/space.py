@@ -81,25 +81,35 @@ def extract_space(source: str, *, kind: str | None = None, dims: dict[str, int] 
     index = index_source(source)
     dims = dims or {}
     warnings = list(index.warnings)
-    any_loop = any(k.has_loop for k in index.kernels)
     declared = index.tuning_space or {}
+    params = _found_params(index, declared, warnings)
+    _link_kernels(index, params)
+    _choose(index, params, declared, kind, dims)
+    _bind(index, params)
+    return CandidateSpace(params=list(params.values()), kernels=index.kernels, derived=index.derived, warnings=warnings)
+
+
+def _add(params: dict[str, TunableParam], name: str, source_kind: str, current: int | None, line: int | None,
+         applicable: bool = True) -> None:
+    """Record where a parameter was seen; its first known value is its current one."""
+    param = params.get(name)
+    if param is None:
+        param = params[name] = TunableParam(name=name, role=role_of(name), current=current, line=line,
+                                            applicable=applicable)
+    if source_kind not in param.sources:
+        param.sources.append(source_kind)
+    if param.current is None:
+        param.current = current
+    param.applicable = param.applicable or applicable
+
+
+def _found_params(index: SourceIndex, declared: dict, warnings: list[str]) -> dict[str, TunableParam]:
+    """Every parameter the source sets: module constants, launch keywords, autotune configs, TUNING_SPACE."""
     params: dict[str, TunableParam] = {}
-
-    def add(name: str, source_kind: str, current: int | None, line: int | None, applicable: bool = True) -> None:
-        param = params.get(name)
-        if param is None:
-            param = params[name] = TunableParam(name=name, role=role_of(name), current=current, line=line,
-                                                applicable=applicable)
-        if source_kind not in param.sources:
-            param.sources.append(source_kind)
-        if param.current is None:
-            param.current = current
-        param.applicable = param.applicable or applicable
-
     passed_constants = {c for names in index.launch_names.values() for c in names}
     for name, nodes in index.constants.items():
         if name in declared or name in passed_constants or (role_of(name) != "other" and name.isupper()):
-            add(name, "module_constant", int_literal(nodes[-1]), nodes[-1].lineno)
+            _add(params, name, "module_constant", int_literal(nodes[-1]), nodes[-1].lineno)
     for kw, nodes in index.launch_literals.items():
         values = {int_literal(n) for n in nodes}
         if len(values) > 1:  # a value that differs per launch is part of what each launch computes (a PHASE)
@@ -107,11 +117,11 @@ def extract_space(source: str, *, kind: str | None = None, dims: dict[str, int] 
                             "not tuned (one value for all of them would change what the launches compute); to tune "
                             "a block size used at several launches, give each launch its own module constant")
             continue
-        add(kw, "launch_keyword", int_literal(nodes[0]), nodes[0].lineno)
+        _add(params, kw, "launch_keyword", int_literal(nodes[0]), nodes[0].lineno)
     for site in index.autotune:
         for config in site.configs:
             for key, value in config.items():
-                add(key, "autotune", site.configs[0].get(key, value), site.list_node.lineno)
+                _add(params, key, "autotune", site.configs[0].get(key, value), site.list_node.lineno)
     for name in declared:
         if name not in params:
             params[name] = TunableParam(name=name, role=role_of(name), sources=["tuning_space"], applicable=False,
@@ -121,7 +131,11 @@ def extract_space(source: str, *, kind: str | None = None, dims: dict[str, int] 
                             "rewrite; add one and use it at the launch")
         elif "tuning_space" not in params[name].sources:
             params[name].sources.append("tuning_space")
+    return params
 
+
+def _link_kernels(index: SourceIndex, params: dict[str, TunableParam]) -> None:
+    """Each parameter's kernels (the constexprs it sets); a power-of-two UPPERCASE one at a launch is a block."""
     for kernel in index.kernels:
         for constexpr in kernel.constexprs:
             linked = [p for p in params.values()
@@ -139,6 +153,12 @@ def extract_space(source: str, *, kind: str | None = None, dims: dict[str, int] 
             param.role = "block"
             param.note = "a power-of-two UPPERCASE constexpr passed at the launch: tuned as a block size"
 
+
+def _choose(index: SourceIndex, params: dict[str, TunableParam], declared: dict, kind: str | None,
+            dims: dict[str, int]) -> None:
+    """Each parameter's axis and choices: declared, else autotune's, else (with a TUNING_SPACE) its current
+    value, else inferred from its role, axis and the dims."""
+    any_loop = any(k.has_loop for k in index.kernels)
     autotune_values: dict[str, set[int]] = {}
     for site in index.autotune:
         for config in site.configs:
@@ -167,8 +187,6 @@ def extract_space(source: str, *, kind: str | None = None, dims: dict[str, int] 
             param.note = param.note or note
         if param.current is not None and param.current not in param.choices and param.choices_from == "inferred":
             param.choices = sorted(set(param.choices) | {param.current})
-    _bind(index, params)
-    return CandidateSpace(params=list(params.values()), kernels=index.kernels, derived=index.derived, warnings=warnings)
 
 
 def _bind(index: SourceIndex, params: dict[str, TunableParam]) -> None:

@@ -9,6 +9,7 @@ live in costs.py (shared with the GEMM model)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from egg_mcp.hardware import GpuSpec
 from egg_mcp.tiling.tiling_types import CandidateSpace, ConfigEstimate
@@ -57,20 +58,57 @@ def second_pass_share(working_set: float, l2_bytes: float) -> float:
     return miss * miss_cost + (1 - miss) * hit_cost
 
 
+@dataclass
+class _Tile:
+    """One launch's tile at one config as the pricing reads it: the problem's rows and columns, a program's
+    block, its warps, the element size, whether the kernel loops over its row; the occupancy and grid fields
+    are filled by `_occupancy_and_grid`."""
+
+    n_rows: int
+    n_cols: int
+    br: int
+    bc: int
+    w: int
+    nbytes: int
+    loops: bool
+    looping: bool
+    per_thread: float
+    live: float
+    occ_regs: int = 0
+    ctas: int = 0
+    iters: int = 1
+    grid: list[int] = field(default_factory=list)
+    programs: int = 0
+    launched: int = 0
+    covered: int = 0
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.w
+
+
 def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int],
             dtype: str, kind: str, est: ConfigEstimate, reg_scale: float) -> tuple[list[tuple[str, str]], bool]:
     """One pricing at `reg_scale` x the register estimate; returns the rules that fired and whether the config
     loops over its row (the case the register fit and its spread are for)."""
-    from egg_mcp.tiling.dims import next_pow2
-    from egg_mcp.tiling.costs import (  # one set of constants for both models
-        _BASE_OPS, _LIVE_PER_ELEMENT, _LIVE_PER_ELEMENT_LOOPING, _REDUCTIONS, _TRANSCENDENTAL, DRAM_LATENCY_S,
-        DTYPE_BYTES, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, OVERLAP_P, PROGRAM_FIXED_S, REDUCTION_STEP_S, SM_MAX_SHARE,
-        PROGRAM_DISPATCH_S, TRANSCENDENTAL_OPS, WARP_STREAM_BPS, _FUNCTION_OPS, _ctas_per_sm, _persistent, _round_up,
-        LOOP_TRIP_OPS, STREAM_KNEE_P, WARP_ILP, resident,
-    )
+    tile = _tile(k, space, dims, dtype, kind)
+    fired = _resource_rules(tile, k, space, gpu, kind, est)
+    _occupancy_and_grid(tile, values, space, gpu, kind, est, reg_scale)
+    if fired:
+        return fired, tile.looping
+    _price(tile, space, gpu, kind, est)
+    return fired, tile.looping
 
-    fired: list[tuple[str, str]] = []
-    nbytes = DTYPE_BYTES[dtype]
+
+def _tile(k, space: CandidateSpace, dims: dict[str, int], dtype: str, kind: str) -> _Tile:
+    """The launch's tile: an elementwise kernel without row/column blocks tiles the flat `n`."""
+    from egg_mcp.tiling.costs import (
+        _LIVE_PER_ELEMENT,
+        _LIVE_PER_ELEMENT_LOOPING,
+        DTYPE_BYTES,
+    )
+    from egg_mcp.tiling.dims import next_pow2
+
     w = k.warps
     loops = any(kn.has_loop for kn in space.kernels)
     if kind == "elementwise" and "n_cols" not in k.blocks and "n_rows" not in k.blocks:
@@ -80,13 +118,24 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
         n_rows, n_cols = dims.get("n_rows", 1), dims.get("n_cols", dims.get("n", 1))
         br = k.blocks.get("n_rows", 1)
         bc = k.blocks.get("n_cols", next_pow2(n_cols))
-    cols_name = k.block_params.get("n_cols", k.block_params.get("n", "BLOCK"))
-    if kind != "elementwise" and not loops and bc < n_cols:
-        fired.append(("single_pass", f"the kernel has no loop over n_cols: {cols_name}={bc} < n_cols={n_cols} "
-                                     "leaves columns unprocessed"))
-    per_thread = br * bc / (32 * w)
     looping = loops and kind != "elementwise" and bc < n_cols
     live = (_LIVE_PER_ELEMENT_LOOPING if looping else _LIVE_PER_ELEMENT)[kind]
+    return _Tile(n_rows=n_rows, n_cols=n_cols, br=br, bc=bc, w=w, nbytes=DTYPE_BYTES[dtype], loops=loops,
+                 looping=looping, per_thread=br * bc / (32 * w), live=live)
+
+
+def _resource_rules(t: _Tile, k, space: CandidateSpace, gpu: GpuSpec, kind: str,
+                    est: ConfigEstimate) -> list[tuple[str, str]]:
+    """The pruning rules: a row the kernel cannot cover, spilled registers, idle threads, a block's registers
+    over the SM's; sets the estimate's registers and shared memory."""
+    from egg_mcp.tiling.costs import _REDUCTIONS, MAX_REGS, _round_up
+
+    fired: list[tuple[str, str]] = []
+    br, bc, w, per_thread, live = t.br, t.bc, t.w, t.per_thread, t.live
+    cols_name = k.block_params.get("n_cols", k.block_params.get("n", "BLOCK"))
+    if kind != "elementwise" and not t.loops and bc < t.n_cols:
+        fired.append(("single_pass", f"the kernel has no loop over n_cols: {cols_name}={bc} < n_cols={t.n_cols} "
+                                     "leaves columns unprocessed"))
     est.regs_per_thread = min(MAX_REGS + 1, _round_up(24 + per_thread * live, 8))
     if 24 + per_thread * live > MAX_REGS:
         fired.append(("spill", f"{cols_name}={bc}" + (f", {k.block_params['n_rows']}={br}" if "n_rows" in k.block_params
@@ -96,7 +145,7 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
         fired.append(("idle_threads", f"{br * bc} elements per program for {32 * w} threads "
                                       f"({k.names.get('warps', 'num_warps')}={w}): threads sit idle; fewer warps do the "
                                       "same work"))
-    threads = 32 * w
+    threads = t.threads
     est.smem_bytes = br * w * 4 * 2 if _REDUCTIONS[kind] and w > 1 else 0
     if est.regs_per_thread * threads > gpu.regs_per_sm:
         cap = gpu.regs_per_sm // threads
@@ -107,36 +156,51 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
             # H200: BLOCK_M=8, BLOCK_N=8192, 16 warps spilled at ~184 estimated registers, cap 128)
             fired.append(("spill", f"{threads} threads leave at most {cap} registers per thread; "
                                    f"~{est.regs_per_thread} needed: spills"))
+    return fired
+
+
+def _occupancy_and_grid(t: _Tile, values: dict[str, int], space: CandidateSpace, gpu: GpuSpec, kind: str,
+                        est: ConfigEstimate, reg_scale: float) -> None:
+    """Occupancy, grid, waves, the persistent grid's programs and the tail the blocks overhang."""
+    from egg_mcp.tiling.costs import MAX_REGS, _ctas_per_sm, _persistent, _round_up
+
+    br, bc, w, threads = t.br, t.bc, t.w, t.threads
     # occupancy: a looping program's registers from the fit to compiled ones (the estimate above stays the spill
     # test), at this pricing's point of the register spread (stream() prices a looping config three times)
-    occ_regs = _occupancy_regs(br, bc, w, nbytes, per_thread, live) if looping else min(est.regs_per_thread, MAX_REGS)
-    occ_regs = min(MAX_REGS, _round_up(int(occ_regs * reg_scale), 8))
+    occ_regs = (_occupancy_regs(br, bc, w, t.nbytes, t.per_thread, t.live) if t.looping
+                else min(est.regs_per_thread, MAX_REGS))
+    t.occ_regs = occ_regs = min(MAX_REGS, _round_up(int(occ_regs * reg_scale), 8))
     c = _ctas_per_sm(gpu, threads, occ_regs, est.smem_bytes)
-    est.ctas_per_sm = c
+    t.ctas = est.ctas_per_sm = c
     est.occupancy = c * threads / gpu.max_threads_per_sm
 
     if kind == "elementwise":
-        grid = [math.ceil(n_rows / br), math.ceil(n_cols / bc)]
+        grid = [math.ceil(t.n_rows / br), math.ceil(t.n_cols / bc)]
         iters = 1
     else:
-        grid = [math.ceil(n_rows / br)]
-        iters = math.ceil(n_cols / bc) if loops else 1
-    programs = math.prod(grid)
+        grid = [math.ceil(t.n_rows / br)]
+        iters = math.ceil(t.n_cols / bc) if t.loops else 1
+    t.grid, t.iters = grid, iters
+    t.programs = programs = math.prod(grid)
     est.grid = grid
     est.waves = programs / (gpu.sm_count * max(c, 1))
-    launched = _persistent(est, space, gpu, values, programs, c)
-    covered = grid[0] * br * (grid[1] * bc if kind == "elementwise" else iters * bc)
-    est.tail_waste = max(0.0, 1 - n_rows * n_cols / covered)
+    t.launched = _persistent(est, space, gpu, values, programs, c)
+    t.covered = covered = grid[0] * br * (grid[1] * bc if kind == "elementwise" else iters * bc)
+    est.tail_waste = max(0.0, 1 - t.n_rows * t.n_cols / covered)
     est.intensity = 0.0
-    if fired:
-        return fired, looping
 
+
+def _traffic(t: _Tile, gpu: GpuSpec, kind: str) -> tuple[float, float, float, int]:
+    """Bytes one program moves: (reads, reads + writes, the broadcast operand's once-per-SM bytes, passes)."""
+    from egg_mcp.tiling.costs import L2_OVER_DRAM
+
+    nbytes, br, bc, n_rows, n_cols = t.nbytes, t.br, t.bc, t.n_rows, t.n_cols
     # bytes one program moves: reads (a second pass over a row re-reads it, from L2 when it fits) + writes
     row_elems = br * (bc if kind == "elementwise" else n_cols)
     reads = row_elems * nbytes
-    passes = 2 if kind in ("softmax", "norm") and iters > 1 else 1
+    passes = 2 if kind in ("softmax", "norm") and t.iters > 1 else 1
     if passes > 1:
-        working_set = gpu.sm_count * c * row_elems * nbytes
+        working_set = gpu.sm_count * t.ctas * row_elems * nbytes
         reads += reads * second_pass_share(working_set, gpu.l2_bytes)
     writes = row_elems * nbytes if kind != "reduction" else br * 4
     broadcast_once = 0.0
@@ -149,7 +213,53 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
             broadcast_once = n_cols * nbytes / L2_OVER_DRAM
         else:
             reads += bc * nbytes
-    program_bytes = reads + writes
+    return reads, reads + writes, broadcast_once, passes
+
+
+def _issue_time(t: _Tile, space: CandidateSpace, gpu: GpuSpec, kind: str, passes: int, active: int) -> float:
+    """Instruction issue: every launched lane (masked ones too) costs ~ops instructions; a scheduler
+    needs ~4 resident warps to hide ALU / MUFU latency."""
+    from egg_mcp.tiling.costs import (
+        _BASE_OPS,
+        _FUNCTION_OPS,
+        _TRANSCENDENTAL,
+        LOOP_TRIP_OPS,
+        TRANSCENDENTAL_OPS,
+    )
+
+    calls = {c.split(".")[-1] for kn in space.kernels for c in kn.tl_calls}
+    # a norm takes its sqrt / rsqrt of the row's statistic, once per row: not an element's cost
+    per_row = {"sqrt", "rsqrt"} if kind == "norm" else set()
+    ops = _BASE_OPS[kind] + sum(_FUNCTION_OPS.get(f, TRANSCENDENTAL_OPS) for f in (calls & _TRANSCENDENTAL) - per_row)
+    lanes = t.covered * passes
+    warps_per_scheduler = min(t.ctas * t.w, gpu.max_threads_per_sm // 32) / 4
+    issue_rate = 4 * 32 * (gpu.sm_clock_mhz or 1500) * 1e6 * min(1.0, warps_per_scheduler / 4)
+    # every thread pays each trip's bookkeeping whatever its elements (costs.LOOP_TRIP_OPS): many warps over a
+    # small block are slow
+    thread_trips = t.programs * t.threads * t.iters * passes if t.looping else 0
+    return (lanes * ops + thread_trips * LOOP_TRIP_OPS) / active / issue_rate
+
+
+def _price(t: _Tile, space: CandidateSpace, gpu: GpuSpec, kind: str, est: ConfigEstimate) -> None:
+    """The busiest SM's time: a smooth max of bandwidth, latency (or warp streaming) and issue, floored by
+    program dispatch, stretched by a partial last wave; notes say which bound it is."""
+    from egg_mcp.tiling.costs import (
+        _REDUCTIONS,
+        DRAM_LATENCY_S,
+        LAUNCH_OVERHEAD_S,
+        OVERLAP_P,
+        PROGRAM_DISPATCH_S,
+        PROGRAM_FIXED_S,
+        REDUCTION_STEP_S,
+        SM_MAX_SHARE,
+        STREAM_KNEE_P,
+        WARP_ILP,
+        WARP_STREAM_BPS,
+        resident,
+    )
+
+    w, c, iters, programs, launched = t.w, t.ctas, t.iters, t.programs, t.launched
+    reads, program_bytes, broadcast_once, passes = _traffic(t, gpu, kind)
     active = min(gpu.sm_count, programs)
     share = min(SM_MAX_SHARE * gpu.dram_bytes_per_s / gpu.sm_count, gpu.dram_bytes_per_s / active)
     # narrow rows: a 32-byte sector is the unit of DRAM traffic, so a row segment under 32 B wastes the rest.
@@ -159,7 +269,7 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
     # instead (t_issue below). The 0.9 derate this model had for accesses under 16 B per thread ranked
     # 4-byte-per-thread configs of rowsum_a (fp32) slower while they ran at the roof (stored H200 timings,
     # benchmarks/results/archive/tiling/rank_replay_4a3dfb2.md).
-    sector = min(1.0, bc * nbytes / 32)
+    sector = min(1.0, t.bc * t.nbytes / 32)
     per_sm_programs = programs / active
     t_bandwidth = (per_sm_programs * program_bytes + broadcast_once) / (share * sector)
     chain = iters * passes * DRAM_LATENCY_S + PROGRAM_FIXED_S + _REDUCTIONS[kind] * REDUCTION_STEP_S * math.log2(
@@ -174,34 +284,22 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
         # a store does not hold its warp (the rate was measured on a sum, whose traffic is all loads). A warp with
         # more registers keeps more loads in flight (costs.WARP_ILP)
         ilp_regs, ilp_exp, ilp_cap = WARP_ILP
-        warp_bps = WARP_STREAM_BPS * min(ilp_cap, max(1.0, occ_regs / ilp_regs)) ** ilp_exp
+        warp_bps = WARP_STREAM_BPS * min(ilp_cap, max(1.0, t.occ_regs / ilp_regs)) ** ilp_exp
         t_latency = (per_sm_programs * reads / (resident_warps * warp_bps)
                      + rounds * (chain - iters * passes * DRAM_LATENCY_S))
     else:
         t_latency = rounds * chain
-    # instruction issue: every launched lane (masked ones too) costs ~ops instructions; a scheduler
-    # needs ~4 resident warps to hide ALU / MUFU latency
-    calls = {c.split(".")[-1] for kn in space.kernels for c in kn.tl_calls}
-    # a norm takes its sqrt / rsqrt of the row's statistic, once per row: not an element's cost
-    per_row = {"sqrt", "rsqrt"} if kind == "norm" else set()
-    ops = _BASE_OPS[kind] + sum(_FUNCTION_OPS.get(f, TRANSCENDENTAL_OPS) for f in (calls & _TRANSCENDENTAL) - per_row)
-    lanes = covered * passes
-    warps_per_scheduler = min(c * w, gpu.max_threads_per_sm // 32) / 4
-    issue_rate = 4 * 32 * (gpu.sm_clock_mhz or 1500) * 1e6 * min(1.0, warps_per_scheduler / 4)
-    # every thread pays each trip's bookkeeping whatever its elements (costs.LOOP_TRIP_OPS): many warps over a
-    # small block are slow
-    thread_trips = programs * threads * iters * passes if looping else 0
-    t_issue = (lanes * ops + thread_trips * LOOP_TRIP_OPS) / active / issue_rate
+    t_issue = _issue_time(t, space, gpu, kind, passes, active)
     # smooth max: near the boundary neither bandwidth, latency nor issue is fully hidden behind the others
     memory = (t_bandwidth, t_latency)
-    if looping:  # a loop's DRAM share and its warps' streaming meet at a soft knee (costs.STREAM_KNEE_P)
+    if t.looping:  # a loop's DRAM share and its warps' streaming meet at a soft knee (costs.STREAM_KNEE_P)
         memory = ((t_bandwidth ** STREAM_KNEE_P + t_latency ** STREAM_KNEE_P) ** (1 / STREAM_KNEE_P),)
-    t_sm = sum(t ** OVERLAP_P for t in (*memory, t_issue)) ** (1 / OVERLAP_P) * (1 + 0.1 * est.tail_waste)
+    t_sm = sum(x ** OVERLAP_P for x in (*memory, t_issue)) ** (1 / OVERLAP_P) * (1 + 0.1 * est.tail_waste)
     # an SM starts programs at a bounded rate whatever they do: a hard floor, not blended in the smooth max (the
     # dispatcher runs beside the programs; blended, it moved softmax_b's one-row configs by ~1 %)
     t_dispatch = programs / gpu.sm_count * PROGRAM_DISPATCH_S
     if t_dispatch > t_sm:
-        est.notes.append(f"dispatch-bound: {programs} programs of {br * bc} elements; an SM starts one every "
+        est.notes.append(f"dispatch-bound: {programs} programs of {t.br * t.bc} elements; an SM starts one every "
                          f"~{PROGRAM_DISPATCH_S * 1e9:.0f} ns: larger blocks help")
     t_sm = max(t_sm, t_dispatch)
     w_exact = est.waves
@@ -217,4 +315,3 @@ def _stream(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims
                          f"{iters * passes} dependent loads each")
     if launched < gpu.sm_count:
         est.notes.append(f"only {launched} programs for {gpu.sm_count} SMs")
-    return fired, looping
