@@ -112,7 +112,7 @@ def _clean_dir(keep: set[str], root: str = ".") -> None:
                 pass
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--job-fd", type=int, required=True)
     parser.add_argument("--result-fd", type=int, required=True)
@@ -121,9 +121,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle-s", type=float, default=600.0)
     parser.add_argument("--ahead", action="store_true",
                         help="start the next runner while a job runs (only where runners are Landlock-confined)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def _start(args: argparse.Namespace):
+    """Watch the server, protect this process, open the result channel, start a runner, preload the imports."""
     from egg_mcp.evaluation import confinement, runner_process, worker
+    from egg_mcp.evaluation.channel import ResultChannel, set_channel
 
     server_pid = os.environ.get("EGG_MCP_SERVER_PID", "")
     if server_pid.isdigit():
@@ -131,8 +135,6 @@ def main(argv: list[str] | None = None) -> None:
                          daemon=True).start()
     confinement.protect_memory()
     confinement.become_subreaper()
-    from egg_mcp.evaluation.channel import ResultChannel, set_channel
-
     channel = ResultChannel(args.result_fd)
     set_channel(channel)  # the judge reports its phases through evaluation.channel (the run-timeout clock needs them)
     worker._channel = channel
@@ -144,6 +146,63 @@ def main(argv: list[str] | None = None) -> None:
         worker._preload(args.mode, judge=True)
     except Exception:
         traceback.print_exc()
+    return channel
+
+
+def _run_job(path: str, jobs: int, held: HeldReference | None, channel, ahead
+             ) -> tuple[HeldReference | None, bool, bool]:
+    """One job file: (what the judge holds now, recycle this judge, the job failed in the harness)."""
+    from egg_mcp.evaluation import runner_process
+
+    try:
+        with open(path) as f:
+            job = json.load(f)
+        os.unlink(path)
+        channel.nonce = job["nonce"]
+        channel.send({"type": "started", "pid": os.getpid(), "job": jobs})
+        if job.get("target") != "egg_mcp.evaluation.harness:evaluate_job":
+            raise ValueError(f"a persistent judge runs verify jobs only, not {job.get('target')!r}")
+        payload = job["payload"]
+        if held is not None and held.key != reference_key(payload):
+            raise ValueError("this judge holds another reference; the engine routes by reference key")
+        result, held = evaluate_held(payload, held, ahead)
+        result["judge"] = {**result.get("judge", {}), "pid": os.getpid(), "job": jobs, "persistent": True}
+        channel.send({"type": "result", "ok": True, "result": result})
+        return held, result.get("fault") == "harness", False
+    except BaseException as exc:  # noqa: BLE001 - a harness fault: report it, then recycle
+        channel.send({"type": "result", "ok": False, "error": {
+            "kind": type(exc).__name__, "message": str(exc)[:4000],
+            "traceback": traceback.format_exc()[-8000:]}})
+        return held, True, True
+    finally:
+        channel.nonce = None
+        runner_process.kill_all_but_spare()  # the runner is dead already; anything it left goes too
+        runner_process.reap_orphans()
+
+
+def _between_jobs(args: argparse.Namespace, held: HeldReference | None, jobs: int) -> None:
+    """Clean the folder, give memory back, start the next candidate's runner."""
+    from egg_mcp.evaluation import runner_process
+
+    _clean_dir((held.files if held is not None else set()) | {r.private.name for r in runner_process.spares()})
+    if held is not None:
+        held.after_job()
+    elif torch_cuda_ready():
+        from egg_mcp.evaluation.gpu_cache import release_all
+
+        release_all()
+    if jobs < args.max_jobs:
+        try:
+            runner_process.prestart(args.mode)  # a fresh runner for the next candidate
+        except Exception:
+            traceback.print_exc()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse(argv)
+    from egg_mcp.evaluation import runner_process, worker
+
+    channel = _start(args)
     held: HeldReference | None = None
 
     def ahead(sandbox: Any) -> None:
@@ -164,46 +223,11 @@ def main(argv: list[str] | None = None) -> None:
             if path is None:
                 break
             jobs += 1
-            recycle = True
-            try:
-                with open(path) as f:
-                    job = json.load(f)
-                os.unlink(path)
-                channel.nonce = job["nonce"]
-                channel.send({"type": "started", "pid": os.getpid(), "job": jobs})
-                if job.get("target") != "egg_mcp.evaluation.harness:evaluate_job":
-                    raise ValueError(f"a persistent judge runs verify jobs only, not {job.get('target')!r}")
-                payload = job["payload"]
-                if held is not None and held.key != reference_key(payload):
-                    raise ValueError("this judge holds another reference; the engine routes by reference key")
-                result, held = evaluate_held(payload, held, ahead if args.ahead else None)
-                result["judge"] = {**result.get("judge", {}), "pid": os.getpid(), "job": jobs,
-                                   "persistent": True}
-                channel.send({"type": "result", "ok": True, "result": result})
-                recycle = result.get("fault") == "harness"
-            except BaseException as exc:  # noqa: BLE001 - a harness fault: report it, then recycle
-                exit_code = 1
-                channel.send({"type": "result", "ok": False, "error": {
-                    "kind": type(exc).__name__, "message": str(exc)[:4000],
-                    "traceback": traceback.format_exc()[-8000:]}})
-            finally:
-                channel.nonce = None
-                runner_process.kill_all_but_spare()  # the runner is dead already; anything it left goes too
-                runner_process.reap_orphans()
+            held, recycle, failed = _run_job(path, jobs, held, channel, ahead if args.ahead else None)
+            exit_code = 1 if failed else exit_code
             if recycle:
                 break
-            _clean_dir((held.files if held is not None else set()) | {r.private.name for r in runner_process.spares()})
-            if held is not None:
-                held.after_job()
-            elif torch_cuda_ready():
-                from egg_mcp.evaluation.gpu_cache import release_all
-
-                release_all()
-            if jobs < args.max_jobs:
-                try:
-                    runner_process.prestart(args.mode)  # a fresh runner for the next candidate
-                except Exception:
-                    traceback.print_exc()
+            _between_jobs(args, held, jobs)
             channel.send({"type": "idle", "jobs": jobs})
     finally:
         worker.exit_process(exit_code)
