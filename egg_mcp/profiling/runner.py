@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from egg_mcp.analysis.roofline import compute_type_for
+from egg_mcp.config import NCU_VAR, environment_copy
 from egg_mcp.contract import EvalOptions, Evaluator, JobOutcome, ProgressFn
 from egg_mcp.hardware import NO_GPU, GpuSpec, lookup, unknown_gpu_message
 from egg_mcp.profiling import classify as C
@@ -60,8 +61,8 @@ class ProfileError(RuntimeError):
 
 def find_ncu(env: dict[str, str] | None = None) -> str | None:
     """Path of the ncu executable: $EGG_MCP_NCU, then PATH, then the standard install locations."""
-    env = os.environ if env is None else env
-    explicit = env.get("EGG_MCP_NCU")
+    env = environment_copy() if env is None else env
+    explicit = env.get(NCU_VAR)
     candidates: list[str] = []
     if explicit:
         candidates.append(explicit)

@@ -252,11 +252,13 @@ def run_forward(payload: dict) -> dict:
     shared_mem_bytes, num_warps, num_stages, event_ms}], forward_event_ms, device, interpreter,
     profiled, warnings, phase_s.
     """
+    from egg_mcp.config import set_triton_interpret
+
     t0 = time.perf_counter()
     device_choice = payload.get("device", "auto")
     warnings: list[str] = []
     if device_choice == "interpreter":
-        os.environ["TRITON_INTERPRET"] = "1"
+        set_triton_interpret()
     import torch
 
     from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
@@ -265,7 +267,7 @@ def run_forward(payload: dict) -> dict:
     if device_choice == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device='cuda' was requested but this worker has no CUDA device")
     if not use_cuda:
-        os.environ["TRITON_INTERPRET"] = "1"
+        set_triton_interpret()
     device = torch.device("cuda" if use_cuda else "cpu")
     dtype = DTYPES.get(payload.get("dtype", "float32"), torch.float32)
     seed = int(payload.get("seed", 0))

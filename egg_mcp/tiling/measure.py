@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from egg_mcp.config import set_triton_cache_dir, set_triton_interpret, triton_cache_dir
 from egg_mcp.tiling.models import MeasuredConfig, TilingConfig
 from egg_mcp.tiling.plan import config_key, next_configs, round_sizes
 
@@ -364,11 +365,11 @@ def measure_configs(payload: dict) -> dict:
 
         device = "cuda" if nvml_gpu_names() else "interpreter"
     if device == "interpreter":
-        os.environ["TRITON_INTERPRET"] = "1"
+        set_triton_interpret()
     workdir = tempfile.mkdtemp(prefix="egg_tiling_")
-    previous_cache = os.environ.get("TRITON_CACHE_DIR")
+    previous_cache = triton_cache_dir()
     if job.cache_dir:
-        os.environ["TRITON_CACHE_DIR"] = job.cache_dir
+        set_triton_cache_dir(job.cache_dir)
     notes: list[str] = []
     results: list[MeasuredConfig] = []
     compile_wall = 0.0
@@ -432,10 +433,7 @@ def measure_configs(payload: dict) -> dict:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         if job.cache_dir:
-            if previous_cache is None:
-                os.environ.pop("TRITON_CACHE_DIR", None)
-            else:
-                os.environ["TRITON_CACHE_DIR"] = previous_cache
+            set_triton_cache_dir(previous_cache)
     device_name = device
     torch = sys.modules.get("torch")
     if device == "cuda" and torch is not None and torch.cuda.is_available():
