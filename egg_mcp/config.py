@@ -84,7 +84,7 @@ def judge_setting() -> str | None:
     return os.environ.get(JUDGE_VAR)
 
 
-def server_pid() -> str:
+def watched_server_pid() -> str:
     """The server's pid as its workers were told it ("" when not started by a server)."""
     return os.environ.get(SERVER_PID_VAR, "")
 

@@ -28,7 +28,7 @@ import threading
 import traceback
 from typing import Any
 
-from egg_mcp.config import server_pid
+from egg_mcp.config import watched_server_pid
 from egg_mcp.evaluation.judge_held import MAX_HELD_BYTES, HeldReference, model_bytes, reference_key
 
 
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from egg_mcp.evaluation import confinement, runner_process, worker
 
-    watched = server_pid()
+    watched = watched_server_pid()
     if watched.isdigit():
         threading.Thread(target=worker._watch_server, args=(int(watched),), name="egg-server-watchdog",
                          daemon=True).start()

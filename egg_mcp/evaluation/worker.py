@@ -31,7 +31,7 @@ import re
 import sys
 import traceback
 
-from egg_mcp.config import extra_job_targets, server_pid, take_sandbox_required
+from egg_mcp.config import extra_job_targets, take_sandbox_required, watched_server_pid
 from egg_mcp.evaluation.channel import ResultChannel, set_channel
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -177,7 +177,7 @@ def exit_process(exit_code: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     global _channel
-    watched = server_pid()
+    watched = watched_server_pid()
     if watched.isdigit():
         import threading
 
