@@ -188,8 +188,8 @@ def wrapped_worker_env(base_env: Mapping[str, str], workdir: Path, *, interprete
     from egg_mcp.config import EXTRA_JOB_TARGETS_VAR, PROTECT_VAR, REQUIRED_VAR, SERVER_PID_VAR
     from egg_mcp.evaluation import confinement
 
-    # what no grant may expose and the sandbox floor: the worker pops both before the job's code runs; the test
-    # suite's job targets (tests.doubles) where it allows them
+    # what no grant may expose and the sandbox floor (the worker pops both before the job's code runs), and the
+    # extra job targets the test suite allows (tests.doubles)
     said = {k: base_env[k] for k in (PROTECT_VAR, REQUIRED_VAR, EXTRA_JOB_TARGETS_VAR) if base_env.get(k)}
     env = confinement.runner_env(base_env, Path(workdir) / "private", interpreter=interpreter,
                                  extra={SERVER_PID_VAR: str(server_pid), **ipc_env(base_env), **said})

@@ -90,7 +90,8 @@ def _read_job_path(fd: int) -> str:
 
 
 def resolve_target(target: str):
-    """Import "egg_mcp.pkg.module:function"; anything outside the egg_mcp package is refused."""
+    """Import "egg_mcp.pkg.module:function" (or one under an extra prefix config allows: target_allowed); anything
+    else is refused."""
     if not target_allowed(target):
         raise ValueError(f"refused job target {target!r}: only 'egg_mcp.<module>:<function>' may run in a worker")
     module_name, func_name = target.split(":")
