@@ -23,18 +23,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 async def measure(hint: bool, n: int = 8, hold_s: float = 2.0) -> dict:
     from benchmarks.proc_cpu import TreeCPU, wait_quiet
     from egg_mcp.cluster.lanes import LanePool, local_lanes
+    from egg_mcp.config import EXTRA_JOB_TARGETS_VAR
 
+    os.environ[EXTRA_JOB_TARGETS_VAR] = "tests.doubles"  # the echo job (test doubles never ship)
     lanes = local_lanes(Path(tempfile.mkdtemp(prefix="egg-lane-spares-")), force_interpreter=True)
     if not hint:
         lanes[0].evaluator.expect_jobs = lambda n: None  # the engine as before: blind to the pool's queue
     pool = LanePool(lanes)
     try:
-        await pool.run_job("egg_mcp.evaluation.jobs:echo", {"sleep_s": 0.1}, timeout_s=120, uses_gpu=True)
+        await pool.run_job("tests.doubles.jobs:echo", {"sleep_s": 0.1}, timeout_s=120, uses_gpu=True)
         quiet = await wait_quiet()
         load_before = list(os.getloadavg())
         with TreeCPU() as cpu:
             t0 = time.perf_counter()
-            outs = await asyncio.gather(*(pool.run_job("egg_mcp.evaluation.jobs:echo", {"sleep_s": hold_s, "i": i},
+            outs = await asyncio.gather(*(pool.run_job("tests.doubles.jobs:echo", {"sleep_s": hold_s, "i": i},
                                                        timeout_s=120, uses_gpu=True) for i in range(n)))
             wall = time.perf_counter() - t0
     finally:

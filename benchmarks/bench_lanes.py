@@ -38,7 +38,7 @@ async def _device_round(pool, n: int, hold_s: float) -> tuple[float, list[str]]:
     """n jobs that hold their lane's device for `hold_s` (a worker job sleeping: what a GPU kernel's time is
     to the pool) and use almost no CPU: the dispatch and Ray overhead without the interpreter's CPU load."""
     t0 = time.perf_counter()
-    outs = await asyncio.gather(*(pool.run_job("egg_mcp.evaluation.jobs:echo", {"sleep_s": hold_s, "i": i},
+    outs = await asyncio.gather(*(pool.run_job("tests.doubles.jobs:echo", {"sleep_s": hold_s, "i": i},
                                                timeout_s=120, uses_gpu=True) for i in range(n)))
     return time.perf_counter() - t0, ["ok" if o.ok else "failed" for o in outs]
 
@@ -72,7 +72,9 @@ def throughput(n_jobs: int = 12) -> dict[str, Any]:
     from benchmarks.proc_cpu import TreeCPU, wait_quiet
     from egg_mcp.cluster.lanes import LanePool
     from egg_mcp.cluster.ray_lanes import connect
+    from egg_mcp.config import EXTRA_JOB_TARGETS_VAR
 
+    os.environ[EXTRA_JOB_TARGETS_VAR] = "tests.doubles"  # the echo job (test doubles never ship); before Ray starts
     loadavg = list(os.getloadavg())
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     rows = []

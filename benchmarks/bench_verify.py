@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -21,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from egg_mcp.config import EXTRA_JOB_TARGETS_VAR  # noqa: E402
 from egg_mcp.contract import EvalOptions  # noqa: E402
 from egg_mcp.evaluation.engine import WorkerEvaluator  # noqa: E402
 from egg_mcp.problems.builtin import builtin_source  # noqa: E402
@@ -86,7 +88,7 @@ async def section_warm(scratch: Path) -> dict:
 
 
 async def section_pool(scratch: Path) -> dict:
-    job = "egg_mcp.evaluation.jobs:environment"
+    job = "tests.doubles.jobs:environment"
     fresh_ev = WorkerEvaluator(scratch_dir=scratch / "fresh", spare_workers=0)
     pool_ev = WorkerEvaluator(scratch_dir=scratch / "pool", spare_workers=1)
     try:
@@ -114,7 +116,7 @@ async def section_pool(scratch: Path) -> dict:
 async def section_cv(scratch: Path) -> dict:
     ev = WorkerEvaluator(scratch_dir=scratch / "cv", spare_workers=0)
     try:
-        outcome = await ev.run_job("egg_mcp.evaluation.jobs:timing_probe", {"problem": "softmax", "sizes": CV_SIZES},
+        outcome = await ev.run_job("tests.doubles.jobs:timing_probe", {"problem": "softmax", "sizes": CV_SIZES},
                                    timeout_s=300, uses_gpu=True)
         if not outcome.ok:
             raise RuntimeError(f"timing_probe failed: {outcome.error}")
@@ -130,6 +132,7 @@ async def section_cv(scratch: Path) -> dict:
 
 
 async def main(out_path: Path) -> None:
+    os.environ[EXTRA_JOB_TARGETS_VAR] = "tests.doubles"  # the environment and timing_probe jobs (never shipped)
     report: dict = {"protocol": "softmax 4096x8192 fp32, 5 correctness + 100 timing trials", "errors": {}}
     if not WorkerEvaluator(scratch_dir=Path(tempfile.gettempdir())).has_gpu():
         report["errors"]["setup"] = "no CUDA GPU visible through NVML: this benchmark only runs on a GPU"

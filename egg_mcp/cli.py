@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 
 from egg_mcp import __version__
-from egg_mcp.config import ServerConfig
+from egg_mcp.config import ServerConfig, log_level_setting, ray_setting, token_setting
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -27,7 +26,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="directory whose files start_task may read and export_kernel may write (repeatable)")
     p.add_argument("--interpreter", action="store_true",
                    help="evaluate with the Triton CPU interpreter even when a GPU is present")
-    p.add_argument("--log-level", default=os.environ.get("EGG_MCP_LOG_LEVEL", "INFO"),
+    p.add_argument("--log-level", default=log_level_setting(),
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], type=str.upper,
                    help="server log level, logs go to stderr (default INFO or $EGG_MCP_LOG_LEVEL)")
     p.add_argument("--compile-timeout", type=_seconds, metavar="S",
@@ -50,7 +49,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _add_ray(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ray", metavar="auto|ADDRESS", default=os.environ.get("EGG_MCP_RAY"),
+    p.add_argument("--ray", metavar="auto|ADDRESS", default=ray_setting(),
                    help="cluster mode: evaluation jobs run on one lane per GPU of this Ray cluster ('auto': the "
                         "cluster this machine belongs to; or HEAD:6379 / ray://HEAD:10001; or $EGG_MCP_RAY). "
                         'Needs pip install "egg-mcp[ray]" here and on every node')
@@ -237,7 +236,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.token:
         print("egg-mcp serve: --token is visible to every local user in the process list; set EGG_MCP_TOKEN "
               "instead.", file=sys.stderr)
-    token, generated = resolve_token(args.token or os.environ.get("EGG_MCP_TOKEN"))
+    token, generated = resolve_token(args.token or token_setting())
     if not generated and len(token) < 16:
         print("egg-mcp serve: the token is shorter than 16 characters: easy to guess; a generated one has 43.",
               file=sys.stderr)

@@ -10,7 +10,7 @@ import textwrap
 import time
 
 from egg_mcp.cluster.reach import call_with_deadline, unreachable_reason
-from egg_mcp.config import ServerConfig
+from egg_mcp.config import ServerConfig, environment_copy
 from egg_mcp.hardware import NO_GPU, ceiling, gpu_for, nvml_gpu_names, nvml_gpu_uuids, unknown_gpu_message
 from egg_mcp.profiling.ncu_command import find_ncu
 
@@ -233,7 +233,7 @@ def _triton_line() -> int:
 
 def _interpreter_line() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, TRITON_INTERPRET="1", TRITON_CACHE_DIR=tmp)
+        env = dict(environment_copy(), TRITON_INTERPRET="1", TRITON_CACHE_DIR=tmp)
         probe = subprocess.run([sys.executable, "-c", _INTERPRETER_PROBE], env=env, capture_output=True, text=True,
                                timeout=120)
         if probe.returncode == 0:

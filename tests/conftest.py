@@ -7,8 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from egg_mcp.config import EXTRA_JOB_TARGETS_VAR
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
+
+os.environ[EXTRA_JOB_TARGETS_VAR] = "tests.doubles"
+"""The workers this process starts (and those of servers started with its environment) may run the job targets in
+tests/doubles: test doubles never ship, so the product allows none."""
 
 
 def _sandbox_opt_in() -> str | None:
@@ -17,8 +23,9 @@ def _sandbox_opt_in() -> str | None:
     with EGG_MCP_UNSAFE_SANDBOX_FLOOR=<the host's level> so that its tests can run candidates; the report header
     says so. The product default is untouched; tests of the refusal itself clear the variable."""
     try:
+        from egg_mcp.config import UNSAFE_VAR
         from egg_mcp.sandbox import probe
-        from egg_mcp.sandbox.floor import UNSAFE_VAR, floor_for
+        from egg_mcp.sandbox.floor import floor_for
 
         floor = floor_for(probe())
     except Exception:  # noqa: BLE001 - a broken probe fails the sandbox tests, not collection

@@ -116,7 +116,7 @@ def test_serve_mode_gateway_runs_jobs_and_a_vanished_cluster_falls_back(ray_clus
         try:
             first = await pool.evaluate(ADD_RELU, ADD_RELU_OK, OPTS[ADD_RELU])
             pool.lanes[0].gateway.proc.kill()  # the cluster (as the server sees it) disappears
-            after = await pool.run_job("egg_mcp.evaluation.jobs:echo", {"x": 1}, timeout_s=120, uses_gpu=True)
+            after = await pool.run_job("tests.doubles.jobs:echo", {"x": 1}, timeout_s=120, uses_gpu=True)
             return first, after
         finally:
             await pool.aclose()

@@ -13,10 +13,9 @@ import sys
 import pytest
 
 from egg_mcp.cluster.lanes import LanePool
+from egg_mcp.config import PROTECT_VAR, REQUIRED_VAR
 from egg_mcp.contract import EvalOptions
 from egg_mcp.problems.builtin import builtin_source
-from egg_mcp.sandbox.floor import REQUIRED_VAR
-from egg_mcp.sandbox.landlock import PROTECT_VAR
 from tests.conftest import REPO
 from tests.test_runner_bounds import CANDIDATES, FLOOR, QUICK
 
@@ -51,7 +50,7 @@ def test_gateway_lanes_get_the_servers_protected_paths_floor_and_bound_floors(ra
 
     async def main():
         try:
-            told = await pool.run_job("egg_mcp.evaluation.jobs:echo", {"x": 1}, timeout_s=120, uses_gpu=True,
+            told = await pool.run_job("tests.doubles.jobs:echo", {"x": 1}, timeout_s=120, uses_gpu=True,
                                       wrapper_argv=[str(tool), "--log-file", str(log), "--"])
             big = await pool.evaluate(builtin_source("softmax"), CANDIDATES["big_file"], OPTIONS)
             return told, big

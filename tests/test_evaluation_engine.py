@@ -26,28 +26,43 @@ def run(coro_fn, tmp_path, **kwargs):
 def test_run_job_returns_the_function_result_from_another_process(tmp_path):
     import os
 
-    outcome = run(lambda ev: ev.run_job("egg_mcp.evaluation.jobs:echo", {"a": 1}, timeout_s=30, uses_gpu=False),
+    outcome = run(lambda ev: ev.run_job("tests.doubles.jobs:echo", {"a": 1}, timeout_s=30, uses_gpu=False),
                   tmp_path, spare_workers=0)
     assert outcome.ok and outcome.result["payload"] == {"a": 1}
     assert outcome.result["pid"] != os.getpid()
     assert outcome.result["cwd"].startswith(str(tmp_path))
 
 
-@pytest.mark.parametrize("target", ["os:system", "egg_mcp.evaluation.jobs", "subprocess:run", "egg_mcp..x:y"])
+@pytest.mark.parametrize("target", ["os:system", "tests.doubles.jobs", "subprocess:run", "egg_mcp..x:y",
+                                    "tests.doubles_x.jobs:echo"])
 def test_run_job_refuses_targets_outside_the_package(tmp_path, target):
     with pytest.raises(ValueError, match="refused"):
         run(lambda ev: ev.run_job(target, {}, timeout_s=5, uses_gpu=False), tmp_path, spare_workers=0)
 
 
+def test_test_doubles_run_only_where_the_environment_allows_them(monkeypatch):
+    from egg_mcp.config import EXTRA_JOB_TARGETS_VAR
+    from egg_mcp.evaluation.worker import target_allowed
+
+    monkeypatch.delenv(EXTRA_JOB_TARGETS_VAR, raising=False)
+    assert target_allowed("egg_mcp.profiling.target:profile") and not target_allowed("tests.doubles.jobs:echo")
+    monkeypatch.setenv(EXTRA_JOB_TARGETS_VAR, "tests.doubles")
+    assert target_allowed("tests.doubles.jobs:echo")
+    assert not any(map(target_allowed, ["tests.doubles_x.jobs:echo", "tests.doubles:echo", "tests.jobs:echo",
+                                        "tests.doubles.jobs", "os:system"]))
+    monkeypatch.setenv(EXTRA_JOB_TARGETS_VAR, ".*,tests.*")  # not module paths: they allow nothing
+    assert not target_allowed("tests.doubles.jobs:echo")
+
+
 def test_failing_job_reports_the_exception(tmp_path):
-    outcome = run(lambda ev: ev.run_job("egg_mcp.evaluation.jobs:fail", {"message": "nope"}, timeout_s=30,
+    outcome = run(lambda ev: ev.run_job("tests.doubles.jobs:fail", {"message": "nope"}, timeout_s=30,
                                         uses_gpu=False), tmp_path, spare_workers=0)
     assert not outcome.ok and outcome.error.kind == "RuntimeError" and outcome.error.message == "nope"
 
 
 def test_job_timeout_kills_the_worker_within_a_margin(tmp_path):
     start = time.monotonic()
-    outcome = run(lambda ev: ev.run_job("egg_mcp.evaluation.jobs:echo", {"sleep_s": 60}, timeout_s=1.0,
+    outcome = run(lambda ev: ev.run_job("tests.doubles.jobs:echo", {"sleep_s": 60}, timeout_s=1.0,
                                         uses_gpu=False), tmp_path, spare_workers=0)
     assert outcome.timed_out and not outcome.ok and outcome.error.kind == "timeout"
     assert time.monotonic() - start < 15
@@ -55,7 +70,7 @@ def test_job_timeout_kills_the_worker_within_a_margin(tmp_path):
 
 def test_gpu_jobs_run_one_at_a_time_in_submission_order(tmp_path):
     async def submit(ev):
-        jobs = [ev.run_job("egg_mcp.evaluation.jobs:echo", {"i": i, "sleep_s": 0.3}, timeout_s=60, uses_gpu=True)
+        jobs = [ev.run_job("tests.doubles.jobs:echo", {"i": i, "sleep_s": 0.3}, timeout_s=60, uses_gpu=True)
                 for i in range(4)]
         return await asyncio.gather(*jobs)
 
@@ -70,11 +85,11 @@ def test_gpu_jobs_run_one_at_a_time_in_submission_order(tmp_path):
 
 def test_other_calls_are_answered_while_gpu_jobs_queue(tmp_path):
     async def scenario(ev):
-        gpu = [asyncio.create_task(ev.run_job("egg_mcp.evaluation.jobs:echo", {"sleep_s": 1.0}, timeout_s=60,
+        gpu = [asyncio.create_task(ev.run_job("tests.doubles.jobs:echo", {"sleep_s": 1.0}, timeout_s=60,
                                               uses_gpu=True)) for _ in range(2)]
         await asyncio.sleep(0.2)
         start = time.monotonic()
-        plain = await ev.run_job("egg_mcp.evaluation.jobs:echo", {}, timeout_s=30, uses_gpu=False)
+        plain = await ev.run_job("tests.doubles.jobs:echo", {}, timeout_s=30, uses_gpu=False)
         answered = time.monotonic() - start
         await asyncio.gather(*gpu)
         return plain, answered, all(not t.done() for t in gpu)
@@ -88,8 +103,8 @@ def test_spare_workers_are_prestarted_and_used_once(tmp_path):
     async def scenario(ev):
         await ev.start_pool()
         await asyncio.sleep(0)
-        first = await ev.run_job("egg_mcp.evaluation.jobs:environment", {}, timeout_s=60, uses_gpu=True)
-        second = await ev.run_job("egg_mcp.evaluation.jobs:environment", {}, timeout_s=60, uses_gpu=True)
+        first = await ev.run_job("tests.doubles.jobs:environment", {}, timeout_s=60, uses_gpu=True)
+        second = await ev.run_job("tests.doubles.jobs:environment", {}, timeout_s=60, uses_gpu=True)
         return first, second
 
     first, second = run(scenario, tmp_path, spare_workers=1)
@@ -119,7 +134,7 @@ def test_queued_jobs_warm_several_spares_in_parallel_and_the_surplus_is_trimmed(
                 in_flight -= 1
 
         ev.pool._spawn = counting_spawn
-        jobs = [ev.run_job("egg_mcp.evaluation.jobs:echo", {"i": i, "sleep_s": 0.2}, timeout_s=120, uses_gpu=True)
+        jobs = [ev.run_job("tests.doubles.jobs:echo", {"i": i, "sleep_s": 0.2}, timeout_s=120, uses_gpu=True)
                 for i in range(5)]
         outcomes = await asyncio.gather(*jobs)
         await ev.wait_pool_ready()
@@ -138,7 +153,7 @@ def test_queued_jobs_warm_several_spares_in_parallel_and_the_surplus_is_trimmed(
 
 def test_wrapper_argv_prefixes_the_worker_command(tmp_path):
     wrapper = [sys.executable, "-c", "import os, sys; os.execvp(sys.argv[1], sys.argv[1:])"]
-    outcome = run(lambda ev: ev.run_job("egg_mcp.evaluation.jobs:echo", {"w": 1}, timeout_s=30, uses_gpu=False,
+    outcome = run(lambda ev: ev.run_job("tests.doubles.jobs:echo", {"w": 1}, timeout_s=30, uses_gpu=False,
                                         wrapper_argv=wrapper), tmp_path, spare_workers=1)
     assert outcome.ok and outcome.result["payload"] == {"w": 1}
 

@@ -23,7 +23,7 @@ def test_a_job_cannot_read_or_write_the_workspace(tmp_path):
     async def main():
         ev = WorkerEvaluator(scratch_dir=workspace / "scratch", force_interpreter=True, spare_workers=0)
         try:
-            return await ev.run_job("egg_mcp.evaluation.jobs:reach",
+            return await ev.run_job("tests.doubles.jobs:reach",
                                     {"read": [str(db)], "write": [str(db), str(outside)]},
                                     timeout_s=60, uses_gpu=False)
         finally:
@@ -74,7 +74,7 @@ def test_a_tool_wrapped_job_is_confined_and_reports_its_level(tmp_path, monkeypa
     async def main():
         ev = WorkerEvaluator(scratch_dir=workspace / "scratch", force_interpreter=True, spare_workers=0)
         try:
-            return await ev.run_job("egg_mcp.evaluation.jobs:reach",
+            return await ev.run_job("tests.doubles.jobs:reach",
                                     {"read": [str(db), str(secret)], "write": [str(db), str(outside), "ok.txt"],
                                      "env": ["EGG_MCP_TOKEN", "EGG_MCP_WORKSPACE", "HOME"]},
                                     timeout_s=60, uses_gpu=False, wrapper_argv=[str(tool), "--"])
@@ -102,7 +102,7 @@ def test_an_unwrapped_job_reports_its_sandbox_too(tmp_path):
     async def main():
         ev = WorkerEvaluator(scratch_dir=tmp_path, force_interpreter=True, spare_workers=0)
         try:
-            return await ev.run_job("egg_mcp.evaluation.jobs:echo", {"x": 1}, timeout_s=60, uses_gpu=False)
+            return await ev.run_job("tests.doubles.jobs:echo", {"x": 1}, timeout_s=60, uses_gpu=False)
         finally:
             await ev.aclose()
 

@@ -407,7 +407,7 @@ def test_a_job_that_runs_code_in_its_worker_gets_the_file_bound(tmp_path):
     async def main():
         ev = WorkerEvaluator(scratch_dir=tmp_path / "scratch", force_interpreter=True, spare_workers=0)
         try:
-            return await ev.run_job("egg_mcp.evaluation.jobs:reach", {"write": [str(tmp_path / "scratch" / "x")]},
+            return await ev.run_job("tests.doubles.jobs:reach", {"write": [str(tmp_path / "scratch" / "x")]},
                                     timeout_s=60, uses_gpu=False)
         finally:
             await ev.aclose()

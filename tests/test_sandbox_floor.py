@@ -20,7 +20,8 @@ import textwrap
 
 import pytest
 
-from egg_mcp.sandbox.floor import UNSAFE_FLAG, UNSAFE_VAR, floor_for
+from egg_mcp.config import UNSAFE_VAR
+from egg_mcp.sandbox.floor import UNSAFE_FLAG, floor_for
 from egg_mcp.sandbox.report import SandboxReport
 from tests.conftest import FIXTURES, REPO
 

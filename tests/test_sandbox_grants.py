@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from egg_mcp.config import PROTECT_VAR
 from egg_mcp.sandbox import _sys as S
 from egg_mcp.sandbox import landlock
 from egg_mcp.evaluation.tool_confine import injection_roots, tool_root
@@ -85,7 +86,7 @@ _CHILD = textwrap.dedent("""
 @pytest.mark.skipif(ABI is None, reason="kernel without Landlock (or blocked by seccomp)")
 def test_confined_process_reads_the_home_bin_toolchain_but_not_the_home(tmp_path):
     """End to end under real Landlock: a process whose PATH has a `cc` in <home>/bin, with the workspace under
-    <home>/.local/share said protected the way the server says it (landlock.PROTECT_VAR), reads that cc and
+    <home>/.local/share said protected the way the server says it (config.PROTECT_VAR), reads that cc and
     nothing else of the home (the tool's prefix, <home>, holds the workspace)."""
     home = tmp_path / "home"
     _tool(home / "bin" / "cc")
@@ -95,7 +96,7 @@ def test_confined_process_reads_the_home_bin_toolchain_but_not_the_home(tmp_path
     db.write_text("workspace")
     private = tmp_path / "private"
     private.mkdir()
-    env = {"PATH": f"{home / 'bin'}:/usr/bin:/bin", "PYTHONPATH": str(REPO), landlock.PROTECT_VAR: str(db.parent)}
+    env = {"PATH": f"{home / 'bin'}:/usr/bin:/bin", "PYTHONPATH": str(REPO), PROTECT_VAR: str(db.parent)}
     done = subprocess.run([sys.executable, "-c", _CHILD, str(home), str(private)], env=env, capture_output=True,
                           text=True, timeout=120, cwd=private)
     assert done.returncode == 0, done.stderr

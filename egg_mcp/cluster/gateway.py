@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from egg_mcp.cluster.lanes import LaneLost
+from egg_mcp.config import environment_copy
 
 MAX_LINE = 256 * 1024 * 1024
 CLUSTER_EVERY_S = 5.0
@@ -134,7 +135,7 @@ class Gateway:
         argv += ["--pythonpath", pythonpath] if pythonpath else []
         argv += ["--max-lanes", str(max_lanes)] if max_lanes else []
         argv += ["--engine", json.dumps(engine)] if engine else []
-        env = dict(os.environ)
+        env = environment_copy()
         env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0,
                                 start_new_session=True)

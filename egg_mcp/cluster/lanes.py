@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 import socket
 import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from egg_mcp.cluster import job_specs
+from egg_mcp.config import cuda_visible_devices
 from egg_mcp.contract import (
     BaselineResult, EvalOptions, EvalResult, JobOutcome, Placement, ProgressFn,
 )
@@ -86,7 +86,7 @@ def visible_gpus() -> list[tuple[str, str]]:
     from egg_mcp.hardware import nvml_gpu_names
 
     names = nvml_gpu_names()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = cuda_visible_devices()
     if visible is None:
         return [(str(i), n) for i, n in enumerate(names)]
     out = []

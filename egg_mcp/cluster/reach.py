@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from egg_mcp.config import ray_address, ray_temp_dir
+
 PROBE_TIMEOUT_S = 3.0
 
 
@@ -19,14 +21,14 @@ def _record_file() -> str:
 
         return get_ray_address_file(None)
     except Exception:  # another Ray layout: its default
-        tmp = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+        tmp = ray_temp_dir()
         return os.path.join(tmp, "ray", "ray_current_cluster")
 
 
 def resolve_address(address: str) -> tuple[str | None, str]:
     """(host:port to reach or None, where it came from) for 'auto', 'host:port' or 'ray://host:port'."""
     if address == "auto":
-        env = os.environ.get("RAY_ADDRESS", "").strip()
+        env = ray_address()
         if env and env != "auto":
             return resolve_address(env)[0], "RAY_ADDRESS"
         record = _record_file()

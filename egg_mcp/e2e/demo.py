@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from egg_mcp.config import ServerConfig
+from egg_mcp.config import ServerConfig, environment_copy, workspace_setting
 from egg_mcp.e2e.demo_output import CandidateRow, DemoReport, StageRow, render_table, write_demo_report
 from egg_mcp.e2e.demo_plan import (
     PLANS,
@@ -342,7 +342,7 @@ async def run_demo(problem: str, config: ServerConfig, *, transport: Literal["st
 
     if transport == "stdio":
         cmd = server_command(config)
-        env = dict(os.environ)
+        env = environment_copy()
         env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         target: Any = StdioServerParameters(command=cmd[0], args=cmd[1:], env=env)
     elif transport == "in_process":
@@ -355,13 +355,14 @@ async def run_demo(problem: str, config: ServerConfig, *, transport: Literal["st
         return await drive(client, problem, transport=transport, log=log)
 
 
-def demo_workspace(given: Path | None, environ: Mapping[str, str] = os.environ) -> tuple[Path, bool]:
-    """(workspace, temporary?): `--workspace` or $EGG_MCP_WORKSPACE when given, else a new temporary folder,
-    so the demo never writes its tasks into the user's default workspace."""
+def demo_workspace(given: Path | None, env: Mapping[str, str] | None = None) -> tuple[Path, bool]:
+    """(workspace, temporary?): `--workspace` or $EGG_MCP_WORKSPACE (in `env`, default this process's environment)
+    when given, else a new temporary folder, so the demo never writes its tasks into the user's default workspace."""
     if given is not None:
         return Path(given), False
-    if environ.get("EGG_MCP_WORKSPACE"):
-        return Path(environ["EGG_MCP_WORKSPACE"]).expanduser(), False
+    named = workspace_setting(env)
+    if named:
+        return Path(named).expanduser(), False
     return Path(tempfile.mkdtemp(prefix="egg-mcp-demo-")), True
 
 

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from egg_mcp.config import ENV_MARKER, TOKEN_VAR
+
 try:  # the sandbox helper's package (may not be merged yet)
     from egg_mcp import sandbox as _sandbox  # type: ignore[attr-defined]
 except Exception:  # noqa: BLE001
@@ -50,7 +52,7 @@ def _prctl(option: int, arg: int) -> bool:
 def is_secret(name: str) -> bool:
     """Environment names that never reach a worker or a runner (tokens, keys, passwords)."""
     upper = name.upper()
-    return upper.startswith("EGG_MCP_TOKEN") or any(word in upper for word in _SECRET_WORDS)
+    return upper.startswith(TOKEN_VAR) or any(word in upper for word in _SECRET_WORDS)
 
 
 def runner_env(base_env: Mapping[str, str], private_dir: Path, *, interpreter: bool,
@@ -84,7 +86,7 @@ def runner_env(base_env: Mapping[str, str], private_dir: Path, *, interpreter: b
 def take_env_marker(env: dict[str, str]) -> bool:
     """Take the sandbox's allow-list marker (runner_env's) out of a runner's environment: whether it was
     there. The judge says it in the runner's argv instead, so the environment names no sandbox."""
-    return env.pop("EGG_MCP_SANDBOX_ENV", None) == "allowlist"
+    return env.pop(ENV_MARKER, None) == "allowlist"
 
 
 def spawn_prefix(tell_arg: str | None = None) -> list[str]:

@@ -26,13 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from egg_mcp.config import judge_setting
 from egg_mcp.evaluation import confinement
 from egg_mcp.contract import BaselineResult, EvalOptions, EvalResult, JobOutcome, ProgressFn
 from egg_mcp.evaluation.engine_drive import JobDriver, _JobState
 from egg_mcp.evaluation.engine_judges import JudgePool, judge_mode_from
 from egg_mcp.evaluation.engine_pool import JUDGE_POOL, RUNNER_POOL, EngineSettings, WorkerPool
 from egg_mcp.evaluation.engine_results import evaluation_result
-from egg_mcp.evaluation.worker import TARGET_PATTERN
+from egg_mcp.evaluation.worker import target_allowed
 
 
 class WorkerEvaluator:
@@ -64,7 +65,7 @@ class WorkerEvaluator:
         self.settings = EngineSettings(
             scratch_dir=Path(scratch_dir),
             force_interpreter=force_interpreter,
-            judge=judge_mode_from(judge if judge is not None else os.environ.get("EGG_MCP_JUDGE")),
+            judge=judge_mode_from(judge if judge is not None else judge_setting()),
             spare_workers=max(0, spare_workers),
             burst_spares=max(0, burst_spares),
             log_limit_bytes=log_limit_bytes,
@@ -229,7 +230,7 @@ class WorkerEvaluator:
         uses_gpu: bool,
         wrapper_argv: list[str] | None = None,
     ) -> JobOutcome:
-        if not TARGET_PATTERN.match(target):
+        if not target_allowed(target):
             raise ValueError(
                 f"refused job target {target!r}: run_job only runs trusted functions named "
                 "'egg_mcp.<module>:<function>'"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from egg_mcp.config import JUDGE_VAR
 from egg_mcp.contract import JobOutcome
 from egg_mcp.evaluation.engine_pool import JUDGE_POOL, EngineSettings, WorkerPool, _Worker
 from egg_mcp.evaluation.judge_held import reference_key
@@ -28,7 +29,7 @@ def judge_mode_from(value: str | None) -> str:
     """The verify path: 'persistent' (default) or 'oneshot' (a fresh judge per verify, the old path)."""
     mode = (value or "persistent").strip().lower()
     if mode not in JUDGE_MODES:
-        raise ValueError(f"EGG_MCP_JUDGE / judge must be one of {JUDGE_MODES}, not {value!r}")
+        raise ValueError(f"{JUDGE_VAR} / judge must be one of {JUDGE_MODES}, not {value!r}")
     return mode
 
 

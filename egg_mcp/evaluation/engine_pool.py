@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import egg_mcp
+from egg_mcp.config import PROTECT_VAR, REQUIRED_VAR, SERVER_PID_VAR, environment_copy
 from egg_mcp.evaluation import confinement
 from egg_mcp.evaluation.tool_confine import wrapped_worker_env
 from egg_mcp.evaluation.engine_results import LogCapture
-from egg_mcp.sandbox.floor import REQUIRED_VAR
-from egg_mcp.sandbox.landlock import PROTECT_VAR
 
 PACKAGE_PARENT = str(Path(egg_mcp.__file__).resolve().parent.parent)
 """Put on the workers' PYTHONPATH: they import egg_mcp from where the server has it, installed or not."""
@@ -58,10 +57,10 @@ class EngineSettings:
     judge_ahead: bool = True  # a persistent judge starts the next runner during a job (Landlock hosts)
     device: str | None = None  # CUDA_VISIBLE_DEVICES of the workers: a lane pinned to one GPU (None: inherit)
     # paths no tool or toolchain grant to a confined job or runner may expose (the workspace, the allowed
-    # folders): said to the workers in landlock.PROTECT_VAR (every home directory is protected anyway)
+    # folders): said to the workers in config.PROTECT_VAR (every home directory is protected anyway)
     protect: tuple[str, ...] = ()
     # the server's sandbox floor (egg_mcp.sandbox.floor): the judge and every confined job check their
-    # runner's or their own report against it before candidate code runs (floor.REQUIRED_VAR)
+    # runner's or their own report against it before candidate code runs (config.REQUIRED_VAR)
     sandbox_required: tuple[str, ...] = ()
     bounds_floor: dict[str, int] = field(default_factory=dict)  # the runners' resource-bound floors (bounds.py)
 
@@ -130,7 +129,7 @@ class WorkerPool:
         return sum(1 for ws in self.spares.values() for w in ws if any(m.get("type") == "ready" for m in w.messages))
 
     def _worker_env(self, mode: str, workdir: Path) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not confinement.is_secret(k)}
+        env = {k: v for k, v in environment_copy().items() if not confinement.is_secret(k)}
         for key in ("TRITON_INTERPRET", "PYTHONSTARTUP", "PYTHONINSPECT"):
             env.pop(key, None)
         existing = env.get("PYTHONPATH")
@@ -140,7 +139,7 @@ class WorkerPool:
         env["TMPDIR"] = str(workdir / "tmp")
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
-        env["EGG_MCP_SERVER_PID"] = str(os.getpid())  # the worker's watchdog ends it if we die
+        env[SERVER_PID_VAR] = str(os.getpid())  # the worker's watchdog ends it if we die
         env.pop(PROTECT_VAR, None)
         env.pop(REQUIRED_VAR, None)
         if self.settings.sandbox_required:
@@ -176,7 +175,7 @@ class WorkerPool:
         if wrapper_argv:  # the tool and the worker it wraps: allow-listed env, no token (tool_confine.py)
             argv = [*wrapper_argv, *argv, "--wrapped", "--tool", wrapper_argv[0]]
             said = {k: env[k] for k in (PROTECT_VAR, REQUIRED_VAR) if env.get(k)}
-            env = wrapped_worker_env({**os.environ, **said}, workdir, interpreter=base_mode == "interp",
+            env = wrapped_worker_env({**environment_copy(), **said}, workdir, interpreter=base_mode == "interp",
                                      server_pid=os.getpid())
             if base_mode != "interp" and self.settings.device is not None:
                 env["CUDA_VISIBLE_DEVICES"] = self.settings.device

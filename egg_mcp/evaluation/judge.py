@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from egg_mcp.config import output_exchange_from_bytes
+from egg_mcp.config import output_exchange_from_bytes, triton_interpret
 from egg_mcp.contract import ErrorReport, EvalOptions, IntegrityFinding, KernelInfo, TimingStats
 from egg_mcp.evaluation import bounds, timed_audit, timed_checks, wire
 from egg_mcp.evaluation.compare import compare_outputs, worst_error_share
@@ -68,7 +68,7 @@ class Judge(Verdicts):
         self.payload = payload
         self.held = held
         self.judge_info: dict[str, Any] = {"reference": "held" if held is not None else "loaded"}
-        self.interpreter = os.environ.get("TRITON_INTERPRET") == "1"
+        self.interpreter = triton_interpret()
         self.device = "cpu" if self.interpreter else "cuda"
         self.dtype = DTYPES[self.opts.dtype]
         self.seeds = list(payload["seeds"])

@@ -28,6 +28,7 @@ import threading
 import traceback
 from typing import Any
 
+from egg_mcp.config import watched_server_pid
 from egg_mcp.evaluation.judge_held import MAX_HELD_BYTES, HeldReference, model_bytes, reference_key
 
 
@@ -129,9 +130,9 @@ def _start(args: argparse.Namespace):
     from egg_mcp.evaluation import confinement, runner_process, worker
     from egg_mcp.evaluation.channel import ResultChannel, set_channel
 
-    server_pid = os.environ.get("EGG_MCP_SERVER_PID", "")
-    if server_pid.isdigit():
-        threading.Thread(target=worker._watch_server, args=(int(server_pid),), name="egg-server-watchdog",
+    watched = watched_server_pid()
+    if watched.isdigit():
+        threading.Thread(target=worker._watch_server, args=(int(watched),), name="egg-server-watchdog",
                          daemon=True).start()
     confinement.protect_memory()
     confinement.become_subreaper()

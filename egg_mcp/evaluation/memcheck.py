@@ -40,6 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from egg_mcp.config import COMPUTE_SANITIZER_VAR, environment_copy, triton_interpret
 from egg_mcp.contract import ErrorReport
 
 MEMCHECK_TIMEOUT_S = 300.0
@@ -78,8 +79,8 @@ class MemcheckResult(BaseModel):
 
 def find_compute_sanitizer(env: dict[str, str] | None = None) -> str | None:
     """$EGG_MCP_COMPUTE_SANITIZER, then PATH, then the CUDA toolkit's standard locations."""
-    env = os.environ if env is None else env
-    candidates = [env.get("EGG_MCP_COMPUTE_SANITIZER") or "", shutil.which("compute-sanitizer", path=env.get("PATH")) or "",
+    env = environment_copy() if env is None else env
+    candidates = [env.get(COMPUTE_SANITIZER_VAR) or "", shutil.which("compute-sanitizer", path=env.get("PATH")) or "",
                   "/usr/local/cuda/bin/compute-sanitizer",
                   *sorted(glob.glob("/usr/local/cuda-*/bin/compute-sanitizer"), reverse=True),
                   *sorted(glob.glob("/opt/nvidia/compute-sanitizer*/compute-sanitizer"), reverse=True)]
@@ -194,10 +195,10 @@ def memcheck_job(payload: dict[str, Any]) -> dict[str, Any]:
     token = secrets.token_hex(6)
     log, output = here / f"memcheck-{token}.txt", here / f"memcheck-{token}.out"
     started = time.monotonic()
-    mode = "interp" if os.environ.get("TRITON_INTERPRET") == "1" else "gpu"  # interp: the CPU tests' fake tool
+    mode = "interp" if triton_interpret() else "gpu"  # interp: the CPU tests' fake tool
     from egg_mcp.evaluation.tool_confine import ipc_env
 
-    runner = RunnerProcess(mode, here, extra_env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", **ipc_env(os.environ)},
+    runner = RunnerProcess(mode, here, extra_env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", **ipc_env(environment_copy())},
                            wrapper=sanitizer_argv(tool, log), output=output)
     # The tool writes its report after its target exited: never kill it before it ends by itself.
     runner.death_wait_s = EXIT_TIMEOUT_S

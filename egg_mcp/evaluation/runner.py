@@ -33,18 +33,13 @@ def no_tells() -> None:
     What stays visible to code that looks further (sys.modules, the stack, /proc/self/cmdline, the parent
     process) is for the server's static check (environment_probe findings) to flag."""
     import egg_mcp
+    from egg_mcp.config import drop_own_environment
 
     sys.argv[:] = ["-c"]
     if hasattr(sys, "orig_argv"):
         sys.orig_argv[:] = [sys.orig_argv[0] if sys.orig_argv else "python", "-c", ""]
     ours = os.path.realpath(os.path.dirname(os.path.dirname(egg_mcp.__file__)))
-    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.realpath(p) != ours]
-    if kept:
-        os.environ["PYTHONPATH"] = os.pathsep.join(kept)
-    else:
-        os.environ.pop("PYTHONPATH", None)
-    for name in [n for n in os.environ if n.upper().startswith("EGG_MCP")]:
-        os.environ.pop(name, None)
+    drop_own_environment(ours)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,8 +18,8 @@ from typing import Any
 
 from egg_mcp.evaluation import bounds as bounds_mod
 from egg_mcp.evaluation import confinement, launchers, wire
+from egg_mcp.config import environment_copy, sandbox_protect
 from egg_mcp.contract import ErrorReport
-from egg_mcp.sandbox.landlock import PROTECT_VAR
 
 SIGNAL_NAMES = {
     signal.SIGSEGV: "segmentation fault (SIGSEGV)", signal.SIGBUS: "bus error (SIGBUS)",
@@ -61,17 +61,18 @@ class RunnerProcess:
             with open(Path(workdir) / RUNNER_DIRS_FILE, "a") as listed:
                 listed.write(f"{self.private}\n")
         ours, theirs = socket.socketpair()
-        env = confinement.runner_env(os.environ, self.private, interpreter=(mode == "interp"))
+        env = confinement.runner_env(environment_copy(), self.private, interpreter=(mode == "interp"))
         env.update(extra_env or {})
         allowlisted = confinement.take_env_marker(env)  # said in argv: the environment names no sandbox
         prefix = confinement.spawn_prefix(NAMESPACES_ARG)
         self.namespaced = bool(prefix)
+        protect = sandbox_protect()
         argv = [*prefix, *(wrapper or []), sys.executable, "-m", "egg_mcp.evaluation.runner",
                 "--fd", str(theirs.fileno()), "--private", str(self.private), "--mode", mode,
                 # under a launcher or a wrapper, that process is the runner's parent, not the judge
                 "--judge", "0" if (wrapper or prefix) else str(os.getpid())] + (["--tool", wrapper[0]] if wrapper else []
                 ) + (["--allowlisted"] if allowlisted else []) + (
-                    ["--protect", os.environ[PROTECT_VAR]] if os.environ.get(PROTECT_VAR) else [])
+                    ["--protect", protect] if protect else [])
         sink = open(output, "ab") if output is not None else None  # noqa: SIM115 - closed below, the child keeps it
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=self.private, env=env,

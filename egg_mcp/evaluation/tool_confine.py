@@ -123,10 +123,6 @@ def injection_roots(env: Mapping[str, str], avoid: Sequence[str] = (), maps_text
     return roots
 
 
-IPC_VAR = "EGG_MCP_TOOL_IPC"
-"""'open': let the tool's injection use its TCP ports and abstract sockets (see the module docstring)."""
-
-
 NCU_LOCK = ("nvidia", "nsight_compute", "lock")
 
 
@@ -158,16 +154,17 @@ def ncu_lock_files(roots: Sequence[str] = ("/tmp",)) -> list[Path]:
 def confine_wrapped(private_dir: Path, tool: str | None, tool_argv: Sequence[str] = (), **told: Any) -> dict[str, Any]:
     """Confine the calling process, wrapped by `tool` (see module docstring); what was applied (a dict).
     `told`: env_allowlist / namespaces from a runner's argv (confinement.confine)."""
+    from egg_mcp.config import environment_copy, take_sandbox_protect, take_tool_ipc
     from egg_mcp.evaluation import confinement
-    from egg_mcp.sandbox.landlock import PROTECT_VAR, split_protect
+    from egg_mcp.sandbox.landlock import split_protect
 
-    ipc_open = os.environ.pop(IPC_VAR, "") == "open"
+    ipc_open = take_tool_ipc() == "open"
     # every home dir comes from the password database (landlock.home_dirs): here HOME is the private dir
-    protected = [*told.pop("protect", ()), *split_protect(os.environ.pop(PROTECT_VAR, ""))]
+    protected = [*told.pop("protect", ()), *split_protect(take_sandbox_protect())]
     avoid = [str(private_dir), *protected]
     root = tool_root(tool, avoid)
     rules: dict[str, Any] = {"tcp_ports": tool_ports(tool_argv), "scope_abstract_sockets": False} if ipc_open else {}
-    extra = [Path(r) for r in ([root] if root else []) + injection_roots(os.environ, avoid)]
+    extra = [Path(r) for r in ([root] if root else []) + injection_roots(environment_copy(), avoid)]
     locks = ncu_lock_files() if tool and os.path.basename(tool) == "ncu" else []
     report = confinement.confine(Path(private_dir), extra_read=extra, extra_write=locks, protect=protected, **rules,
                                  **told)
@@ -179,19 +176,21 @@ def confine_wrapped(private_dir: Path, tool: str | None, tool_argv: Sequence[str
 
 def ipc_env(base_env: Mapping[str, str]) -> dict[str, str]:
     """The operator's EGG_MCP_TOOL_IPC, passed on to a wrapped process (it pops it before any job code)."""
-    return {IPC_VAR: base_env[IPC_VAR]} if base_env.get(IPC_VAR) else {}
+    from egg_mcp.config import TOOL_IPC_VAR
+
+    return {TOOL_IPC_VAR: base_env[TOOL_IPC_VAR]} if base_env.get(TOOL_IPC_VAR) else {}
 
 
 def wrapped_worker_env(base_env: Mapping[str, str], workdir: Path, *, interpreter: bool,
                        server_pid: int) -> dict[str, str]:
     """The whole environment of a tool-wrapped worker and its tool: the runners' allow-list (no token, no
     EGG_MCP_* but the server's pid for the watchdog) and private HOME/TMPDIR/caches under `workdir`."""
+    from egg_mcp.config import EXTRA_JOB_TARGETS_VAR, PROTECT_VAR, REQUIRED_VAR, SERVER_PID_VAR
     from egg_mcp.evaluation import confinement
-    from egg_mcp.sandbox.floor import REQUIRED_VAR
-    from egg_mcp.sandbox.landlock import PROTECT_VAR
 
-    # what no grant may expose and the sandbox floor: the worker pops both before the job's code runs
-    said = {k: base_env[k] for k in (PROTECT_VAR, REQUIRED_VAR) if base_env.get(k)}
+    # what no grant may expose and the sandbox floor (the worker pops both before the job's code runs), and the
+    # extra job targets the test suite allows (tests.doubles)
+    said = {k: base_env[k] for k in (PROTECT_VAR, REQUIRED_VAR, EXTRA_JOB_TARGETS_VAR) if base_env.get(k)}
     env = confinement.runner_env(base_env, Path(workdir) / "private", interpreter=interpreter,
-                                 extra={"EGG_MCP_SERVER_PID": str(server_pid), **ipc_env(base_env), **said})
+                                 extra={SERVER_PID_VAR: str(server_pid), **ipc_env(base_env), **said})
     return env

@@ -31,9 +31,21 @@ import re
 import sys
 import traceback
 
+from egg_mcp.config import extra_job_targets, take_sandbox_required, watched_server_pid
 from egg_mcp.evaluation.channel import ResultChannel, set_channel
 
-TARGET_PATTERN = re.compile(r"^egg_mcp(\.[A-Za-z_][A-Za-z0-9_]*)+:[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+TARGET_PATTERN = re.compile(rf"^egg_mcp(\.{_NAME})+:{_NAME}$")
+_MODULE_PATH = re.compile(rf"{_NAME}(\.{_NAME})*")
+
+
+def target_allowed(target: str) -> bool:
+    """Whether a worker may run `target`: `egg_mcp.<module>:<function>`, or `<prefix>.<module>:<function>` for a
+    module prefix config.extra_job_targets() names (the test suite's tests.doubles; none by default)."""
+    if TARGET_PATTERN.match(target):
+        return True
+    return any(re.match(rf"^{re.escape(prefix)}(\.{_NAME})+:{_NAME}$", target)
+               for prefix in extra_job_targets() if _MODULE_PATH.fullmatch(prefix))
 
 
 _channel: ResultChannel | None = None
@@ -78,8 +90,9 @@ def _read_job_path(fd: int) -> str:
 
 
 def resolve_target(target: str):
-    """Import "egg_mcp.pkg.module:function"; anything outside the egg_mcp package is refused."""
-    if not TARGET_PATTERN.match(target):
+    """Import "egg_mcp.pkg.module:function" (or one under an extra prefix config allows: target_allowed); anything
+    else is refused."""
+    if not target_allowed(target):
         raise ValueError(f"refused job target {target!r}: only 'egg_mcp.<module>:<function>' may run in a worker")
     module_name, func_name = target.split(":")
     return getattr(importlib.import_module(module_name), func_name)
@@ -165,11 +178,11 @@ def exit_process(exit_code: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     global _channel
-    server_pid = os.environ.get("EGG_MCP_SERVER_PID", "")
-    if server_pid.isdigit():
+    watched = watched_server_pid()
+    if watched.isdigit():
         import threading
 
-        threading.Thread(target=_watch_server, args=(int(server_pid),), name="egg-server-watchdog",
+        threading.Thread(target=_watch_server, args=(int(watched),), name="egg-server-watchdog",
                          daemon=True).start()
     if __name__ == "__main__":  # let harness code reach this module's channel by its real name
         sys.modules.setdefault("egg_mcp.evaluation.worker", sys.modules["__main__"])
@@ -212,9 +225,9 @@ def main(argv: list[str] | None = None) -> None:
         sandbox = _confine_job(job["target"], wrapped=args.wrapped, tool=args.tool)
         if sandbox is not None:  # said by trusted code before the job imports anything it was given
             _channel.send({"type": "confined", "sandbox": sandbox})
-            from egg_mcp.sandbox.floor import CONFINE_LAYERS, REQUIRED_VAR, BelowFloor, below_floor, required_from_env
+            from egg_mcp.sandbox.floor import CONFINE_LAYERS, BelowFloor, below_floor, required_from_env
 
-            required = required_from_env(os.environ.pop(REQUIRED_VAR, None))
+            required = required_from_env(take_sandbox_required())
             refused = below_floor(sandbox, [n for n in required if n in CONFINE_LAYERS])
             if refused is not None:  # weaker than the server's floor: the job's code never runs
                 raise BelowFloor(refused)

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from egg_mcp.config import NCU_VAR, environment_copy
 from egg_mcp.contract import EvalOptions
 
 TARGET = "egg_mcp.profiling.target:run_forward"
@@ -25,8 +26,8 @@ TIMING_ITERS_UNDER_NCU = 5
 
 def find_ncu(env: dict[str, str] | None = None) -> str | None:
     """Path of the ncu executable: $EGG_MCP_NCU, then PATH, then the standard install locations."""
-    env = os.environ if env is None else env
-    explicit = env.get("EGG_MCP_NCU")
+    env = environment_copy() if env is None else env
+    explicit = env.get(NCU_VAR)
     candidates: list[str] = []
     if explicit:
         candidates.append(explicit)

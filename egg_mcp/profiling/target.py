@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from egg_mcp.config import set_triton_interpret
+
 
 def _load_module(source: str, name: str, directory: Path):
     """Import `source` from a real file (`@triton.jit` reads the source through inspect)."""
@@ -245,7 +247,7 @@ def _use_cuda(torch, device_choice: str) -> bool:
     if device_choice == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device='cuda' was requested but this worker has no CUDA device")
     if not use_cuda:
-        os.environ["TRITON_INTERPRET"] = "1"
+        set_triton_interpret()
     return use_cuda
 
 
@@ -329,7 +331,7 @@ def run_forward(payload: dict) -> dict:
     device_choice = payload.get("device", "auto")
     warnings: list[str] = []
     if device_choice == "interpreter":
-        os.environ["TRITON_INTERPRET"] = "1"
+        set_triton_interpret()
     import torch
 
     from egg_mcp.problems.problem import DTYPES, Problem

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import egg_mcp
+from egg_mcp.config import ENV_MARKER
 
 PACKAGE_PARENT = str(Path(egg_mcp.__file__).resolve().parent.parent)
 
@@ -42,7 +43,6 @@ _ALLOWED_PREFIXES = ("LC_",)
 _DENIED = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|^AWS_|^GCP_|^GOOGLE_|^AZURE_|^HF_|^HUGGING|^OPENAI_"
                      r"|^ANTHROPIC_|^EGG_MCP_", re.IGNORECASE)
 
-ENV_MARKER = "EGG_MCP_SANDBOX_ENV"  # runner_env -> confine: "allowlist" (popped by confine)
 # Which namespaces are in force travels in argv: launch.py --tell-arg (never in the environment).
 
 # Paths to tools that `confine` must let the runner read (set by a site, passed through above).

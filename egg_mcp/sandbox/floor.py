@@ -9,19 +9,16 @@ in every result's text. The same floor is checked against each runner's own repo
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from egg_mcp.config import UNSAFE_VAR, sandbox_required
 from egg_mcp.sandbox.report import SandboxReport
 
 UNSAFE_FLAG = "--unsafe-sandbox-floor"
-UNSAFE_VAR = "EGG_MCP_UNSAFE_SANDBOX_FLOOR"
-REQUIRED_VAR = "EGG_MCP_SANDBOX_REQUIRED"
-"""Comma-joined layers the server requires; set in its workers' environment, checked by the judge."""
 UnsafeLevel = Literal["none", "env", "landlock"]
 
 LAYERS: dict[str, str] = {
@@ -128,7 +125,7 @@ def runner_guards(config: Any, extra_protect: Any = ()) -> tuple[SandboxFloor, l
 
 
 def required_from_env(raw: str | None) -> list[str]:
-    """REQUIRED_VAR's value as layer names (unknown names are kept: a runner lacking them is refused)."""
+    """config.REQUIRED_VAR's value as layer names (unknown names are kept: a runner lacking them is refused)."""
     return [n for n in (raw or "").split(",") if n.strip()]
 
 
@@ -138,10 +135,10 @@ class BelowFloor(RuntimeError):
 
 def below_floor(report: Mapping[str, Any] | None, required: list[str] | None = None) -> str | None:
     """Why a runner or job whose confinement `report` says this must not go on, or None. `required`: the
-    server's floor (default: REQUIRED_VAR in this process's environment, set by the server for its workers;
+    server's floor (default: config.REQUIRED_VAR in this process's environment, set by the server for its workers;
     absent: nothing is checked here, the server checked its host before it sent the job)."""
     if required is None:
-        required = required_from_env(os.environ.get(REQUIRED_VAR))
+        required = required_from_env(sandbox_required())
     lacks = missing_layers(report, required) if required else []
     if not lacks:
         return None

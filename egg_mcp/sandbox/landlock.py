@@ -25,8 +25,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from egg_mcp.config import c_compiler, environment_copy, take_env_marker, take_sandbox_protect
 from egg_mcp.sandbox import _sys as S
-from egg_mcp.sandbox.env import ENV_MARKER, TOOL_PATH_VARS
+from egg_mcp.sandbox.env import TOOL_PATH_VARS
 
 if TYPE_CHECKING:
     from egg_mcp.sandbox.report import SandboxReport
@@ -88,9 +89,6 @@ NO_LANDLOCK_NOTE = ("kernel without Landlock (or blocked by seccomp): runners ca
 """Said by `confine` (what applied) and `host.probe` (what this host offers) alike."""
 
 
-PROTECT_VAR = "EGG_MCP_SANDBOX_PROTECT"
-"""os.pathsep-joined paths no tool or toolchain grant may cover (the server's workspace and allowed folders): set by
-the server in its workers' environment, popped by whoever confines (runner_env never passes EGG_MCP_* on)."""
 _NEVER_GRANTED = ("/", "/usr", "/bin", "/home", "/root", "/opt", "/var", "/tmp", "/etc", "/srv", "/mnt", "/media",
                   "/run", "/dev")
 
@@ -128,7 +126,7 @@ def protected_paths(extra: Sequence[str | Path] = ()) -> list[str]:
 
 
 def split_protect(raw: str | None) -> list[str]:
-    """PROTECT_VAR's value (or an argv word carrying it) as a list of paths."""
+    """config.PROTECT_VAR's value (or an argv word carrying it) as a list of paths."""
     return [p for p in (raw or "").split(os.pathsep) if p.strip()]
 
 
@@ -163,8 +161,9 @@ def _tool_paths(protect: Sequence[str] = ()) -> list[str]:
     """Site-set tool paths (TRITON_PTXAS_PATH, CUDA_HOME, ...) that are grantable."""
     protect = list(protect) or protected_paths()
     out = []
+    env = environment_copy()
     for var in TOOL_PATH_VARS:
-        value = os.environ.get(var)
+        value = env.get(var)
         if value and os.path.exists(value) and grantable(value, protect):
             out.append(value)
     return out
@@ -178,7 +177,7 @@ def _toolchain_paths(protect: Sequence[str] = ()) -> list[str]:
 
     protect = list(protect) or protected_paths()
     out = set()
-    for tool in (os.environ.get("CC"), "cc", "gcc", "clang", "as", "ld"):
+    for tool in (c_compiler(), "cc", "gcc", "clang", "as", "ld"):
         found = shutil.which(tool) if tool else None
         if found:
             root = tool_grant(found, protect)
@@ -204,7 +203,7 @@ def _markers(env_allowlist: bool | None, namespaces: str | None) -> tuple[bool, 
     """(environment allow-listed, namespaces and private mounts in force). Told by the caller, from its
     argv (the judge's and the launcher's words: launch.py --tell-arg); else the environment allow-list
     from runner_env's marker, which is popped either way so the candidate never sees it."""
-    env_marker = os.environ.pop(ENV_MARKER, "")
+    env_marker = take_env_marker()
     if env_allowlist is None:
         env_allowlist = env_marker == "allowlist"
     return bool(env_allowlist), set(filter(None, (namespaces or "").split(",")))
@@ -241,14 +240,14 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
     `namespaces`: what the launcher appended to the caller's argv (`--namespaces user,pid,...`), for the
     report and the private /dev/shm rule; `env_allowlist`: whether runner_env built the environment (None:
     read runner_env's marker, the case of a tool-wrapped worker); `protect`: paths no tool or toolchain grant may
-    expose besides every home directory (the workspace, the user's allowed folders; PROTECT_VAR says them to a
+    expose besides every home directory (the workspace, the user's allowed folders; config.PROTECT_VAR says them to a
     worker, which pops it here)."""
     report = SimpleNamespace(level="none", env_allowlist=False, landlock_abi=None, fs_confined=False,
                              signals_scoped=False, pid_namespace=False, no_new_privs=False, network_confined=False,
                              capabilities_dropped=False, unconfined_threads=0, abstract_sockets_scoped=False,
                              tcp_ports_allowed=[], notes=[])
     report.env_allowlist, namespaces = _markers(env_allowlist, namespaces)  # type: ignore[assignment]
-    guarded = protected_paths([*protect, *split_protect(os.environ.pop(PROTECT_VAR, ""))])
+    guarded = protected_paths([*protect, *split_protect(take_sandbox_protect())])
     report.pid_namespace = "pid" in namespaces
     if sys.platform != "linux":
         report.notes.append(f"{sys.platform}: no Landlock or namespaces; run the server in a Linux VM/container")

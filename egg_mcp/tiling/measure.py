@@ -23,6 +23,7 @@ import traceback
 
 from pydantic import BaseModel, Field
 
+from egg_mcp.config import set_triton_cache_dir, set_triton_interpret, triton_cache_dir
 from egg_mcp.tiling.compile_pool import compile_in_pool
 from egg_mcp.tiling.tiling_types import MeasuredConfig, TilingConfig
 from egg_mcp.tiling.plan import config_key, next_configs, round_sizes
@@ -128,7 +129,7 @@ def _job_device(device: str) -> str:
 
         device = "cuda" if nvml_gpu_names() else "interpreter"
     if device == "interpreter":
-        os.environ["TRITON_INTERPRET"] = "1"
+        set_triton_interpret()
     return device
 
 
@@ -234,9 +235,9 @@ def measure_configs(payload: dict) -> dict:
         raise ValueError(f"dtype {job.dtype!r} is not one of {TORCH_DTYPES}")
     device = _job_device(job.device)
     workdir = tempfile.mkdtemp(prefix="egg_tiling_")
-    previous_cache = os.environ.get("TRITON_CACHE_DIR")
+    previous_cache = triton_cache_dir()
     if job.cache_dir:
-        os.environ["TRITON_CACHE_DIR"] = job.cache_dir
+        set_triton_cache_dir(job.cache_dir)
     notes: list[str] = []
     results: list[MeasuredConfig] = []
     trials = _Trials(job, device, workdir, started)
@@ -249,10 +250,7 @@ def measure_configs(payload: dict) -> dict:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         if job.cache_dir:
-            if previous_cache is None:
-                os.environ.pop("TRITON_CACHE_DIR", None)
-            else:
-                os.environ["TRITON_CACHE_DIR"] = previous_cache
+            set_triton_cache_dir(previous_cache)
     return {
         "results": [r.model_dump() for r in results],
         "device": _device_name(device),

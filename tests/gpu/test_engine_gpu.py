@@ -105,7 +105,7 @@ def evaluator_results(tmp_path_factory):
                 out["adv_" + path.stem] = (await ev.evaluate(ref, path.read_text(), opts), 0)
             out["full_size"] = (await ev.evaluate(ref, CORRECT, EvalOptions(timing_trials=100, isolated_timing=True)), 0)
             probe = await ev.run_job(
-                "egg_mcp.evaluation.jobs:timing_probe",
+                "tests.doubles.jobs:timing_probe",
                 {"problem": "softmax", "sizes": [{"batch_size": 64, "dim": 256}, {"batch_size": 1024, "dim": 1024},
                                                   {"batch_size": 4096, "dim": 8192},
                                                   {"batch_size": 32768, "dim": 8192}]},

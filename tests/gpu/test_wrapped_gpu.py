@@ -59,7 +59,7 @@ def test_an_ncu_wrapped_job_cannot_read_or_write_the_workspace(tmp_path):
     (ws / "tasks.json").write_text("{}")
     argv = ncu_command.ncu_argv(ncu_command.find_ncu(), ["gpu__time_duration.sum"], "regex:.*", str(tmp_path / "ncu.csv"))
     outcome = _with_evaluator(tmp_path, lambda ev: ev.run_job(
-        "egg_mcp.evaluation.jobs:reach", {"read": [str(ws / "tasks.json")], "write": [str(ws / "x"), "ok.txt"],
+        "tests.doubles.jobs:reach", {"read": [str(ws / "tasks.json")], "write": [str(ws / "x"), "ok.txt"],
                                           "env": ["EGG_MCP_TOKEN"]}, timeout_s=120, uses_gpu=True,
         wrapper_argv=argv))
     print(f"\nncu-wrapped job: {outcome.result}; sandbox {outcome.sandbox}")

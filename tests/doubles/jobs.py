@@ -1,8 +1,8 @@
-"""Small trusted job targets: health checks for the worker machinery (and the tests of it).
+"""Small job targets for the tests of the worker machinery: `tests.doubles.jobs:<function>`.
 
-They live in the package, not under tests/: a worker runs only targets named `egg_mcp.<module>:<function>`
-(worker.TARGET_PATTERN, checked by the engine and again by the worker), and the benchmarks run them on GPU hosts
-(benchmarks/bench_verify.py: environment, timing_probe; bench_lanes.py, bench_lane_spares.py: echo)."""
+A worker runs them only where config.EXTRA_JOB_TARGETS_VAR names `tests.doubles` (tests/conftest.py sets it, and so
+do the benchmarks that run them on GPU hosts: bench_verify.py: environment, timing_probe; bench_lanes.py,
+bench_lane_spares.py: echo): test doubles never ship."""
 
 from __future__ import annotations
 
