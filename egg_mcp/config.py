@@ -49,6 +49,7 @@ TOOL_IPC_VAR = "EGG_MCP_TOOL_IPC"
 SERVER_PID_VAR = "EGG_MCP_SERVER_PID"
 """Set by the server in its workers' environment: their watchdog ends them when the server is gone."""
 EXTRA_JOB_TARGETS_VAR = "EGG_MCP_EXTRA_JOB_TARGETS"
+EXCHANGE_FROM_BYTES_VAR = "EGG_MCP_EXCHANGE_FROM_BYTES"  # outputs from this size through shared memory (tests: 1)
 """Comma-joined module prefixes (tests.doubles) whose functions a worker may run besides egg_mcp's: test doubles
 never ship, so only the test suite and the benchmarks that use one set it."""
 XDG_DATA_HOME_VAR = "XDG_DATA_HOME"
@@ -237,7 +238,7 @@ def _env_float(name: str, default: float) -> float:
 def output_exchange_from_bytes() -> int:
     """Reference outputs from this size go from runner to judge through shared memory (evaluation/exchange.py):
     $EGG_MCP_EXCHANGE_FROM_BYTES, else 64 MiB (tests lower it to send small outputs that way)."""
-    return int(_env_float("EGG_MCP_EXCHANGE_FROM_BYTES", float(64 << 20)))
+    return int(_env_float(EXCHANGE_FROM_BYTES_VAR, float(64 << 20)))
 
 
 RUN_LIMIT_FACTOR = 100
