@@ -49,9 +49,10 @@ TOOL_IPC_VAR = "EGG_MCP_TOOL_IPC"
 SERVER_PID_VAR = "EGG_MCP_SERVER_PID"
 """Set by the server in its workers' environment: their watchdog ends them when the server is gone."""
 EXTRA_JOB_TARGETS_VAR = "EGG_MCP_EXTRA_JOB_TARGETS"
-EXCHANGE_FROM_BYTES_VAR = "EGG_MCP_EXCHANGE_FROM_BYTES"  # outputs from this size through shared memory (tests: 1)
 """Comma-joined module prefixes (tests.doubles) whose functions a worker may run besides egg_mcp's: test doubles
 never ship, so only the test suite and the benchmarks that use one set it."""
+EXCHANGE_FROM_BYTES_VAR = "EGG_MCP_EXCHANGE_FROM_BYTES"
+"""Outputs from this size go through shared memory (evaluation/exchange.py); tests set 1."""
 XDG_DATA_HOME_VAR = "XDG_DATA_HOME"
 TRITON_INTERPRET_VAR = "TRITON_INTERPRET"
 TRITON_CACHE_DIR_VAR = "TRITON_CACHE_DIR"
