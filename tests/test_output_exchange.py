@@ -8,6 +8,7 @@ through the engine in the interpreter with the region used for every output (EGG
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 
 import pytest
@@ -97,6 +98,40 @@ def test_a_runner_accepts_descriptors_only_with_the_exchange_command():
     os.close(r)
     os.close(w)
     ours.close()
+
+
+def test_the_judge_falls_back_to_a_host_region_when_no_gpu_region_can_be_made_or_mapped(monkeypatch):
+    from egg_mcp.evaluation import exchange as exchange_mod
+
+    asked: list[dict] = []
+
+    def ask(header, fd):
+        asked.append(header)
+        return {"type": "exchange_ready", "ok": header["where"] == "host", "error": "CUresult 1"}
+
+    region, info = exchange_mod.offer_region(ask, 1 << 20, True, None)  # no CUDA here: the GPU region is not made
+    assert info["where"] == "host" and "not made" in info["device_region"] and isinstance(region, OutputExchange)
+    assert [h["where"] for h in asked] == ["host"]
+    region.close()
+
+    class FakeDevice:  # made, but the runner cannot map it
+        closed = False
+
+        def __init__(self, total, device):
+            self.size, (self.fd, self._w) = total, os.pipe()
+
+        def close(self):
+            FakeDevice.closed = True
+
+    monkeypatch.setattr(exchange_mod, "DeviceExchange", FakeDevice)
+    monkeypatch.setattr(exchange_mod.torch if hasattr(exchange_mod, "torch") else __import__("torch").cuda,
+                        "current_device", lambda: 0, raising=False)
+    asked.clear()
+    held = OutputExchange(1 << 20)
+    region, info = exchange_mod.offer_region(ask, 1 << 20, True, held)
+    assert [h["where"] for h in asked] == ["device", "host"] and FakeDevice.closed
+    assert region is held and info["kept"] is True and "not mapped by the runner: CUresult 1" in info["device_region"]
+    held.close()
 
 
 KERNEL = '''

@@ -31,7 +31,7 @@ from egg_mcp.contract import EvalOptions, IntegrityFinding, KernelInfo
 from egg_mcp.evaluation.bounds import Bounds, apply_rlimits
 from egg_mcp.evaluation.compile_clock import CompileClock
 from egg_mcp.evaluation.errors import classify
-from egg_mcp.evaluation.exchange import OutputExchange, Placer
+from egg_mcp.evaluation.exchange import DeviceExchange, OutputExchange, Placer
 from egg_mcp.evaluation.failures import _failure
 from egg_mcp.evaluation.guard import GuardedAllocations, guard_inputs
 from egg_mcp.evaluation.host_audit import HostAudit
@@ -129,9 +129,15 @@ class CandidateSide:
         if len(fds) != 1 or self.exchange is not None:
             raise ValueError(f"an exchange command carries one descriptor, once per job (got {len(fds)})")
         started = time.perf_counter()
+        if cmd.get("where") == "device":  # the judge's GPU region; refused here, the judge offers a host one
+            try:
+                self.exchange = DeviceExchange(int(cmd["bytes"]), torch.cuda.current_device(), fd=fds.pop())
+            except Exception as exc:  # noqa: BLE001
+                return {"type": "exchange_ready", "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            return {"type": "exchange_ready", "ok": True, "setup_s": round(time.perf_counter() - started, 3)}
         self.exchange = OutputExchange(int(cmd["bytes"]), fd=fds.pop())
         registered = self.exchange.register_for_gpu() if self.device == "cuda" else False
-        return {"type": "exchange_ready", "registered": registered,
+        return {"type": "exchange_ready", "ok": True, "registered": registered,
                 "setup_s": round(time.perf_counter() - started, 3)}
 
     # -- load ------------------------------------------------------------------------------------

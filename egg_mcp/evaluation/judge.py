@@ -31,7 +31,7 @@ from egg_mcp.evaluation import bounds, timed_audit, timed_checks, wire
 from egg_mcp.evaluation.compare import compare_outputs, worst_error_share
 from egg_mcp.evaluation.compile_clock import runner_reports
 from egg_mcp.evaluation.errors import classify
-from egg_mcp.evaluation.exchange import OutputExchange, aligned
+from egg_mcp.evaluation.exchange import OutputExchange, aligned, offer_region
 from egg_mcp.evaluation.failures import _failure, env_info
 from egg_mcp.evaluation.gpu_cache import release_cached
 from egg_mcp.evaluation.judge_held import HeldReference
@@ -297,26 +297,14 @@ class Judge(Verdicts):
         return out, expected
 
     def _offer_exchange(self, leaves: list) -> None:
-        """Large outputs come back through one shared region (exchange.py), sized to the reference's; once per job.
-        A persistent judge keeps it with the held reference (allocating and page-locking 6 GiB took seconds)."""
+        """Large outputs come back through one shared region sized to the reference's (exchange.offer_region)."""
         self.exchange_offered = True
         total = sum(aligned(e.numel() * e.element_size()) for e in leaves if isinstance(e, torch.Tensor))
         if total < output_exchange_from_bytes():  # below it (64 MiB) the socket is as fast
             return
         held = self.held.exchange if self.held is not None else None
-        started = _perf_counter()
-        try:
-            exchange = held if held is not None and held.size >= total else OutputExchange(total)
-        except OSError as exc:  # no memfd here: the socket carries them, slower
-            self.judge_info["output_exchange"] = f"not used: {exc}"[:200]
-            return
-        registered = exchange.register_for_gpu() if self.device == "cuda" else False
-        self.exchange = exchange
-        info = {"bytes": exchange.size, "judge_pinned": registered, "kept": exchange is held,
-                "judge_setup_s": round(_perf_counter() - started, 3)}
-        reply = self._ask({"type": "exchange", "bytes": exchange.size}, "exchange_ready", fds=[exchange.fd])
-        self.judge_info["output_exchange"] = {**info, "runner_pinned": reply.get("registered") is True,
-                                              "runner_setup_s": reply.get("setup_s")}  # the runner's words
+        self.exchange, self.judge_info["output_exchange"] = offer_region(
+            lambda header, fd: self._ask(header, "exchange_ready", fds=[fd]), total, self.device == "cuda", held)
 
     def _trial(self, cmd: dict[str, Any], trial: int, stage: str, expected_seed: int | None = None):
         """The runner's outputs for `cmd` against the reference on inputs from the same seed."""

@@ -50,8 +50,10 @@ def evaluate_held(payload: dict[str, Any], held: HeldReference | None,
                                  init_seed=judge.init_seed, dirname=judge.reference_dir)
         else:
             judge.judge_info["reference"] = "loaded (too large to hold)"
-    if judge.exchange is not None:  # the shared output region stays with the held reference for its next job
-        if held is not None and held.exchange in (None, judge.exchange):
+    if judge.exchange is not None:  # a host region stays with the held reference for its next job; GPU memory goes
+        if judge.exchange.on_device:
+            judge.exchange.close()
+        elif held is not None and held.exchange in (None, judge.exchange):
             held.exchange = judge.exchange
         elif held is not None:
             held.exchange.close()
