@@ -80,10 +80,10 @@ class PathError(BaseModel):
         default_factory=list, description="at the output: (|err|, |truth|) pairs that bound the max share at any "
                                           "atol, rtol from above (every element is matched by a pair with no smaller "
                                           "err and no larger truth)")
-    share_tol: tuple[float, float] | None = Field(None, description="(atol, rtol) the shares below were computed at")
-    max_share_measured: float | None = Field(None, description="max |err| / (atol + rtol*|truth|) at share_tol")
-    p99_share: float | None = Field(None, description="99th percentile of |err| / (atol + rtol*|truth|) at share_tol")
-    mismatched: int = Field(0, description="output elements whose non-finite or integer value differs from the truth")
+    share_tol: tuple[float, float] | None = Field(default=None, description="(atol, rtol) the shares below were computed at")
+    max_share_measured: float | None = Field(default=None, description="max |err| / (atol + rtol*|truth|) at share_tol")
+    p99_share: float | None = Field(default=None, description="99th percentile of |err| / (atol + rtol*|truth|) at share_tol")
+    mismatched: int = Field(default=0, description="output elements whose non-finite or integer value differs from the truth")
 
     def measured_at(self, atol: float, rtol: float) -> bool:
         """Whether the shares were computed at this tolerance (else the max share is the frontier's bound)."""
@@ -110,7 +110,7 @@ class Rung(BaseModel):
     rate: Ceiling
     max_abs: float | None = None
     max_rel: float | None = None
-    share_max: float | None = Field(None, description="at the output: max |err| / (atol + rtol*|truth|)")
+    share_max: float | None = Field(default=None, description="at the output: max |err| / (atol + rtol*|truth|)")
     share_p99: float | None = None
     admissible: bool
     why: str

@@ -20,9 +20,9 @@ BELOW_FLOOR_FRACTION = 1.05
 class RooflineVerdict(BaseModel):
     status: Literal["no_floor", "untimed", "below_floor", "at_roof", "headroom"]
     floor_ms: float | None = None
-    compute_path: str | None = Field(None, description="the compute path the floor assumes (fastest admissible)")
+    compute_path: str | None = Field(default=None, description="the compute path the floor assumes (fastest admissible)")
     measured_ms: float | None = None
-    fraction_of_floor: float | None = Field(None, description="floor / measured (1.0 = at the floor)")
+    fraction_of_floor: float | None = Field(default=None, description="floor / measured (1.0 = at the floor)")
     text: str
 
 

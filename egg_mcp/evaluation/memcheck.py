@@ -52,7 +52,7 @@ class MemoryAccessError(BaseModel):
     kernel: str
     access: str = Field(description="e.g. 'Invalid __global__ write of size 4 bytes'")
     address: str | None = None
-    detail: str = Field("", description="where the address lies relative to the nearest allocation")
+    detail: str = Field(default="", description="where the address lies relative to the nearest allocation")
     thread: str | None = None
     block: str | None = None
 
@@ -63,16 +63,16 @@ class MemcheckResult(BaseModel):
     summary: str
     errors: list[MemoryAccessError] = Field(default_factory=list)
     error_count: int = 0
-    error: ErrorReport | None = Field(None, description="over_bound: the bound (kind 'oom' or 'resource_limit')")
+    error: ErrorReport | None = Field(default=None, description="over_bound: the bound (kind 'oom' or 'resource_limit')")
     tool: str | None = None
     wall_s: float = 0.0
     sandbox: dict[str, Any] | None = None
-    bounds: str | None = Field(None, description="the runner's resource bounds (as verify's result.judge.bounds)")
-    runner_peak: str | None = Field(None, description="the most memory and tasks the judge's watchdog saw")
-    fault: str | None = Field(None, description="'harness' when no report came back: the tool or egg-mcp, not the "
+    bounds: str | None = Field(default=None, description="the runner's resource bounds (as verify's result.judge.bounds)")
+    runner_peak: str | None = Field(default=None, description="the most memory and tasks the judge's watchdog saw")
+    fault: str | None = Field(default=None, description="'harness' when no report came back: the tool or egg-mcp, not the "
                               "candidate")
-    report_source: str | None = Field(None, description="'log_file' or 'tool_output': where the report was read")
-    tool_output_tail: str = Field("", description="the end of the tool's stdout/stderr (diagnosis)")
+    report_source: str | None = Field(default=None, description="'log_file' or 'tool_output': where the report was read")
+    tool_output_tail: str = Field(default="", description="the end of the tool's stdout/stderr (diagnosis)")
     runner_exit: int | None = None
 
 

@@ -50,11 +50,11 @@ class GpuSpec(BaseModel):
     source: Literal["measured", "datasheet", "device"] = "datasheet"
     notes: str = ""
     uuid: str | None = None
-    l2_bytes_per_s: float | None = Field(None, description="L2 read bandwidth, bytes/s (measured only)")
+    l2_bytes_per_s: float | None = Field(default=None, description="L2 read bandwidth, bytes/s (measured only)")
     provenance: dict[str, str] = Field(
         default_factory=dict,
         description="per ceiling ('dram', 'l2', a peak_flops key): 'measured ...', 'datasheet ...' or 'derived ...'")
-    measured_at: str | None = Field(None, description="when the calibration these ceilings come from ran")
+    measured_at: str | None = Field(default=None, description="when the calibration these ceilings come from ran")
 
     def ridge_point(self, compute: str = "fp32") -> float:
         """FLOP per byte above which a kernel is compute-bound on this GPU."""
@@ -222,7 +222,7 @@ class Ceiling(BaseModel):
     """One ceiling with where it came from: what every report quotes."""
 
     key: str
-    value: float | None = Field(None, description="bytes/s or FLOP/s; None when there is no number")
+    value: float | None = Field(default=None, description="bytes/s or FLOP/s; None when there is no number")
     unit: str
     source: Literal["measured", "datasheet", "derived", "none"]
     detail: str

@@ -42,7 +42,7 @@ class AdaptiveJob(BaseModel):
     candidate_source: str
     ranked: list[tuple[dict[str, int], float]] = Field(description="(config, predicted_ms), best first")
     choices: dict[str, list[int]]
-    max_trials: int = Field(8, ge=1)
+    max_trials: int = Field(default=8, ge=1)
 
 
 class MeasurePayload(BaseModel):
@@ -53,13 +53,13 @@ class MeasurePayload(BaseModel):
     size_overrides: dict[str, int | list[int]] = Field(default_factory=dict)
     atol: float = 1e-4
     rtol: float = 1e-4
-    device: str = Field("auto", description="'auto' | 'cuda' | 'interpreter'")
-    compile_workers: int = Field(14, ge=0, description="0 or 1: compile in the timing loop")
-    timing_trials: int | None = Field(None, ge=1, description="timed runs per config; None: adapt like verify")
+    device: str = Field(default="auto", description="'auto' | 'cuda' | 'interpreter'")
+    compile_workers: int = Field(default=14, ge=0, description="0 or 1: compile in the timing loop")
+    timing_trials: int | None = Field(default=None, ge=1, description="timed runs per config; None: adapt like verify")
     seed: int = 0
-    cache_dir: str | None = Field(None, description="TRITON_CACHE_DIR for this job (shared with the compile pool)")
+    cache_dir: str | None = Field(default=None, description="TRITON_CACHE_DIR for this job (shared with the compile pool)")
     time_budget_s: float = 300.0
-    deadline_unix: float | None = Field(None, description="when the caller's budget ends (time.time()): the job "
+    deadline_unix: float | None = Field(default=None, description="when the caller's budget ends (time.time()): the job "
                                         "measures until then, whatever its own start-up took; else time_budget_s")
     per_config_timeout_s: float = 120.0
 
