@@ -232,8 +232,9 @@ def create_server(
 
     mcp = MCPServer("egg-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
 
-    def _said(tool: str, result: BaseModel):
-        """_out, with the weak sandbox level the operator allowed (--unsafe-sandbox-floor) leading every text."""
+    def _said(tool: str, result: BaseModel) -> Any:
+        """_out, with the weak sandbox level the operator allowed (--unsafe-sandbox-floor) leading every text.
+        Any: each tool is annotated with its model (the SDK's output schema) and returns this CallToolResult."""
         floor = service.sandbox_floor
         return _out(tool, result, floor.line() if floor.weak else None)
     mcp.egg_service = service  # type: ignore[attr-defined]  # for tests and the demo

@@ -214,11 +214,11 @@ def precision_ladder(errors: list[PathError], dtype: str, atol: float, rtol: flo
             ok, why = admits(e, atol, rtol)
             if path == paths[0] and not ok:
                 ok, why, tight = True, f"the task's own precision, over the limit: {why}", True
-        out = e is not None and e.at == "output"
+        out = e if e is not None and e.at == "output" else None
         rungs.append(Rung(path=path, how=how, rate=rate, admissible=ok, why=why,
                           max_abs=e.max_abs if e else None, max_rel=e.max_rel if e else None,
-                          share_max=e.max_share(atol, rtol) if out else None,
-                          share_p99=e.p99_share if out else None))
+                          share_max=out.max_share(atol, rtol) if out is not None else None,
+                          share_p99=out.p99_share if out is not None else None))
     fastest = max((r for r in rungs if r.admissible),
                   key=lambda r: (r.rate.value or 0.0, -paths.index(r.path)), default=rungs[0])
     if all(r.rate.value is None for r in rungs):

@@ -198,7 +198,7 @@ def compare_tensor(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol:
     """None when `got` matches `expected` (shape, dtype, device type, layout, values); else a report.
     Floating values: |got - e| <= atol + rtol*|e| (atol scaled down where it would pass zeros: vacuous_scale);
     complex: the same on the real and the imaginary parts; integer and bool: exactly."""
-    base = dict(
+    base: dict[str, Any] = dict(
         output_index=output_index,
         path=path,
         expected_shape=list(expected.shape),

@@ -448,7 +448,7 @@ class HostAudit:
         and the GPU launch path ~20 us of Python. The audit hook and the Tensor wrappers stay on there."""
         import triton.runtime.jit as jit
 
-        classes = [jit.JITFunction]
+        classes: list[type] = [jit.JITFunction]
         try:
             from triton.runtime.interpreter import InterpretedFunction
 

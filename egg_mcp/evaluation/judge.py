@@ -203,6 +203,7 @@ class Judge(Verdicts):
     def _ask_ready(self) -> None:
         """A runner that dies before `ready` ran no candidate code (a started spare killed by the host's OOM killer
         under load, say): it is replaced once (another started runner, else a fresh one), and the judge says so; a second death is a fault."""
+        assert self.runner is not None  # _run took one
         for attempt in (1, 2):
             try:
                 self.runner.wait_ready()
@@ -217,8 +218,10 @@ class Judge(Verdicts):
                 raise Rejected(self._protocol(str(exc)))
         self.judge_info.update({f"runner_{k}": v for k, v in getattr(self.runner, "warmup", {}).items()})
 
-    def _ask(self, header: dict[str, Any], expect: str, max_blob_bytes: int = 0):
-        """One command and its reply; the reply's findings are collected; failures end the evaluation."""
+    def _ask(self, header: dict[str, Any], expect: str, max_blob_bytes: int = 0) -> Any:
+        """One command and its reply (with its blobs when `max_blob_bytes`); the reply's findings are collected;
+        failures end the evaluation."""
+        assert self.runner is not None  # _run took one
         try:
             message, blobs = self.runner.request(header, max_blob_bytes)
         except RunnerGone as gone:
@@ -242,7 +245,7 @@ class Judge(Verdicts):
                                                f"{str(message.get('message'))[:300]}", str(message.get("traceback"))))
         if kind != expect:
             raise Rejected(self._protocol(f"expected a '{expect}' message, got {str(kind)[:40]!r}"))
-        return kind
+        return expect
 
     def _collect(self, findings: Any) -> None:
         if not isinstance(findings, list) or len(findings) > 500:
@@ -319,6 +322,7 @@ class Judge(Verdicts):
 
     def _trial(self, cmd: dict[str, Any], trial: int, stage: str, expected_seed: int | None = None):
         """The runner's outputs for `cmd` against the reference on inputs from the same seed."""
+        assert self.runner is not None  # _run took one
         self.runner.send({"type": "trial", "trial": trial, "stage": stage, **cmd})
         expected, leaves = self._expected(expected_seed if expected_seed is not None else cmd["seed"])  # meanwhile
         limit = 2 * sum(e.numel() * e.element_size() for e in leaves if isinstance(e, torch.Tensor)) + (1 << 20)

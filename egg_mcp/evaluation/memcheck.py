@@ -36,7 +36,7 @@ import secrets
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from pydantic import BaseModel, Field
 
@@ -76,7 +76,7 @@ class MemcheckResult(BaseModel):
     runner_exit: int | None = None
 
 
-def find_compute_sanitizer(env: dict[str, str] | None = None) -> str | None:
+def find_compute_sanitizer(env: Mapping[str, str] | None = None) -> str | None:
     """$EGG_MCP_COMPUTE_SANITIZER, then PATH, then the CUDA toolkit's standard locations."""
     env = os.environ if env is None else env
     candidates = [env.get("EGG_MCP_COMPUTE_SANITIZER") or "", shutil.which("compute-sanitizer", path=env.get("PATH")) or "",
@@ -123,7 +123,7 @@ def result_from_report(text: str, tool: str, wall_s: float, sandbox: dict | None
     if count is None and not errors and tool_output:
         errors, count = parse_report(tool_output)
         source = "tool_output"
-    common = dict(tool=tool, wall_s=wall_s, sandbox=sandbox, tool_output_tail=tail, runner_exit=runner_exit)
+    common: dict[str, Any] = dict(tool=tool, wall_s=wall_s, sandbox=sandbox, tool_output_tail=tail, runner_exit=runner_exit)
     if count is None and not errors:
         said = " ".join(tail.strip().splitlines()[-6:])[-600:] or "nothing"
         return MemcheckResult(

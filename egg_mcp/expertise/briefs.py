@@ -13,7 +13,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 from string import Template
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -69,7 +69,7 @@ class BriefFacts(BaseModel):
         """Facts that come straight from the reference analysis; pass the rest as keywords."""
         from egg_mcp.expertise.seeds import fusion_opportunities
 
-        base = dict(
+        base: dict[str, Any] = dict(
             analysis_summary=analysis.summary,
             floor_ms=analysis.floor.floor_ms if analysis.floor else None,
             compute_path=analysis.floor.compute_type if analysis.floor else None,

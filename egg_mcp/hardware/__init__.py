@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -65,7 +65,7 @@ class GpuSpec(BaseModel):
         return max(flops / self.peak_flops[compute], bytes_moved / self.dram_bytes_per_s)
 
 
-_HOPPER = dict(
+_HOPPER: dict[str, Any] = dict(
     arch="sm_90", max_threads_per_sm=2048, max_blocks_per_sm=32,
     smem_per_sm_bytes=228 * KiB, smem_per_block_optin_bytes=227 * KiB,
 )

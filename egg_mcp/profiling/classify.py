@@ -395,7 +395,7 @@ def classify_kernel(
 
     # the bound's own moves
     idle_tensor = admissible_path in TENSOR_PATHS and (tensor is None or tensor < 30)
-    if idle_tensor and not near_floor:
+    if idle_tensor and not near_floor and admissible_path is not None:  # (idle_tensor implies a path)
         moves.add({_S, _A, _T, _M}, f"dots off the tensor cores (tensor pipe {'unread' if tensor is None else f'{tensor:.0f}%'}) "
                   f"while {admissible_path} passes this tolerance: tl.dot(..., {TENSOR_PATHS[admissible_path]}) "
                   "changes the class before any traffic work")

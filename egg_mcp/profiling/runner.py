@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from egg_mcp.analysis.roofline import compute_type_for
 from egg_mcp.contract import EvalOptions, Evaluator, JobOutcome, ProgressFn
@@ -58,7 +58,7 @@ class ProfileError(RuntimeError):
 
 # --- finding ncu ---------------------------------------------------------------------------------
 
-def find_ncu(env: dict[str, str] | None = None) -> str | None:
+def find_ncu(env: Mapping[str, str] | None = None) -> str | None:
     """Path of the ncu executable: $EGG_MCP_NCU, then PATH, then the standard install locations."""
     env = os.environ if env is None else env
     explicit = env.get("EGG_MCP_NCU")
@@ -209,7 +209,8 @@ def resolve_gpu(gpu: GpuSpec | None, device: dict[str, Any] | None) -> tuple[Gpu
     warnings: list[str] = []
     if gpu is not None:
         return gpu, warnings
-    name = (device or {}).get("name")
+    device = device or {}
+    name = device.get("name")
     if not name or name == "cpu":
         warnings.append(f"{NO_GPU}: no occupancy and no roofline (they need a GPU's limits and ceilings)")
         return None, warnings
@@ -258,7 +259,7 @@ def build_ncu_report(
     kernels = []
     for name, (count, readings) in aggregated.items():
         metrics = [
-            Metric(name=m, label=(spec(m).label if spec(m) else m), value=v, unit=u, source="ncu")
+            Metric(name=m, label=(s.label if (s := spec(m)) else m), value=v, unit=u, source="ncu")
             for m, (v, u) in readings.items()
         ]
         metrics += _metadata_metrics(_match_entry(name, entries))
@@ -410,7 +411,7 @@ async def profile_candidate(
     # the task analysis' floor: the fastest compute path its precision ladder admits (one verdict for
     # verify, profile_ncu and the briefs); without it, the policy rule
     compute_type = (floor or {}).get("compute_type") or compute_type_for(options.dtype, options.tolerance)
-    roof_kw = dict(floor_ms=(floor or {}).get("floor_ms"), has_dots=bool(tensor_core_flops))
+    roof_kw: dict[str, Any] = dict(floor_ms=(floor or {}).get("floor_ms"), has_dots=bool(tensor_core_flops))
     metrics = metrics_for_stage(stage)
     has_gpu = evaluator.has_gpu() and options.device != "interpreter"
     ncu = find_ncu() if has_gpu else None

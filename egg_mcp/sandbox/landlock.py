@@ -247,9 +247,9 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
                              signals_scoped=False, pid_namespace=False, no_new_privs=False, network_confined=False,
                              capabilities_dropped=False, unconfined_threads=0, abstract_sockets_scoped=False,
                              tcp_ports_allowed=[], notes=[])
-    report.env_allowlist, namespaces = _markers(env_allowlist, namespaces)  # type: ignore[assignment]
+    report.env_allowlist, in_force = _markers(env_allowlist, namespaces)
     guarded = protected_paths([*protect, *split_protect(os.environ.pop(PROTECT_VAR, ""))])
-    report.pid_namespace = "pid" in namespaces
+    report.pid_namespace = "pid" in in_force
     if sys.platform != "linux":
         report.notes.append(f"{sys.platform}: no Landlock or namespaces; run the server in a Linux VM/container")
         return _finish(report)
@@ -289,7 +289,7 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
     dev_rights = READ | S.FS_WRITE_FILE | (S.FS_IOCTL_DEV if abi >= 5 else 0) | (S.FS_TRUNCATE if abi >= 3 else 0)
     rules += [(d, dev_rights) for d in devices]
     # /dev/shm only where the launcher mounted a private one (the host's is shared by every process)
-    shm = ["/dev/shm"] if "shm" in namespaces else []
+    shm = ["/dev/shm"] if "shm" in in_force else []
     rules += [(str(p), handled) for p in (private, *shm, *extra_write)]
     ruleset = S.landlock_create_ruleset(attr, size)
     try:

@@ -21,10 +21,11 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from egg_mcp.contract import KernelInfo
 from egg_mcp.tiling.models import MeasuredConfig, TilingConfig
 from egg_mcp.tiling.plan import config_key, next_configs, round_sizes
 
@@ -128,7 +129,8 @@ def _max_abs_error(got, expected) -> float:
     return worst
 
 
-def _error_kind(exc: BaseException) -> str:
+def _error_kind(exc: BaseException) -> Literal["timed_output", "out_of_resources", "compile_error",
+                                               "runtime_error"]:
     """The shared classifier's kind (evaluation/errors.py); an OOM of one config is a runtime failure here."""
     if isinstance(exc, TimedMismatch):
         return "timed_output"
@@ -314,7 +316,7 @@ def _measure_one(problem: _Problem, clock: _Clock, config: dict[str, int], path:
             got = model(*problem.inputs)
             if problem.device == "cuda":
                 torch.cuda.synchronize()
-        result.kernels = compiled_kernels(module)
+        result.kernels = [KernelInfo(**k) for k in compiled_kernels(module)]
         expected = problem.expected()
         from egg_mcp.evaluation.compare import compare_outputs
 
@@ -336,7 +338,7 @@ def _measure_one(problem: _Problem, clock: _Clock, config: dict[str, int], path:
         result.error_kind, result.error, result.correct = _error_kind(exc), _short(exc), False
         if not result.kernels:
             try:
-                result.kernels = compiled_kernels(module)
+                result.kernels = [KernelInfo(**k) for k in compiled_kernels(module)]
             except Exception:  # noqa: BLE001
                 pass
     finally:
@@ -402,6 +404,7 @@ def measure_configs(payload: dict) -> dict:
             if problem is None:
                 problem = _Problem(reference_path, job.dtype, job.size_overrides, job.seed, torch_device)
                 clock = _Clock(problem, job.timing_trials, job.atol, job.rtol)
+            assert clock is not None  # made with the problem
             out = []
             for (config, _), path, index, w in zip(batch, paths, indices, warm):
                 if time.perf_counter() - started > job.time_budget_s:

@@ -7,7 +7,7 @@ job) and the benchmark (which replays the same choices against an exhaustive mea
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
 Config = dict[str, int]
 
@@ -29,7 +29,7 @@ def round_sizes(max_trials: int) -> list[int]:
     return sizes
 
 
-def _distance(a: Config, b: Config, choices: dict[str, Sequence[int]]) -> int:
+def _distance(a: Config, b: Config, choices: Mapping[str, Sequence[int]]) -> int:
     total = 0
     for name, value in a.items():
         options = list(choices.get(name, []))
@@ -41,7 +41,7 @@ def _distance(a: Config, b: Config, choices: dict[str, Sequence[int]]) -> int:
     return total
 
 
-def next_configs(ranked: list[tuple[Config, float]], choices: dict[str, Sequence[int]],
+def next_configs(ranked: list[tuple[Config, float]], choices: Mapping[str, Sequence[int]],
                  measured: dict[tuple, float | None], n: int) -> list[Config]:
     """Up to `n` unmeasured configs from `ranked` ((config, predicted_ms), best first).
 

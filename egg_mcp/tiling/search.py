@@ -139,6 +139,7 @@ async def propose_tiling(
     if gpu is None:  # a ranking needs a target: use a named stand-in, and say so in the proposal
         status = gpu_status()
         gpu = spec_for(STAND_IN_GPU)
+        assert gpu is not None  # the stand-in is in the table
         stand_in = (f"{status or 'no GPU ceilings'}: the analytic ranking targets the {gpu.name} datasheet leads as a "
                     "stand-in; on your GPU, run egg-mcp calibrate and measure the top configs")
     configs, total, truncated = enumerate_configs(space, max_configs=max_configs)
@@ -153,8 +154,8 @@ async def propose_tiling(
         enumerated=len(configs), truncated=truncated, feasible_count=len(feasible),
         pruned_count=len(estimates) - len(feasible), pruned=_pruned_groups(estimates), warnings=warnings,
         kernels=[KernelSummary(kernel=c.kernel, kind=c.kind, dims=c.dims, dims_from=c.dims_from, precision=c.precision,
-                               parameters={k: v for k, v in c.params.items() if space.param(v) is not None
-                                           and space.param(v).applicable and len(space.param(v).choices) > 1})
+                               parameters={k: v for k, v in c.params.items() if (p := space.param(v)) is not None
+                                           and p.applicable and len(p.choices) > 1})
                  for c in calls],
     )
     by_key = {config_key(e.config.values): e for e in estimates}
@@ -189,8 +190,11 @@ async def propose_tiling(
     proposal.measured = bool(measured)
 
     correct = [m for m in ordered if m.correct and m.median_ms is not None]
-    pairs = [(by_key[config_key(m.config.values)].predicted_ms, m.median_ms) for m in correct
-             if config_key(m.config.values) in by_key and by_key[config_key(m.config.values)].predicted_ms]
+    pairs: list[tuple[float, float]] = []
+    for m in correct:
+        e = by_key.get(config_key(m.config.values))
+        if e is not None and e.predicted_ms and m.median_ms is not None:
+            pairs.append((e.predicted_ms, m.median_ms))
     proposal.rank_correlation = spearman([p for p, _ in pairs], [t for _, t in pairs])
     proposal.rank_correlation_n = len(pairs)
     if proposal.rank_correlation is not None:
@@ -211,6 +215,7 @@ async def propose_tiling(
                                            f"ms, predicted rank {predicted_rank}); the current config was not measured")
         else:
             band = _noise_band(best, base)
+            assert best.median_ms is not None and base.median_ms is not None  # both measured correct
             if best is not base and best.median_ms < base.median_ms * (1 - band):
                 proposal.recommended = best.config
                 proposal.recommended_reason = (
@@ -220,7 +225,7 @@ async def propose_tiling(
             else:
                 proposal.recommended_reason = (
                     f"keep the current config: no measured config beat it beyond the {band:.1%} noise band (current "
-                    f"{base.median_ms:.4f} ms, best other {min((m.median_ms for m in correct if m is not base), default=float('nan')):.4f} "
+                    f"{base.median_ms:.4f} ms, best other {min((m.median_ms for m in correct if m is not base and m.median_ms is not None), default=float('nan')):.4f} "
                     f"ms over {len(correct)} correct configs)")
     elif measured:
         proposal.recommended_reason = ("no measured config was correct: fix the candidate first (see the errors in "

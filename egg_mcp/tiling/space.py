@@ -13,7 +13,7 @@ import math
 import random
 
 from egg_mcp.tiling.dims import axis_for, next_pow2, pow2_range
-from egg_mcp.tiling.models import CandidateSpace, ParamRole, TunableParam
+from egg_mcp.tiling.models import CandidateSpace, ParamRole, ParamSource, TunableParam
 from egg_mcp.tiling.source_index import LAUNCH_OPTIONS, SourceIndex, index_source, int_literal, role_of
 
 __all__ = ["DEFAULT_MAX_CONFIGS", "current_config", "enumerate_configs", "extract_space", "persistent_programs",
@@ -85,7 +85,7 @@ def extract_space(source: str, *, kind: str | None = None, dims: dict[str, int] 
     declared = index.tuning_space or {}
     params: dict[str, TunableParam] = {}
 
-    def add(name: str, source_kind: str, current: int | None, line: int | None, applicable: bool = True) -> None:
+    def add(name: str, source_kind: ParamSource, current: int | None, line: int | None, applicable: bool = True) -> None:
         param = params.get(name)
         if param is None:
             param = params[name] = TunableParam(name=name, role=role_of(name), current=current, line=line,
@@ -103,7 +103,7 @@ def extract_space(source: str, *, kind: str | None = None, dims: dict[str, int] 
     for kw, nodes in index.launch_literals.items():
         values = {int_literal(n) for n in nodes}
         if len(values) > 1:  # a value that differs per launch is part of what each launch computes (a PHASE)
-            warnings.append(f"{kw} is passed as different literals at {len(nodes)} launch sites ({sorted(values)}): "
+            warnings.append(f"{kw} is passed as different literals at {len(nodes)} launch sites ({sorted(v for v in values if v is not None)}): "
                             "not tuned (one value for all of them would change what the launches compute); to tune "
                             "a block size used at several launches, give each launch its own module constant")
             continue
