@@ -50,6 +50,7 @@ def test_floor_is_not_beaten_by_eager(name):
     path = Path(tempfile.mkdtemp()) / f"{name}_ref.py"
     path.write_text(builtin_source(name))
     spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ from mcp import Client, StdioServerParameters
 from egg_mcp.config import ServerConfig
 from egg_mcp.server import create_server
 from tests.conftest import REPO, SANDBOX_OPT_IN_ARGS
-from tests.mcp_driver import SEEDS, call, call_error, decision, drive_to_done
+from tests.mcp_driver import SEEDS, call, call_error, decision, drive_to_done, first_text
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +55,7 @@ def test_full_workflow_in_process(tmp_path):
                                             progress_callback=on_progress)
             assert not result.is_error and messages, "verify sent no progress notifications"
             ctx = await client.read_resource(f"egg://tasks/{final['task_id']}/context")
-            assert "committed_source" in ctx.contents[0].text
+            assert "committed_source" in first_text(ctx.contents)
 
     anyio.run(main)
 

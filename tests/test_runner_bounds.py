@@ -26,7 +26,7 @@ from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.sandbox import spawn_prefix
 
 MIB = 2**20
-QUICK = {"batch_size": 8, "dim": 100}
+QUICK: dict[str, int | list[int]] = {"batch_size": 8, "dim": 100}
 # small floors: bounds are reached fast; 1.5 GiB of memory still holds a runner that imported torch and Triton
 FLOOR = {"memory_bytes": 1536 * MIB, "file_bytes": 4 * MIB, "scratch_bytes": 24 * MIB, "tasks": 96}
 

@@ -466,6 +466,7 @@ def _recheck_module():
 
     path = REPO / "benchmarks" / "tiling_model_recheck.py"
     spec = importlib.util.spec_from_file_location("tiling_model_recheck", path)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.hardware import spec_for
+from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.tiling.attention import attention_smem
 from egg_mcp.tiling.dims import normalize_dims
 from egg_mcp.tiling.model import estimate
@@ -20,7 +20,7 @@ from egg_mcp.tiling.space import extract_space
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-H200 = spec_for("H200")
+H200 = GPU_TABLE["H200"].model_copy(deep=True)
 KB = REPO / "benchmarks" / "problems" / "kernelbench"
 ATTN = (KB / "mingpt_attention_triton.py").read_text()
 GEMM = (KB / "gemm_add_relu_triton.py").read_text()

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from egg_mcp.contract import EvalOptions
-from egg_mcp.hardware import spec_for
+from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.tiling.dims import normalize_dims
 from egg_mcp.tiling.kernels import kernel_calls, launch_dims
 from egg_mcp.tiling.launches import probe_launches
@@ -24,7 +24,7 @@ from egg_mcp.tiling.search import propose_tiling
 from egg_mcp.tiling.space import current_config, extract_space, persistent_programs
 from tests.conftest import FIXTURES, REPO
 
-H200 = spec_for("H200")
+H200 = GPU_TABLE["H200"].model_copy(deep=True)
 GRIDS = FIXTURES / "grids"
 REFERENCE = (GRIDS / "reference_matmul.py").read_text()
 DIMS = {"M": 128, "N": 96, "K": 64}  # the reference's sizes
@@ -180,7 +180,7 @@ def test_a_grid_the_model_does_not_explain_is_said_in_the_proposal():
 
 def test_a_persistent_grids_program_count_is_said_to_be_set_at_run_time():
     """The probe (no GPU) launched the fixture's 4 programs; the model assumes one per SM of the GPU it targets."""
-    sizes = {"M": 4096, "N": 4096, "K": 512}
+    sizes: dict[str, int | list[int]] = {"M": 4096, "N": 4096, "K": 512}
     source = _source("gemm_persistent")
     proposal = asyncio.run(propose_tiling(_NoGpu(), reference_source=REFERENCE, candidate_source=source,
                                           options=EvalOptions(size_overrides=sizes), gpu=H200, dims=sizes, kind="gemm",

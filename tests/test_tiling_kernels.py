@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from egg_mcp.contract import EvalOptions, JobOutcome
-from egg_mcp.hardware import spec_for
+from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.tiling.dims import normalize_dims
 from egg_mcp.tiling.kernels import kernel_calls, launch_dims, spearman
 from egg_mcp.tiling.launches import probe_launches
@@ -19,7 +19,7 @@ from egg_mcp.tiling.rewrite import apply_config
 from egg_mcp.tiling.search import propose_tiling
 from egg_mcp.tiling.space import extract_space
 
-H200 = spec_for("H200")
+H200 = GPU_TABLE["H200"].model_copy(deep=True)
 KB = Path(__file__).resolve().parents[1] / "benchmarks" / "problems" / "kernelbench"
 ATTN_REF = (KB / "43_MinGPTCausalAttention.py").read_text()
 ATTN = (KB / "mingpt_attention_triton.py").read_text()

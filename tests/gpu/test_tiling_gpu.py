@@ -87,7 +87,7 @@ def test_out_of_shared_memory_is_reported_and_predicted():
 
 def test_propose_tiling_measures_and_recommends_a_correct_config():
     source = (KERNELS / "gemm_bias_relu.py").read_text()
-    overrides = {"batch_size": 2048, "in_features": 1024, "out_features": 2048}
+    overrides: dict[str, int | list[int]] = {"batch_size": 2048, "in_features": 1024, "out_features": 2048}
     options = EvalOptions(dtype="bfloat16", tolerance=default_tolerance("bfloat16"), size_overrides=overrides)
     calls = []
 
@@ -118,7 +118,7 @@ def test_multi_kernel_candidate_is_probed_priced_per_kernel_and_correlated():
     kb = REPO / "benchmarks" / "problems" / "kernelbench"
     reference = (kb / "43_MinGPTCausalAttention.py").read_text()
     source = (kb / "mingpt_attention_triton.py").read_text()
-    overrides = {"batch_size": 4}
+    overrides: dict[str, int | list[int]] = {"batch_size": 4}
     launches = probe_launches({"reference_source": reference, "candidate_source": source, "dtype": "float32",
                                "size_overrides": overrides})["launches"]
     assert [r["kernel"] for r in launches] == ["linear_kernel", "attn_kernel", "linear_kernel"]
