@@ -47,7 +47,7 @@ def test_full_workflow_in_process(tmp_path):
             # long work reports MCP progress
             messages: list[str] = []
 
-            async def on_progress(done, total, message):
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
                 messages.append(message or "")
 
             tid = (await call(client, "start_task", reference="softmax"))["task_id"]
@@ -120,7 +120,7 @@ def test_restart_mid_task_resumes(tmp_path):
     tid, cid = anyio.run(first)
     # simulate a job that was running when the server died
     server = _server(ws)
-    service = server.egg_service
+    service = server.egg_service  # pyright: ignore[reportAttributeAccessIssue]  # set by create_server
     with service.ws.transaction() as db:
         db.execute("INSERT INTO candidates (id, task_id, stage, source_sha, created_at, status, owner)"
                    " VALUES ('c-dead', ?, 'ALGORITHM', ?, 0, 'running', 'gone-host:1')",

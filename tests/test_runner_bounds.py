@@ -368,7 +368,9 @@ def test_scratch_and_tree_usage_measure_what_is_there(tmp_path):
     used, entries = bounds.dir_usage(tmp_path)
     assert used >= 3 * MIB and entries == 2
     b = bounds.Bounds(memory_bytes=1 << 40, file_bytes=MIB, scratch_bytes=MIB, tasks=10_000)
-    kind, message = bounds.over_bounds(b, [os.getpid()], tmp_path)
+    over = bounds.over_bounds(b, [os.getpid()], tmp_path)
+    assert over is not None
+    kind, message = over
     assert kind == "resource_limit" and "scratch dir" in message
     rss, tasks = bounds.tree_usage([os.getpid()])
     assert rss > 10 * MIB and tasks >= 1

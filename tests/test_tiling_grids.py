@@ -131,6 +131,7 @@ def test_a_persistent_grid_holds_one_program_per_sm():
     assert est.waves <= 1 and not any(n.startswith("only") for n in est.notes)
     # one resident program per SM hides less latency than the same tiles launched one program each
     flat = _estimate(_source("gemm_flat"), _probe(_source("gemm_flat"), sizes), {**config, "GROUP_M": 1}, sizes)
+    assert est.predicted_ms is not None and flat.predicted_ms is not None
     assert est.predicted_ms > flat.predicted_ms
 
 
@@ -180,10 +181,10 @@ def test_a_grid_the_model_does_not_explain_is_said_in_the_proposal():
 
 def test_a_persistent_grids_program_count_is_said_to_be_set_at_run_time():
     """The probe (no GPU) launched the fixture's 4 programs; the model assumes one per SM of the GPU it targets."""
-    sizes: dict[str, int | list[int]] = {"M": 4096, "N": 4096, "K": 512}
+    sizes = {"M": 4096, "N": 4096, "K": 512}
     source = _source("gemm_persistent")
     proposal = asyncio.run(propose_tiling(_NoGpu(), reference_source=REFERENCE, candidate_source=source,
-                                          options=EvalOptions(size_overrides=sizes), gpu=H200, dims=sizes, kind="gemm",
+                                          options=EvalOptions(size_overrides={**sizes}), gpu=H200, dims=sizes, kind="gemm",
                                           launches=_probe(source, sizes)))
     warning = next(w for w in proposal.warnings if w.startswith("matmul_persistent: a persistent grid"))
     assert "set at run time" in warning and "launched 4 programs" in warning and "assumes 132" in warning

@@ -42,7 +42,7 @@ def _distance(a: Config, b: Config, choices: Mapping[str, Sequence[int]]) -> int
 
 
 def next_configs(ranked: list[tuple[Config, float]], choices: Mapping[str, Sequence[int]],
-                 measured: dict[tuple, float | None], n: int) -> list[Config]:
+                 measured: Mapping[tuple, float | None], n: int) -> list[Config]:
     """Up to `n` unmeasured configs from `ranked` ((config, predicted_ms), best first).
 
     `measured` maps config_key -> median ms (None when the config failed). Before any success the
@@ -113,8 +113,8 @@ def _rounded(predicted_ms: float) -> float:
     return float(f"{predicted_ms:.5g}")
 
 
-def simulate_search(ranked: list[tuple[Config, float]], choices: dict[str, Sequence[int]],
-                    oracle: dict[tuple, float | None], max_trials: int) -> list[Config]:
+def simulate_search(ranked: list[tuple[Config, float]], choices: Mapping[str, Sequence[int]],
+                    oracle: Mapping[tuple, float | None], max_trials: int) -> list[Config]:
     """The configs the search would measure, in order, given every config's measured time."""
     measured: dict[tuple, float | None] = {}
     order: list[Config] = []

@@ -100,11 +100,14 @@ def test_propose_tiling_measures_and_recommends_a_correct_config():
         time_budget_s=240, progress=progress))
     assert proposal.measured and proposal.trials_used == 6, proposal.note  # the current config among them
     assert proposal.ranked[0].correct and proposal.ranked[0].measured_ms > 0
-    assert proposal.ranked[0].measured_ms == min(r.measured_ms for r in proposal.ranked if r.correct)
+    assert all(r.measured_ms is not None for r in proposal.ranked if r.correct)
+    assert proposal.ranked[0].measured_ms == min(r.measured_ms for r in proposal.ranked
+                                                 if r.correct and r.measured_ms is not None)
     if proposal.recommended is None:  # the current config was fastest within noise: nothing to change
         assert proposal.recommended_reason.startswith("keep the current config"), proposal.recommended_reason
     else:  # a winner beats the current config beyond noise, and its source has its values
         assert "faster than the current config" in proposal.recommended_reason, proposal.recommended_reason
+        assert proposal.recommended_source is not None
         reread = {p.name: p.current for p in extract_space(proposal.recommended_source).params}
         assert all(reread[k] == v for k, v in proposal.recommended.values.items())
     assert calls[0][0] == 0 and calls[-1][0] == 6
