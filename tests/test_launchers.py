@@ -22,7 +22,7 @@ def test_only_flat_lists_of_triton_type_names_pass():
            ["*fp32"] * (launchers.MAX_TYPES + 1), [1, 2], None]
     assert launchers.valid_signatures(raw) == [tuple(GEMM), ("*bf16", "i64", "fp32", "*kfp16", "u8", "i1")]
     assert launchers.valid_signatures({"a": GEMM}) == [] and launchers.valid_signatures("x") == []
-    many = [[f"*fp32"] * n for n in range(1, 30)]
+    many = [["*fp32"] * n for n in range(1, 30)]
     assert len(launchers.valid_signatures(many)) == launchers.MAX_SIGNATURES
 
 

@@ -49,7 +49,7 @@ def test_ncu_injection_failure_is_told_apart_from_a_candidate_crash(tmp_path):
                                  tmp_path / "none.csv") is None
 
 
-def test_profile_falls_back_without_counters_when_ncu_fails_under_the_sandbox(fake_ncu):
+def test_profile_falls_back_without_counters_when_ncu_fails_under_the_sandbox(fake_ncu):  # noqa: F811 - the fixture
     died = ErrorReport(kind="exit", message="worker exited with code 11 in phase 'load' before the harness reported")
     sandbox = {"level": "landlock", "fs_confined": True, "wrapped_by": "ncu"}
     ev = FakeEvaluator([

@@ -259,7 +259,7 @@ def gemm_shapes(ops: list[Any]) -> list[tuple[int, int, int, str]]:
             if "addmm" in name or "baddbmm" in name or len(shapes) == 2:
                 out.append((a[-2], b[-1], a[-1], "gemm"))
         elif op.op_class == "convolution" and len(shapes) >= 2:
-            x, w = shapes[0], shapes[1]
+            w = shapes[1]
             k = 1
             for d in w[1:]:
                 k *= d

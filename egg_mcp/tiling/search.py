@@ -11,8 +11,6 @@ from typing import Any
 
 from egg_mcp.contract import EvalOptions
 from egg_mcp.hardware import GpuSpec, gpu_status, spec_for
-
-STAND_IN_GPU = "H200"
 from egg_mcp.tiling.dims import check_kind, normalize_dims
 from egg_mcp.tiling.model import estimate_all, grid_notes, infer_kind
 from egg_mcp.tiling.kernels import kernel_calls, spearman
@@ -29,6 +27,7 @@ from egg_mcp.tiling.plan import config_key
 from egg_mcp.tiling.rewrite import apply_config
 from egg_mcp.tiling.space import DEFAULT_MAX_CONFIGS, current_config, enumerate_configs, extract_space
 
+STAND_IN_GPU = "H200"
 MEASURE_TARGET = "egg_mcp.tiling.measure:measure_configs"
 PROBE_TARGET = "egg_mcp.tiling.launches:probe_launches"
 
