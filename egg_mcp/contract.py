@@ -63,15 +63,15 @@ class EvalOptions(BaseModel):
 
     dtype: DType = "float32"
     tolerance: TolerancePolicy = Field(
-        STRICT_FP32, description="when not given: KernelBench v0.1's tolerance for `dtype` (fp32 1e-4, fp16/bf16 1e-2)"
+        default=STRICT_FP32, description="when not given: KernelBench v0.1's tolerance for `dtype` (fp32 1e-4, fp16/bf16 1e-2)"
     )
-    correctness_trials: int = Field(5, ge=1, le=100)
+    correctness_trials: int = Field(default=5, ge=1, le=100)
     timing: bool = True
     """Time the candidate (and only when correct). Ignored without a GPU: timing is then reported
     as unavailable, never made up."""
-    timing_trials: int | None = Field(None, ge=1, le=10000, description="None: adapt to kernel length")
+    timing_trials: int | None = Field(default=None, ge=1, le=10000, description="None: adapt to kernel length")
     isolated_timing: bool = Field(
-        False, description="also time the candidate's kernels per call from a clean, cold L2 (ncu's condition)")
+        default=False, description="also time the candidate's kernels per call from a clean, cold L2 (ncu's condition)")
     size_overrides: dict[str, int | list[int]] = Field(
         default_factory=dict,
         description="module-level size constants of the problem to override (quick check, CPU interpreter)",
@@ -81,14 +81,14 @@ class EvalOptions(BaseModel):
     run_timeout_s: float = 300.0
     check_integrity: bool = True
     roofline_floor_ms: float | None = Field(
-        None, description="physical floor of the reference on this GPU; a faster candidate is flagged for review"
+        default=None, description="physical floor of the reference on this GPU; a faster candidate is flagged for review"
     )
-    roofline_floor_path: str | None = Field(None, description="the compute path the floor assumes (the fastest the "
+    roofline_floor_path: str | None = Field(default=None, description="the compute path the floor assumes (the fastest the "
                                             "precision ladder admits), named in the flag")
-    roofline_floor_basis: str | None = Field(None, description="what set the floor and where its ceilings come from "
+    roofline_floor_basis: str | None = Field(default=None, description="what set the floor and where its ceilings come from "
                                              "(measured here or a datasheet lead), said in the flag")
     baseline_ms: float | None = Field(
-        None,
+        default=None,
         description="eager reference time on this device (from `baselines`); None: the engine times the reference "
         "itself in the same job. A candidate more than 10x faster is flagged for review",
     )
@@ -106,8 +106,8 @@ class EvalOptions(BaseModel):
 class MismatchReport(BaseModel):
     """What the Debug role needs to localise a wrong result."""
 
-    output_index: int = Field(0, description="top-level position of the bad part (its key's position for a dict)")
-    path: str | None = Field(None, description="the first bad part in KernelBench-ish notation: output, "
+    output_index: int = Field(default=0, description="top-level position of the bad part (its key's position for a dict)")
+    path: str | None = Field(default=None, description="the first bad part in KernelBench-ish notation: output, "
                              "output[1][0], output['h']")
     expected_shape: list[int] | None = None
     got_shape: list[int] | None = None
@@ -129,7 +129,7 @@ class ErrorShare(BaseModel):
 
     max_share: float = Field(description="the largest element's error as a share of its tolerance (1.0 = at the limit)")
     p99_share: float = Field(description="the 99th percentile over elements (from up to 2^20 evenly spaced ones)")
-    path: str = Field("output", description="the output part where max_share was seen")
+    path: str = Field(default="output", description="the output part where max_share was seen")
     trials: int = 0
 
 
@@ -138,7 +138,7 @@ class ErrorReport(BaseModel):
 
     kind: str = Field(description="exception type, or 'timeout' / 'signal' / 'exit'")
     message: str
-    candidate_line: int | None = Field(None, description="1-based line in the submitted source")
+    candidate_line: int | None = Field(default=None, description="1-based line in the submitted source")
     traceback: str = ""
 
 
@@ -147,25 +147,25 @@ class TimingStats(BaseModel):
     mean_ms: float | None = None
     min_ms: float | None = None
     iqr_ms: float | None = None
-    cv: float | None = Field(None, description="coefficient of variation of the timed runs")
+    cv: float | None = Field(default=None, description="coefficient of variation of the timed runs")
     n_runs: int = 0
     method: Literal["cuda_graph", "cuda_events"] = "cuda_events"
     l2_flushed: bool = True
     input_sets: int = 1
-    host_wall_ms: float | None = Field(None, description="host clock over the timed region (cross-check)")
-    estimate_ms: float | None = Field(None, description="the call's GPU time (launch gaps hidden), which picks the "
+    host_wall_ms: float | None = Field(default=None, description="host clock over the timed region (cross-check)")
+    estimate_ms: float | None = Field(default=None, description="the call's GPU time (launch gaps hidden), which picks the "
                                       "method (a CUDA graph below timing.GRAPH_BELOW_MS)")
-    graph_fallback: str | None = Field(None, description="why a call short enough for a CUDA graph was timed by "
+    graph_fallback: str | None = Field(default=None, description="why a call short enough for a CUDA graph was timed by "
                                        "events instead (the capture's error)")
-    remeasured: int = Field(0, description="readings taken again because they showed an outside disturbance "
+    remeasured: int = Field(default=0, description="readings taken again because they showed an outside disturbance "
                             "(timing.disturbed: a steady middle, a slow tail); this one is the steadiest")
-    disturbed_cvs: list[float] | None = Field(None, description="the CVs of the readings that were discarded")
+    disturbed_cvs: list[float] | None = Field(default=None, description="the CVs of the readings that were discarded")
     sm_clock_mhz: int | None = None
     throttled: bool | None = None
     throttle_reasons: list[str] = Field(default_factory=list)
     isolated: IsolatedTiming | None = Field(
-        None, description="only with EvalOptions.isolated_timing: the ncu-comparable per-call kernel time")
-    isolated_error: str | None = Field(None, description="why the isolated timing was requested but not taken")
+        default=None, description="only with EvalOptions.isolated_timing: the ncu-comparable per-call kernel time")
+    isolated_error: str | None = Field(default=None, description="why the isolated timing was requested but not taken")
 
 
 class IsolatedTiming(BaseModel):
@@ -224,11 +224,11 @@ class Placement(BaseModel):
     (`egg_mcp.cluster`: a local lane per GPU, or a Ray node's lane). Set by a `LanePool`; None from a bare engine."""
 
     host: str
-    device_index: int | None = Field(None, description="GPU index on that host (None: no GPU, CPU interpreter)")
+    device_index: int | None = Field(default=None, description="GPU index on that host (None: no GPU, CPU interpreter)")
     device_model: str = Field(description="GPU model ('NVIDIA H200'), or 'cpu-interpreter'")
     lane: str = Field(description="the lane's name, e.g. 'local/gpu0' or 'ray/<node>/gpu1'")
     via: Literal["local", "ray"] = "local"
-    attempts: int = Field(1, description="2 when the first lane was lost mid-job and the job ran again elsewhere")
+    attempts: int = Field(default=1, description="2 when the first lane was lost mid-job and the job ran again elsewhere")
     note: str | None = None
 
     def label(self) -> str:
@@ -244,7 +244,7 @@ class EvalResult(BaseModel):
     correctness_trials_passed: int = 0
     mismatch: MismatchReport | None = None
     error_share: ErrorShare | None = Field(
-        None, description="correct: the worst error as a share of the tolerance (max and p99), so 33 % of it does not "
+        default=None, description="correct: the worst error as a share of the tolerance (max and p99), so 33 % of it does not "
         "read like 0.001 %")
     error: ErrorReport | None = None
     timing: TimingStats | None = None
@@ -260,22 +260,22 @@ class EvalResult(BaseModel):
     wall_s: float = 0.0
     options: EvalOptions | None = None
     reference_timing: TimingStats | None = Field(
-        None, description="the reference (eager PyTorch) timed in the same job, same method, when no baseline_ms"
+        default=None, description="the reference (eager PyTorch) timed in the same job, same method, when no baseline_ms"
     )
-    speedup: float | None = Field(None, description="reference_timing.median_ms / timing.median_ms")
+    speedup: float | None = Field(default=None, description="reference_timing.median_ms / timing.median_ms")
     phase_s: dict[str, float] = Field(
         default_factory=dict, description="seconds per phase inside the judge (runner start, import, trials, ...)"
     )
     server_phase_s: dict[str, float] = Field(
         default_factory=dict, description="seconds per phase in the server: queue_wait, worker_take, job (the "
         "judge's phase_s plus messaging), teardown; they add up to the call's wall time in the engine")
-    fault: Fault = Field("candidate", description="'harness': egg-mcp or its environment failed, not your kernel")
+    fault: Fault = Field(default="candidate", description="'harness': egg-mcp or its environment failed, not your kernel")
     sandbox: dict[str, Any] | None = Field(
-        None, description="the sandbox in force for the candidate's runner (egg_mcp.sandbox's report)")
+        default=None, description="the sandbox in force for the candidate's runner (egg_mcp.sandbox's report)")
     judge: dict[str, Any] | None = Field(
-        None, description="which judge decided: its pid and job number, persistent or one-shot, whether the "
+        default=None, description="which judge decided: its pid and job number, persistent or one-shot, whether the "
         "reference was loaded or held from an earlier verify, and whether its timing was measured or held")
-    placement: Placement | None = Field(None, description="where the job ran (host, GPU index, model, lane)")
+    placement: Placement | None = Field(default=None, description="where the job ran (host, GPU index, model, lane)")
 
 
 class BaselineResult(BaseModel):
@@ -300,7 +300,7 @@ class JobOutcome(BaseModel):
     stdout_tail: str = ""
     stderr_tail: str = ""
     wall_s: float = 0.0
-    sandbox: dict[str, Any] | None = Field(None, description="what confined the job's process (said before its "
+    sandbox: dict[str, Any] | None = Field(default=None, description="what confined the job's process (said before its "
                                            "code ran); None for a judge job, which confines its runner instead")
     placement: Placement | None = None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -147,7 +148,7 @@ def lane_lines(config: ServerConfig) -> list[tuple[str, str, str]]:
 
     def join_and_describe():
         if not ray.is_initialized():
-            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
         return describe_cluster()
 
     done, view = call_with_deadline(join_and_describe, RAY_CHECK_S - (time.monotonic() - start))

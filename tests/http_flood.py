@@ -77,6 +77,7 @@ def flood(port: int, n: int, seconds: float, sources: int = 8, host: str = "127.
     while time.monotonic() < end:
         for key, _ in sel.select(timeout=0.1):
             s = key.fileobj
+            assert isinstance(s, socket.socket)  # only sockets are registered
             if key.data == "connecting":
                 err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                 if err:
@@ -110,7 +111,9 @@ def flood(port: int, n: int, seconds: float, sources: int = 8, host: str = "127.
                 break
             live += 1
     for key in list(sel.get_map().values()):
-        key.fileobj.close()
+        s = key.fileobj
+        assert isinstance(s, socket.socket)
+        s.close()
     return stats
 
 
@@ -296,6 +299,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     tmp = Path(tempfile.mkdtemp(prefix="egg-flood-"))
     proc, url, token = start_server(tmp / "ws", tmp / "server.err", *args.server_args)
+    assert token is not None, "the server's banner named no token and EGG_MCP_TOKEN is unset"
     TOKEN_HOLDER["token"] = token
     load_before = os.getloadavg()[0]
     try:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
+
+from mcp.types import TextContent, TextResourceContents
 
 from tests.conftest import FIXTURES
 
@@ -25,6 +27,14 @@ async def call_error(client, tool: str, **args: Any) -> str:
     result = await client.call_tool(tool, args)
     assert result.is_error, f"{tool} unexpectedly succeeded: {result.structured_content}"
     return result.content[0].text
+
+
+def first_text(blocks: Sequence[Any]) -> str:
+    """The text of the first block of a tool result's content or a resource's contents (a test fails on any
+    other kind of block)."""
+    block = blocks[0]
+    assert isinstance(block, (TextContent, TextResourceContents)), f"not text: {type(block).__name__}"
+    return block.text
 
 
 def decision(summary: str) -> dict[str, Any]:

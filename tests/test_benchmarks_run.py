@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _load():
     spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -170,7 +170,7 @@ def test_the_recorded_h200_launch_explains_the_row_by_the_sm_read_path():
     assert "l2_fabric/l2_sweep.json" in row["reason"] and "20 MiB per ncu" in row["reason"]
 
 
-def _sm_reading(busy=79.63, others=None, **sm) -> dict:
+def _sm_reading(busy: float | None = 79.63, others=None, **sm) -> dict:
     return {"sm_read": {"bytes_per_s": 8.18e12, "pct_of_peak": 79.58, "peak": S8_PEAK, "busy_pct": busy,
                         "busy_min_pct": 78.8, "busy_max_pct": 80.5, "l2_clock_mhz": 1708.0, **sm},
             "other_units": others if others is not None else {"SM-side crossbar port (xbar2l1tex)": 24.3},
@@ -263,7 +263,7 @@ def test_calibrate_ncu_profiles_the_l2_probe_in_the_same_job_and_explains_it_by_
 
     monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: "/opt/ncu")
     engine = _FakeEngine(_record())
-    cal = asyncio.run(calibrate(engine, None, ncu=True))
+    cal = asyncio.run(calibrate(engine, None, ncu=True))  # pyright: ignore[reportArgumentType]  # a fake Evaluator
     assert len(engine.ncu_calls) == 1  # one ncu job for the GEMMs and the L2 probe
     target, payload, asked = engine.ncu_calls[0]
     assert target == ncu_gemm.TARGET and payload == {"gemms": [["mm_bf16", 8192]], "l2": {"quick": False}}
@@ -272,6 +272,7 @@ def test_calibrate_ncu_profiles_the_l2_probe_in_the_same_job_and_explains_it_by_
     assert l2.peak == pytest.approx(S8_PEAK) and l2.ratio_to_peak == pytest.approx(7.98e12 / S8_PEAK)
     assert l2.peak_source == ex.L2_PEAK_SOURCE and l2.ncu_l2["sm_read"]["busy_pct"] == 79.63
     assert l2.ncu_l2["pct_of_peak"] == 74.0 and l2.ncu_l2["peak"] == pytest.approx(8.1e12 / 0.74)  # context kept
+    assert l2.reason is not None
     assert l2.explained is True and "77.6 % of ncu's peak for the L2 slices' SM-read path" in l2.reason
     assert cal.get("mm_bf16").tensor_pipe["busy_pct"] == 93.3  # the GEMM rows read as before
     lines = describe(cal)
@@ -294,11 +295,13 @@ def test_an_ncu_without_the_sm_read_metrics_falls_back_to_lts_bytes_and_says_so(
     monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: "/opt/ncu")
     lacks = (ncu_gemm.SM_READ_RATE, ncu_gemm.SM_READ_PCT, ncu_gemm.RETURN_BUSY)
     engine = _FakeEngine(_record(), lacks=lacks)
-    cal = asyncio.run(calibrate(engine, None, ncu=True))
+    cal = asyncio.run(calibrate(engine, None, ncu=True))  # pyright: ignore[reportArgumentType]  # a fake Evaluator
     assert len(engine.ncu_calls) == 4 and not set(lacks) & set(engine.ncu_calls[-1][2])
     l2 = cal.get("l2_read")
+    assert l2.ncu_l2 is not None
     assert "sm_read" not in l2.ncu_l2 and ncu_gemm.SM_READ_RATE in l2.ncu_l2["sm_read_missing"]
     assert l2.peak == pytest.approx(8.1e12 / 0.74) and l2.peak_source == ex.L2_TBYTES_PEAK_SOURCE
+    assert l2.reason is not None
     assert l2.explained is False and "measured 73%" in l2.reason and "compared with lts__t_bytes" in l2.reason
     assert cal.get("mm_bf16").tensor_pipe["busy_pct"] == 93.3
     assert "no SM-read path reading" in "\n".join(describe(cal))

@@ -9,7 +9,7 @@ from egg_mcp.transport.auth import UNAUTHORIZED_BODY
 def _help(*argv: str) -> str:
     parser = build_parser()
     sub = parser._subparsers._group_actions[0].choices  # noqa: SLF001 - argparse keeps subparsers here
-    return sub[argv[0]].format_help()
+    return sub[argv[0]].format_help()  # pyright: ignore[reportIndexIssue]  # (typed any Iterable; subparsers': a dict)
 
 
 def test_port_log_level_and_problem_have_help():

@@ -18,6 +18,7 @@ CLIENT = REPO / "tools" / "egg_client.py"
 
 def _load_client():
     spec = importlib.util.spec_from_file_location("egg_client", CLIENT)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

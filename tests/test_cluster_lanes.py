@@ -96,6 +96,7 @@ def test_a_lost_lane_is_retried_once_elsewhere_and_dropped():
     result = run(pool.evaluate(REF_A, "# c", EvalOptions()))
     assert result.verdict == "correct"
     assert result.placement.attempts == 2 and result.placement.lane == "local/gpu1"
+    assert result.placement.note is not None
     assert "node died" in result.placement.note
     assert [ln.name for ln in pool.lanes] == ["local/gpu1"] and pool.lost
 
@@ -274,8 +275,8 @@ def test_an_engine_told_of_queued_jobs_starts_spares_for_them(tmp_path):
 
     ev = WorkerEvaluator(scratch_dir=tmp_path, force_interpreter=True, spare_workers=1, burst_spares=3,
                          protect_server_memory=False)
-    scheduled: list[str] = []
-    ev.pool._track = lambda coro, mode=None: (scheduled.append(mode), coro.close())  # no process is started
+    scheduled: list[str | None] = []
+    ev.pool._track = lambda coro, mode=None: (scheduled.append(mode), coro.close())  # pyright: ignore[reportAttributeAccessIssue]  # no process is started
     assert ev.pool._spare_target("interp") == 1
     ev.expect_jobs(2)
     assert ev.pool._spare_target("interp") == 3 and scheduled == ["interp"] * 3

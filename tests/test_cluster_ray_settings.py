@@ -37,6 +37,7 @@ os.execv(rest[0], rest)
 @pytest.mark.slow
 def test_gateway_lanes_get_the_servers_protected_paths_floor_and_bound_floors(ray_cluster, tmp_path):
     from egg_mcp.cluster.build import build_evaluator
+    from egg_mcp.cluster.lanes import LanePool
 
     tool = tmp_path / "tool" / "bin" / "wrap"
     tool.parent.mkdir(parents=True)
@@ -46,6 +47,7 @@ def test_gateway_lanes_get_the_servers_protected_paths_floor_and_bound_floors(ra
     address = ray_cluster.get_runtime_context().gcs_address
     pool = build_evaluator(tmp_path / "scratch", force_interpreter=True, ray_address=address, pythonpath=str(REPO),
                            max_lanes=1, protect=[workspace], sandbox_required=["env_allowlist"], bounds_floor=FLOOR)
+    assert isinstance(pool, LanePool)
     assert [ln.via for ln in pool.lanes] == ["ray"]
 
     async def main():

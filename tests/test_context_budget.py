@@ -13,7 +13,7 @@ from mcp import Client
 from egg_mcp.config import ServerConfig
 from egg_mcp.server import create_server
 from egg_mcp.surface.summaries import BRIEF_MARK, MAX_BRIEF, MAX_TEXT
-from tests.mcp_driver import SEEDS, call, drive_to_done
+from tests.mcp_driver import SEEDS, call, drive_to_done, first_text
 
 TOOLS_LIST_BUDGET = 20_000
 PROFILE_BUDGET = 3 * 1024  # the whole reply, ids and the brief's pointer included, as JSON on the wire
@@ -45,9 +45,9 @@ def test_tools_list_fits_the_budget_with_every_capability(tmp_path):
             assert "size_overrides" in tools["verify"].input_schema["properties"]
             assert "size_overrides" in tools["profile_ncu"].input_schema["properties"]
             # the detail moved behind resources
-            full = json.loads((await client.read_resource("egg://schemas/verify")).contents[0].text)
+            full = json.loads(first_text((await client.read_resource("egg://schemas/verify")).contents))
             assert "EvalResult" in full["$defs"] and "mismatch" in full["$defs"]["EvalResult"]["properties"]
-            guide = (await client.read_resource("egg://docs/tools")).contents[0].text
+            guide = first_text((await client.read_resource("egg://docs/tools")).contents)
             assert "size_overrides" in guide and "| compare |" in guide
 
     anyio.run(main)
@@ -58,11 +58,11 @@ def test_unknown_arguments_are_refused_with_the_accepted_names(tmp_path):
         async with Client(_server(tmp_path / "ws")) as client:
             result = await client.call_tool("task_status", {"task_id": "t-nope", "verbose": True})
             assert result.is_error
-            text = result.content[0].text
+            text = first_text(result.content)
             assert "unknown argument(s) verbose for task_status" in text and "it takes: task_id" in text
             result = await client.call_tool("commit_stage", {"task_id": "t", "candidate_id": "c", "decision": {
                 "summary": "s"}, "forced": True})
-            assert result.is_error and "unknown argument(s) forced" in result.content[0].text
+            assert result.is_error and "unknown argument(s) forced" in first_text(result.content)
 
     anyio.run(main)
 
@@ -113,12 +113,12 @@ def test_every_result_text_is_a_short_summary_beside_the_structured_content(tmp_
             other = await call(client, "verify", task_id=tid, source=SEEDS[0])
             await call(client, "compare", task_id=tid, candidate_a=cid, candidate_b=other["candidate_id"])
             brief = await raw.read_resource(f"egg://tasks/{tid}/brief/code")
-            assert "DONE" in brief.contents[0].text
+            assert "DONE" in first_text(brief.contents)
             assert ALL_TOOLS - {"list_tasks"} <= set(client.texts) | {"list_tasks"}, client.texts
             assert {"start_task", "generate_seeds", "commit_stage", "verify"} <= set(client.guidance), client.guidance
             task_id, report_id = client.reports[0]
-            raw_table = json.loads((await raw.read_resource(f"egg://tasks/{task_id}/reports/{report_id}/raw"))
-                                   .contents[0].text)
+            raw_table = json.loads(first_text((await raw.read_resource(f"egg://tasks/{task_id}/reports/{report_id}/raw"))
+                                              .contents))
             assert "kernels" in raw_table and raw_table["stage"] == "MEMORY"
 
     anyio.run(main)

@@ -145,7 +145,7 @@ class FakeEvaluator:
         verdict, t = marker.split()[2], float(marker.split()[3])
         self.evaluated.append(candidate_source)
         timing = TimingStats(median_ms=t) if verdict == "correct" and options.timing else None
-        return EvalResult(verdict=verdict, summary=f"fake {verdict}", timing=timing,
+        return EvalResult(verdict=verdict, summary=f"fake {verdict}", timing=timing,  # pyright: ignore[reportArgumentType]  # (the marker's)
                           timing_unavailable_reason=None if timing else "fake: no timing")
 
     async def baselines(self, reference_source, options, progress=None):
@@ -171,7 +171,7 @@ def test_run_bench_resumes_and_writes_outputs(tmp_path):
     out = tmp_path / "out"
     config = ServerConfig(workspace=tmp_path / "ws")
     fake = FakeEvaluator()
-    s = bench.run_bench(probs, sols, out, config=config, evaluator=fake, show_progress=False)
+    s = bench.run_bench(probs, sols, out, config=config, evaluator=fake, show_progress=False)  # pyright: ignore[reportArgumentType]  # a fake Evaluator
     assert len(fake.evaluated) == 3
     assert fake.baseline_calls == 1  # every fake problem has the same reference: its baselines are measured once
     by = {x.key: x for x in s.results}
@@ -187,11 +187,11 @@ def test_run_bench_resumes_and_writes_outputs(tmp_path):
 
     # a second run evaluates nothing; changing one solution re-runs only that one
     again = FakeEvaluator()
-    bench.run_bench(probs, sols, out, config=config, evaluator=again, show_progress=False)
+    bench.run_bench(probs, sols, out, config=config, evaluator=again, show_progress=False)  # pyright: ignore[reportArgumentType]  # a fake Evaluator
     assert again.evaluated == []
     (sols / "2_slow.py").write_text("# fake: correct 2.0\nclass ModelNew: pass\n")
     third = FakeEvaluator()
-    s3 = bench.run_bench(probs, sols, out, config=config, evaluator=third, show_progress=False)
+    s3 = bench.run_bench(probs, sols, out, config=config, evaluator=third, show_progress=False)  # pyright: ignore[reportArgumentType]  # a fake Evaluator
     assert len(third.evaluated) == 1 and third.baseline_calls == 0  # reused from the results of the first run
     assert {x.key: x for x in s3.results}["2_slow"].speedup_vs_eager == pytest.approx(2.0)
 
@@ -200,19 +200,19 @@ def test_results_with_a_cut_line_rerun_that_problem(tmp_path):
     probs, sols = _fake_set(tmp_path)
     out = tmp_path / "out"
     config = ServerConfig(workspace=tmp_path / "ws")
-    bench.run_bench(probs, sols, out, config=config, evaluator=FakeEvaluator(), show_progress=False)
+    bench.run_bench(probs, sols, out, config=config, evaluator=FakeEvaluator(), show_progress=False)  # pyright: ignore[reportArgumentType]  # a fake Evaluator
     lines = (out / "results.jsonl").read_text().splitlines()
     cut = [line if json.loads(line)["key"] != "1_fast" else line[:25] for line in lines]  # killed mid-write
     (out / "results.jsonl").write_text("\n".join(cut) + "\n")
     again = FakeEvaluator()
-    bench.run_bench(probs, sols, out, config=config, evaluator=again, show_progress=False)
+    bench.run_bench(probs, sols, out, config=config, evaluator=again, show_progress=False)  # pyright: ignore[reportArgumentType]  # a fake Evaluator
     assert again.evaluated == [(sols / "1_fast.py").read_text()]
 
 
 def test_interpreter_mode_has_no_speedups_and_uses_quick_sizes(tmp_path):
     probs, sols = _fake_set(tmp_path)
     config = ServerConfig(workspace=tmp_path / "ws", force_interpreter=True)
-    s = bench.run_bench(probs, sols, tmp_path / "out", config=config, evaluator=FakeEvaluator(gpu=False),
+    s = bench.run_bench(probs, sols, tmp_path / "out", config=config, evaluator=FakeEvaluator(gpu=False),  # pyright: ignore[reportArgumentType]  # a fake Evaluator
                         show_progress=False)
     assert s.mode == "interpreter"
     assert s.overall.fast_p["0"] is None and s.overall.geomean_speedup_vs_eager is None

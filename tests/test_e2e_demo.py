@@ -94,7 +94,7 @@ def test_set_constant():
 
 
 class FakeClient:
-    def __init__(self, refuse: set[str] = frozenset()):
+    def __init__(self, refuse: frozenset[str] | set[str] = frozenset()):
         self.calls: list[tuple[str, dict]] = []
         self.refuse = refuse
 

@@ -18,7 +18,7 @@ from egg_mcp.problems.builtin import builtin_source
 
 ADVERSARIAL = Path(__file__).parent / "adversarial"
 CASES = sorted(p.stem for p in ADVERSARIAL.glob("*.py") if not p.stem.startswith("gpu_"))
-QUICK = {"batch_size": 8, "dim": 100}
+QUICK: dict[str, int | list[int]] = {"batch_size": 8, "dim": 100}
 
 # ~35 s on 2 cores for the module (one worker process per candidate, two at a time).
 pytestmark = pytest.mark.slow

@@ -197,8 +197,8 @@ def test_a_surplus_spare_being_disposed_does_not_stand_in_for_a_replacement(tmp_
             dying.set()
             await release.wait()
 
-        ev.pool._spawn, ev.pool.dispose = fake_spawn, slow_dispose
-        ev.pool.spares["interp"] = [FakeWorker()]  # the standing spare, ready
+        ev.pool._spawn, ev.pool.dispose = fake_spawn, slow_dispose  # pyright: ignore[reportAttributeAccessIssue]  # fakes
+        ev.pool.spares["interp"] = [FakeWorker()]  # pyright: ignore[reportArgumentType]  # the standing spare, ready
         ev.pool._track(ev.pool._refill("interp"), "interp")  # a burst's spare arrives after the burst ended: surplus
         await asyncio.wait_for(dying.wait(), 5)
         _, pooled = await ev.pool.take("interp", None)  # a job takes the ready spare meanwhile

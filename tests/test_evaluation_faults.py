@@ -13,7 +13,7 @@ from egg_mcp.evaluation.engine import WorkerEvaluator
 from egg_mcp.problems.builtin import builtin_source
 
 CORRECT = (Path(__file__).parent / "adversarial" / "correct_row_softmax.py").read_text()
-QUICK = {"batch_size": 8, "dim": 100}
+QUICK: dict[str, int | list[int]] = {"batch_size": 8, "dim": 100}
 
 # ~35 s on 2 cores for the module (one worker process per candidate, two at a time).
 pytestmark = pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -97,7 +98,7 @@ def test_correct_summary_names_the_isolated_reading_and_a_large_write_back_share
     from egg_mcp.evaluation.judge_verdicts import Verdicts
     from egg_mcp.contract import IsolatedTiming, TimingStats
 
-    ev = SimpleNamespace(findings=[])
+    ev: Any = SimpleNamespace(findings=[])  # a stand-in judge: only what the summary reads
     t = TimingStats(median_ms=0.0344, cv=0.002, method="cuda_graph",
                     isolated=IsolatedTiming(median_ms=0.0318, cv=0.01, calls=40))
     text = Verdicts._correct_summary(ev, {}, 5, t, None)
@@ -114,7 +115,7 @@ def test_correct_summary_says_why_a_short_call_was_timed_by_events():
     from egg_mcp.evaluation.judge_verdicts import Verdicts
     from egg_mcp.contract import TimingStats
 
-    ev = SimpleNamespace(findings=[])
+    ev: Any = SimpleNamespace(findings=[])  # a stand-in judge: only what the summary reads
     t = TimingStats(median_ms=0.142, cv=0.23, method="cuda_events", estimate_ms=0.11,
                     graph_fallback="RuntimeError: operation not permitted when stream is capturing")
     text = Verdicts._correct_summary(ev, {}, 5, t, None)

@@ -29,6 +29,7 @@ def _module(tmp_path, text, name):
     path = tmp_path / f"{name}.py"
     path.write_text(text)
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -143,16 +143,16 @@ class _JobEvaluator:
 
 def test_calibrate_runs_one_gpu_job_and_stores_it(tmp_path):
     ev = _JobEvaluator(True, _calibration())
-    cal = asyncio.run(calibrate(ev, tmp_path))
+    cal = asyncio.run(calibrate(ev, tmp_path))  # pyright: ignore[reportArgumentType]  # a fake Evaluator
     assert ev.calls == [("egg_mcp.calibration.probes:run_probes", {"quick": False, "device_index": 0}, True)]
     assert json.loads(store.path_for(tmp_path, UUID).read_text())["device"]["uuid"] == UUID
     assert any("dram_copy" in line and "4.10 TB/s" in line for line in describe(cal))
-    again = asyncio.run(ensure_calibrated(ev, tmp_path, UUID))  # stored: no second job
+    again = asyncio.run(ensure_calibrated(ev, tmp_path, UUID))  # pyright: ignore[reportArgumentType]  # a fake Evaluator; stored: no second job
     assert again.measured_at == cal.measured_at and len(ev.calls) == 1
 
 
 def test_calibrate_without_gpu_says_so():
     with pytest.raises(CalibrationError, match="no GPU"):
-        asyncio.run(calibrate(_JobEvaluator(False), None))
+        asyncio.run(calibrate(_JobEvaluator(False), None))  # pyright: ignore[reportArgumentType]  # a fake Evaluator
     with pytest.raises(CalibrationError, match="job failed"):
-        asyncio.run(calibrate(_JobEvaluator(True, None), None))
+        asyncio.run(calibrate(_JobEvaluator(True, None), None))  # pyright: ignore[reportArgumentType]  # a fake Evaluator

@@ -20,7 +20,8 @@ from egg_mcp.evaluation.judge_verdicts import Rejected
 def _judge(reply: dict) -> Judge:
     judge = Judge.__new__(Judge)
     judge.findings, judge.trials_run, judge.trials_passed, judge.judge_info = [], 0, 0, {}
-    judge.runner = SimpleNamespace(mode="interpreter", send=lambda header: None, recv=lambda limit: (reply, []))
+    judge.runner = SimpleNamespace(  # pyright: ignore[reportAttributeAccessIssue]  # a stand-in runner
+        mode="interpreter", send=lambda header: None, recv=lambda limit: (reply, []))
     judge._expected = lambda seed: (torch.zeros(4), [torch.zeros(4)])
     return judge
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ def test_only_flat_lists_of_triton_type_names_pass():
            ["*fp32"] * (launchers.MAX_TYPES + 1), [1, 2], None]
     assert launchers.valid_signatures(raw) == [tuple(GEMM), ("*bf16", "i64", "fp32", "*kfp16", "u8", "i1")]
     assert launchers.valid_signatures({"a": GEMM}) == [] and launchers.valid_signatures("x") == []
-    many = [[f"*fp32"] * n for n in range(1, 30)]
+    many = [["*fp32"] * n for n in range(1, 30)]
     assert len(launchers.valid_signatures(many)) == launchers.MAX_SIGNATURES
 
 
@@ -156,7 +157,7 @@ def test_a_runner_builds_only_before_any_code_is_loaded_and_never_answers(monkey
     asked = []
     monkeypatch.setattr(launchers, "prebuild", lambda raw: asked.append(raw) or {
         "launchers": "ok", "launchers_built": 1, "launcher_build_s": 0.2})
-    side = type("Side", (), {name: None for name in ("confine", "load", "calls", "report", "guard", "time")})()
+    side: Any = type("Side", (), {name: None for name in ("confine", "load", "calls", "report", "guard", "time")})()
     side.loaded, side.interpreter, side.launcher_reports = loaded, interpreter, []
     judge_end, runner_end = socket.socketpair()
     worker = threading.Thread(target=runner_loop.serve, args=(runner_end, side))

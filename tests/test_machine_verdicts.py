@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from egg_mcp.config import ServerConfig
-from egg_mcp.contract import BaselineResult, ErrorReport, EvalResult, JobOutcome
+from egg_mcp.contract import BaselineResult, ErrorReport, EvalResult, Fault, JobOutcome, Verdict
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.workflow.checks import machine_caused, oom_is_own, reuse_blocker
 from egg_mcp.workflow.service import EggService
@@ -26,7 +26,7 @@ CROWDED_OOM = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a tota
 KILLED = "the candidate's runner process was killed (SIGKILL) from outside: most likely the host's out-of-memory killer"
 
 
-def _result(verdict: str, message: str = "", fault: str = "candidate") -> EvalResult:
+def _result(verdict: Verdict, message: str = "", fault: Fault = "candidate") -> EvalResult:
     error = ErrorReport(kind="oom" if verdict == "oom" else verdict, message=message) if message else None
     return EvalResult(verdict=verdict, summary=verdict, error=error, fault=fault)
 
@@ -85,7 +85,7 @@ def test_a_machine_verdict_is_run_again_and_kept_for_the_history(tmp_path, first
     assert one.verdict == first.verdict and not one.cached
     assert two.verdict == "correct" and not two.cached and fake.calls == 2  # ran again, not the stored verdict
     assert three.cached and three.candidate_id == two.candidate_id  # the source's own verdict is reused
-    verdicts = sorted(r.verdict for r in rows)
+    verdicts = sorted(r.verdict for r in rows)  # pyright: ignore[reportArgumentType]  # (finished rows: each has one)
     assert verdicts == sorted([first.verdict, "correct"]), verdicts  # the machine's verdict stays recorded
 
 

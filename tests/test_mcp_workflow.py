@@ -11,7 +11,7 @@ from mcp import Client, StdioServerParameters
 from egg_mcp.config import ServerConfig
 from egg_mcp.server import create_server
 from tests.conftest import REPO, SANDBOX_OPT_IN_ARGS
-from tests.mcp_driver import SEEDS, call, call_error, decision, drive_to_done
+from tests.mcp_driver import SEEDS, call, call_error, decision, drive_to_done, first_text
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def test_full_workflow_in_process(tmp_path):
             # long work reports MCP progress
             messages: list[str] = []
 
-            async def on_progress(done, total, message):
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
                 messages.append(message or "")
 
             tid = (await call(client, "start_task", reference="softmax"))["task_id"]
@@ -55,7 +55,7 @@ def test_full_workflow_in_process(tmp_path):
                                             progress_callback=on_progress)
             assert not result.is_error and messages, "verify sent no progress notifications"
             ctx = await client.read_resource(f"egg://tasks/{final['task_id']}/context")
-            assert "committed_source" in ctx.contents[0].text
+            assert "committed_source" in first_text(ctx.contents)
 
     anyio.run(main)
 
@@ -120,7 +120,7 @@ def test_restart_mid_task_resumes(tmp_path):
     tid, cid = anyio.run(first)
     # simulate a job that was running when the server died
     server = _server(ws)
-    service = server.egg_service
+    service = server.egg_service  # pyright: ignore[reportAttributeAccessIssue]  # set by create_server
     with service.ws.transaction() as db:
         db.execute("INSERT INTO candidates (id, task_id, stage, source_sha, created_at, status, owner)"
                    " VALUES ('c-dead', ?, 'ALGORITHM', ?, 0, 'running', 'gone-host:1')",

@@ -22,7 +22,7 @@ STORE = "tl.store(y_ptr + row * y_stride + cols, num / tl.sum(num, axis=0), mask
 WRONG_AND_PAST_THE_END = REVERSED.replace(STORE, STORE.replace("mask=mask", "mask=cols <= n_cols"))
 # wrong outputs, every write in bounds: stays `incorrect`
 WRONG_IN_BOUNDS = CORRECT.replace(STORE, STORE.replace("num / tl.sum(num, axis=0)", "num"))
-QUICK = {"batch_size": 8, "dim": 100}
+QUICK: dict[str, int | list[int]] = {"batch_size": 8, "dim": 100}
 
 
 @pytest.fixture(scope="module")

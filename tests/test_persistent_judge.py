@@ -22,7 +22,7 @@ from egg_mcp.problems.builtin import builtin_source
 pytestmark = pytest.mark.slow
 
 CORRECT = (Path(__file__).parent / "adversarial" / "correct_row_softmax.py").read_text()
-QUICK = {"batch_size": 8, "dim": 100}
+QUICK: dict[str, int | list[int]] = {"batch_size": 8, "dim": 100}
 MARK = "egg_leak_7c1d"
 
 

@@ -15,7 +15,7 @@ from egg_mcp.evaluation.failures import _failure
 from egg_mcp.problems.builtin import BUILTIN_PROBLEMS
 from egg_mcp.problems.loader import ProblemError, resolve_reference
 from egg_mcp.server import create_server
-from tests.mcp_driver import call, call_error
+from tests.mcp_driver import call, call_error, first_text
 
 
 def test_unknown_builtin_suggests_the_nearest_and_lists_them(tmp_path):
@@ -83,7 +83,7 @@ def test_unknown_builtin_and_syntax_error_over_mcp(tmp_path):
             assert "not a built-in" in msg and "'softmax'" in msg and "gemm_bias_relu" in msg, msg
             tid = (await call(client, "start_task", reference="softmax"))["task_id"]
             result = await client.call_tool("verify", {"task_id": tid, "source": "class ModelNew(:\n    pass\n"})
-            text = result.content[0].text + str(result.structured_content)
+            text = first_text(result.content) + str(result.structured_content)
             assert result.structured_content["verdict"] == "compile_error"
             assert "SyntaxError: SyntaxError" not in text, text
 

@@ -18,6 +18,7 @@ DATA = ROOT / "tests" / "data" / "ncu"
 MANIFEST = DATA / "manifest.json"
 
 _spec = importlib.util.spec_from_file_location("profiling_kernels", ROOT / "benchmarks" / "profiling_kernels.py")
+assert _spec is not None and _spec.loader is not None
 kernels = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(kernels)
 

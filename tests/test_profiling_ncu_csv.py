@@ -126,8 +126,10 @@ def test_details_page_metrics_and_rule_hints():
 def test_counter_permission_and_other_problems():
     perm = ("==PROF== Connected to process 9\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to "
             "access NVIDIA GPU Performance Counters on the target device 0.\n")
-    assert "NVreg_RestrictProfilingToAdminUsers" in counter_access_problem(perm)
-    assert "LibraryNotLoaded" in counter_access_problem("==ERROR== LibraryNotLoaded: libcuda.so")
+    said = counter_access_problem(perm)
+    assert said is not None and "NVreg_RestrictProfilingToAdminUsers" in said
+    said = counter_access_problem("==ERROR== LibraryNotLoaded: libcuda.so")
+    assert said is not None and "LibraryNotLoaded" in said
     assert counter_access_problem(RAW_MIXED) is None
     assert no_kernels_profiled("==WARNING== No kernels were profiled.\n")
 

@@ -124,6 +124,7 @@ def test_the_report_states_the_sandbox_the_profiled_worker_ran_in(fake_ncu):
     # ncu's injection broken under the sandbox: the fallback says so, with the level
     broken = profile(FakeEvaluator([("==PROF== Connected to process 1\n", JobOutcome(ok=True, result=TARGET_RESULT,
                                                                                        sandbox=SANDBOX))]))
+    assert broken.fallback_reason is not None
     assert broken.source == "fallback" and "under the job's sandbox (landlock" in broken.fallback_reason
     assert broken.sandbox.startswith("landlock")
 
@@ -133,6 +134,7 @@ def test_counter_permission_error_falls_back_without_a_second_job(fake_ncu):
     ev = FakeEvaluator([(log, JobOutcome(ok=True, result=TARGET_RESULT))])
     report = profile(ev)
     assert len(ev.calls) == 1
+    assert report.fallback_reason is not None
     assert report.source == "fallback" and "ERR_NVGPUCTRPERM" in report.fallback_reason
     (k,) = report.kernels
     sources = {m.name: m.source for m in k.metrics}

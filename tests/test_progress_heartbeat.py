@@ -57,8 +57,8 @@ def test_every_long_tool_sends_progress_while_it_runs(tmp_path, monkeypatch):
             got: dict[str, list[tuple[float, str]]] = {}
 
             def recorder(tool):
-                async def on_progress(done, total, message):
-                    got.setdefault(tool, []).append((done, message or ""))
+                async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                    got.setdefault(tool, []).append((progress, message or ""))
                 return on_progress
 
             started = await client.call_tool("start_task", {"reference": "softmax"},

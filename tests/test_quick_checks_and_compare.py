@@ -73,6 +73,7 @@ def test_quick_check_is_stored_apart_and_never_returned_as_the_full_size_result(
         quick = await svc.verify(tid, SEED_A, size_overrides={"dim": 37})
         assert not quick.cached and quick.candidate_id != full.candidate_id
         assert quick.size_overrides == {"dim": 37} and quick.time_ms is None
+        assert isinstance(svc.evaluator, FakeEvaluator)
         assert svc.evaluator.options[-1].size_overrides == {"dim": 37}
         assert "verify it without size_overrides" in quick.next_step
         again_full = await svc.verify(tid, SEED_A)
@@ -129,6 +130,7 @@ def test_compare_on_cpu_returns_the_diff_and_says_timing_needs_a_gpu(tmp_path):
         assert out.verdict == "inconclusive" and out.timing_available is False and out.confidence is None
         assert "needs a GPU" in out.summary
         assert out.diff.startswith(f"--- {a} (A)") and out.diff_lines_changed > 0
+        assert isinstance(svc.evaluator, FakeEvaluator)
         assert not [j for j in svc.evaluator.jobs if "interleaved" in j[0]]
         with pytest.raises(WorkflowError, match="same candidate"):
             await compare_candidates(svc, tid, a, a)
@@ -149,6 +151,7 @@ def test_compare_on_a_gpu_runs_one_interleaved_job_and_gives_a_verdict(tmp_path)
         a = (await svc.verify(tid, SEED_A)).candidate_id
         b = (await svc.verify(tid, SEED_B)).candidate_id
         out = await compare_candidates(svc, tid, a, b, rounds=20)
+        assert isinstance(svc.evaluator, FakeEvaluator)
         jobs = [p for t, p in svc.evaluator.jobs if t == "egg_mcp.evaluation.interleaved:run_interleaved"]
         assert len(jobs) == 1 and jobs[0]["source_a"] == SEED_A and jobs[0]["source_b"] == SEED_B
         assert jobs[0]["rounds"] == 20
@@ -220,6 +223,7 @@ def test_profile_ncu_runs_at_the_size_overrides_it_is_given(tmp_path):
         cid = (await svc.verify(tid, SEED_A)).candidate_id
         with pytest.raises(WorkflowError):  # the fake worker has no profiling target: only the payload matters
             await profile(svc, tid, cid, size_overrides={"dim": 37})
+        assert isinstance(svc.evaluator, FakeEvaluator)
         target, payload = svc.evaluator.jobs[-1]
         assert target == "egg_mcp.profiling.target:run_forward"
         assert payload["size_overrides"] == {**started.options.size_overrides, "dim": 37}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from egg_mcp.config import ServerConfig
-from egg_mcp.contract import BaselineResult, EvalResult, JobOutcome, TimingStats
+from egg_mcp.contract import BaselineResult, EvalResult, JobOutcome, TimingStats, Verdict
 from egg_mcp.evaluation.review import review_findings
 from egg_mcp.hardware import spec_for
 from egg_mcp.problems.builtin import builtin_source
@@ -36,7 +36,7 @@ class FakeEvaluator:
     Review flags come from the same rule verify applies (evaluation/review.py) on the options the
     service sent, so a service that stopped passing the roofline floor would lose the flag."""
 
-    def __init__(self, plan: dict[str, tuple[str, float | None, float]], reference_ms: float = 4.0):
+    def __init__(self, plan: dict[str, tuple[Verdict, float | None, float]], reference_ms: float = 4.0):
         self.plan, self.reference_ms, self.options = plan, reference_ms, []
 
     def has_gpu(self) -> bool:
@@ -56,6 +56,7 @@ class FakeEvaluator:
         if verdict != "correct":
             return EvalResult(verdict=verdict, summary=f"fake {verdict}")
         reference_ms = options.baseline_ms or self.reference_ms
+        assert ms is not None  # a correct plan has its time
         return EvalResult(verdict="correct", summary="fake correct", timing=TimingStats(median_ms=ms, cv=cv),
                           integrity=review_findings(ms, reference_ms=reference_ms, floor_ms=options.roofline_floor_ms))
 
@@ -204,6 +205,7 @@ def test_the_below_floor_flag_names_the_path_and_what_to_check():
     detail = next(f.detail for f in flags if f.check == "beyond_floor")
     assert "(fp32)" in detail and "minimum bytes at the DRAM rate" in detail and "4.3 TB/s lead" in detail
     compute = floor_basis({"floor_ms": 1.0, "bound": "compute", "compute_type": "tf32x3", "spec_source": "x"})
+    assert compute is not None
     assert "FLOPs at the tf32x3 rate" in compute and "faster path" in compute
     assert floor_basis({}) is None
 

@@ -26,7 +26,7 @@ from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.sandbox import spawn_prefix
 
 MIB = 2**20
-QUICK = {"batch_size": 8, "dim": 100}
+QUICK: dict[str, int | list[int]] = {"batch_size": 8, "dim": 100}
 # small floors: bounds are reached fast; 1.5 GiB of memory still holds a runner that imported torch and Triton
 FLOOR = {"memory_bytes": 1536 * MIB, "file_bytes": 4 * MIB, "scratch_bytes": 24 * MIB, "tasks": 96}
 
@@ -368,7 +368,9 @@ def test_scratch_and_tree_usage_measure_what_is_there(tmp_path):
     used, entries = bounds.dir_usage(tmp_path)
     assert used >= 3 * MIB and entries == 2
     b = bounds.Bounds(memory_bytes=1 << 40, file_bytes=MIB, scratch_bytes=MIB, tasks=10_000)
-    kind, message = bounds.over_bounds(b, [os.getpid()], tmp_path)
+    over = bounds.over_bounds(b, [os.getpid()], tmp_path)
+    assert over is not None
+    kind, message = over
     assert kind == "resource_limit" and "scratch dir" in message
     rss, tasks = bounds.tree_usage([os.getpid()])
     assert rss > 10 * MIB and tasks >= 1

@@ -33,7 +33,7 @@ def test_a_runner_dead_before_ready_is_replaced_once(monkeypatch, tmp_path):
     monkeypatch.setattr(judge_mod, "take", lambda mode: _Runner(mode))
     j = _judge()
     dead = _Runner("interp", dies=True)
-    j.runner = dead
+    j.runner = dead  # pyright: ignore[reportAttributeAccessIssue]  # a stand-in runner
     j._ask_ready()
     assert dead.killed and j.runner is not dead and j.runner.mode == "interp"
     assert "died before it was ready" in j.judge_info["runner_replaced"]
@@ -43,7 +43,7 @@ def test_a_second_death_is_a_harness_fault(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(judge_mod, "take", lambda mode: _Runner(mode, dies=True))
     j = _judge()
-    j.runner = _Runner("interp", dies=True)
+    j.runner = _Runner("interp", dies=True)  # pyright: ignore[reportAttributeAccessIssue]  # a stand-in runner
     with pytest.raises(judge_mod.Rejected) as err:
         j._ask_ready()
     assert err.value.result["fault"] == "harness" and "did not start" in err.value.result["summary"]

@@ -13,7 +13,7 @@ from egg_mcp.evaluation.judge_verdicts import Verdicts
 
 
 class _Judge(Verdicts):
-    def __init__(self, static: list[str], earlier: list[str] = ()):
+    def __init__(self, static: list[str], earlier: list[str] | tuple[str, ...] = ()):
         self.findings = [IntegrityFinding(check=c, severity="violation", detail=c) for c in earlier]
         self.trials_run, self.trials_passed, self.kernels, self.torch_ops = 4, 3, [], []
         self.static, self.asked = static, []

@@ -73,13 +73,14 @@ def _bad_values(kind: str, node: dict[str, Any]) -> list[Any]:
     if kind == "boolean":
         return [1, 0, 1.0, "true", "false", None, "yes"]
     if kind in ("sizes", "size_lists"):
-        bad = [{"batch_size": v} for v in (True, "8", 0, -3, 8.0, 8.5, 10**30, limits.MAX_SIZE_VALUE + 1)]
+        bad: list[dict[str, Any]] = [{"batch_size": v} for v in (True, "8", 0, -3, 8.0, 8.5, 10**30, limits.MAX_SIZE_VALUE + 1)]
         if kind == "size_lists":  # a list constant's override: a non-empty list of sizes, each checked the same way
             bad += [{"layer_sizes": v} for v in ([], [8, 0], [8, True], [8, "4"], [8.5], [1] * 65, [[8]])]
         else:
             bad.append({"batch_size": [8, 4]})
         return bad
     lo = node.get("minimum", node.get("exclusiveMinimum"))
+    assert lo is not None
     hi = node["maximum"]
     below = lo - 1 if kind == "integer" else lo / 2 if "minimum" in node else lo  # just out of range
     out: list[Any] = [True, False, "3", str(hi), 10**30, -(10**30), hi * 2, below]
@@ -303,6 +304,7 @@ def test_footprint_is_scaled_from_the_sizes_the_task_was_analysed_at(tmp_path):
 
 
 def test_service_refuses_loose_tolerances_and_sizes_for_other_callers():
+    bad: Any  # wrong types on purpose
     for bad in (True, "0.1", math.nan, 1e-320, 0.0, 2.0):
         with pytest.raises(limits.InputError, match="not allowed"):
             limits.check_tolerance("atol", bad)

@@ -160,7 +160,7 @@ def test_tuning_space_must_be_literal_ints():
 def test_apply_config_round_trip_and_minimal_edit():
     space, _ = gemm_space()
     current = {p.name: p.current for p in space.params}
-    assert apply_config(GEMM_CONSTANTS, current) == GEMM_CONSTANTS
+    assert apply_config(GEMM_CONSTANTS, current) == GEMM_CONSTANTS  # pyright: ignore[reportArgumentType]  # (all set here)
     new = apply_config(GEMM_CONSTANTS, {"BLOCK_N": 256, "NUM_STAGES": 4})
     old_lines, new_lines = GEMM_CONSTANTS.splitlines(), new.splitlines()
     changed = [(a, b) for a, b in zip(old_lines, new_lines) if a != b]
@@ -173,7 +173,7 @@ def test_apply_config_rejects_unknown_and_non_int():
     with pytest.raises(ValueError, match="BLOCK_Z"):
         apply_config(GEMM_CONSTANTS, {"BLOCK_Z": 4})
     with pytest.raises(ValueError, match="must be an int"):
-        apply_config(GEMM_CONSTANTS, {"BLOCK_M": 64.0})
+        apply_config(GEMM_CONSTANTS, {"BLOCK_M": 64.0})  # pyright: ignore[reportArgumentType]  # a float on purpose
 
 
 # ------------------------------------------------------------------------------------ enumeration
@@ -317,6 +317,7 @@ def test_one_more_tile_than_sms_costs_a_wave():
     cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "NUM_WARPS": 8, "NUM_STAGES": 4}
     fit = estimate(cfg, space, gpu=H200, dims=dims_fit, kind="gemm", dtype="bfloat16")
     over = estimate(cfg, space, gpu=H200, dims=dims_over, kind="gemm", dtype="bfloat16")
+    assert over.predicted_ms is not None and fit.predicted_ms is not None
     assert over.predicted_ms > 1.8 * fit.predicted_ms - 2 * 3e-3
 
 
@@ -342,6 +343,7 @@ def test_memory_bound_kernel_prefers_enough_parallelism():
     one = estimate({"BLOCK_M": 1, "BLOCK_N": 1024, "NUM_WARPS": 4}, space, gpu=H200, dims=dims, kind="reduction")
     many = estimate({"BLOCK_M": 32, "BLOCK_N": 128, "NUM_WARPS": 4}, space, gpu=H200, dims=dims, kind="reduction")
     assert one.feasible and many.feasible and one.grid == [256] and many.grid == [8]
+    assert one.predicted_ms is not None and many.predicted_ms is not None
     assert one.predicted_ms < many.predicted_ms
 
 
@@ -397,6 +399,7 @@ def test_propose_tiling_without_gpu_is_analytic_and_applies_the_best():
     assert proposal.space_size == 162 and proposal.feasible_count + proposal.pruned_count == 162
     assert {g.rule for g in proposal.pruned} >= {"smem", "spill"}
     assert proposal.ranked[0].config == proposal.recommended and proposal.ranked[0].measured_ms is None
+    assert proposal.recommended_source is not None
     reread = {p.name: p.current for p in extract_space(proposal.recommended_source).params}
     assert all(reread[k] == v for k, v in proposal.recommended.values.items())
 
@@ -466,6 +469,7 @@ def _recheck_module():
 
     path = REPO / "benchmarks" / "tiling_model_recheck.py"
     spec = importlib.util.spec_from_file_location("tiling_model_recheck", path)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

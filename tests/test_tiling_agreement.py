@@ -92,6 +92,7 @@ def test_a_failing_side_is_recorded_not_raised():
 
 def test_suite_reports_both_numbers_cvs_ratio_and_nvml_per_reading(monkeypatch, tmp_path):
     spec = importlib.util.spec_from_file_location("bench_run_agree", REPO / "benchmarks" / "run.py")
+    assert spec is not None and spec.loader is not None
     run = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(run)
     import benchmarks.engine_jobs as engine_jobs

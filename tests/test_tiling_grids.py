@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from egg_mcp.contract import EvalOptions
-from egg_mcp.hardware import spec_for
+from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.tiling.dims import normalize_dims
 from egg_mcp.tiling.kernel_calls import kernel_calls, launch_dims
 from egg_mcp.tiling.launches import probe_launches
@@ -24,7 +24,7 @@ from egg_mcp.tiling.search import propose_tiling
 from egg_mcp.tiling.space import current_config, extract_space, persistent_programs
 from tests.conftest import FIXTURES, REPO
 
-H200 = spec_for("H200")
+H200 = GPU_TABLE["H200"].model_copy(deep=True)
 GRIDS = FIXTURES / "grids"
 REFERENCE = (GRIDS / "reference_matmul.py").read_text()
 DIMS = {"M": 128, "N": 96, "K": 64}  # the reference's sizes
@@ -131,6 +131,7 @@ def test_a_persistent_grid_holds_one_program_per_sm():
     assert est.waves <= 1 and not any(n.startswith("only") for n in est.notes)
     # one resident program per SM hides less latency than the same tiles launched one program each
     flat = _estimate(_source("gemm_flat"), _probe(_source("gemm_flat"), sizes), {**config, "GROUP_M": 1}, sizes)
+    assert est.predicted_ms is not None and flat.predicted_ms is not None
     assert est.predicted_ms > flat.predicted_ms
 
 
@@ -183,7 +184,7 @@ def test_a_persistent_grids_program_count_is_said_to_be_set_at_run_time():
     sizes = {"M": 4096, "N": 4096, "K": 512}
     source = _source("gemm_persistent")
     proposal = asyncio.run(propose_tiling(_NoGpu(), reference_source=REFERENCE, candidate_source=source,
-                                          options=EvalOptions(size_overrides=sizes), gpu=H200, dims=sizes, kind="gemm",
+                                          options=EvalOptions(size_overrides={**sizes}), gpu=H200, dims=sizes, kind="gemm",
                                           launches=_probe(source, sizes)))
     warning = next(w for w in proposal.warnings if w.startswith("matmul_persistent: a persistent grid"))
     assert "set at run time" in warning and "launched 4 programs" in warning and "assumes 132" in warning

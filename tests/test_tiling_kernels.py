@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from egg_mcp.contract import EvalOptions, JobOutcome
-from egg_mcp.hardware import spec_for
+from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.tiling.dims import normalize_dims
 from egg_mcp.tiling.kernel_calls import kernel_calls, launch_dims, spearman
 from egg_mcp.tiling.launches import probe_launches
@@ -19,7 +19,7 @@ from egg_mcp.tiling.rewrite import apply_config
 from egg_mcp.tiling.search import propose_tiling
 from egg_mcp.tiling.space import extract_space
 
-H200 = spec_for("H200")
+H200 = GPU_TABLE["H200"].model_copy(deep=True)
 KB = Path(__file__).resolve().parents[1] / "benchmarks" / "problems" / "kernelbench"
 ATTN_REF = (KB / "43_MinGPTCausalAttention.py").read_text()
 ATTN = (KB / "mingpt_attention_triton.py").read_text()
@@ -62,7 +62,7 @@ def test_rules_name_one_kernel_and_never_mix_two_kernels_parameters(attn_launche
     space.calls, _ = kernel_calls(space, "gemm", {"M": 65536, "N": 2304, "K": 768}, attn_launches)
     config = {p.name: p.current for p in space.params}
     config.update(ATTN_BLOCK_M=128, ATTN_BLOCK_N=256, ATTN_WARPS=4, LIN_BLOCK_N=256)
-    est = estimate(config, space, gpu=H200, dims={"M": 65536, "N": 2304, "K": 768}, kind="gemm")
+    est = estimate(config, space, gpu=H200, dims={"M": 65536, "N": 2304, "K": 768}, kind="gemm")  # pyright: ignore[reportArgumentType]  # (each has its current value)
     assert not est.feasible and est.reasons
     for reason in est.reasons:
         assert ("ATTN_" in reason) != ("LIN_" in reason), reason  # one kernel's parameters per rule
@@ -114,6 +114,7 @@ def test_warps_change_the_tf32x3_prediction():
     base = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "NUM_STAGES": 3}
     four = estimate({**base, "NUM_WARPS": 4}, space, gpu=H200, dims=dims, kind="gemm")
     eight = estimate({**base, "NUM_WARPS": 8}, space, gpu=H200, dims=dims, kind="gemm")
+    assert four.predicted_ms is not None and eight.predicted_ms is not None
     assert four.predicted_ms > 1.3 * eight.predicted_ms
     assert any("registers" in n for n in four.notes)
 
@@ -147,6 +148,7 @@ def test_propose_tiling_reports_rank_correlation_when_three_or_more_measured():
         evaluator, reference_source=GEMM_REF, candidate_source=GEMM, options=EvalOptions(), gpu=H200,
         dims={"M": 1024, "N": 8192, "K": 8192}, kind="gemm", max_trials=5))
     rho = spearman(evaluator.predicted, [1.0, 2.0, 4.0, 3.0, 5.0])
+    assert rho is not None
     assert proposal.rank_correlation_n == 5 and proposal.rank_correlation == pytest.approx(rho) and 0 < rho < 1
     assert f"rank correlation (Spearman) {rho:.2f} over 5 configs" in proposal.note
     assert proposal.kernels[0].kernel == "gemm_add_relu_kernel" and proposal.kernels[0].precision == "tf32x3"
@@ -165,6 +167,8 @@ def test_kb76_predictions_match_issue_18s_measurements():
     config = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "NUM_WARPS": 8, "NUM_STAGES": 3}
     ms = {p: estimate(config, _gemm_space(GEMM.replace('"tf32x3"', f'"{p}"'), dims), gpu=H200, dims=dims,
                       kind="gemm").predicted_ms for p in ("tf32", "tf32x3", "ieee")}
-    assert 0.35 < ms["tf32"] < 0.5
-    assert 1.1 < ms["tf32x3"] < 2.0
-    assert 4.5 < ms["ieee"] < 8.0
+    tf32, tf32x3, ieee = ms["tf32"], ms["tf32x3"], ms["ieee"]
+    assert tf32 is not None and tf32x3 is not None and ieee is not None
+    assert 0.35 < tf32 < 0.5
+    assert 1.1 < tf32x3 < 2.0
+    assert 4.5 < ieee < 8.0

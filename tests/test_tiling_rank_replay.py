@@ -82,5 +82,6 @@ def test_a_loop_over_a_row_is_priced_by_its_resident_warps():
     by = {config_key(e.config.values): e for e in estimates}
     many = by[config_key({"BLOCK_M": 1, "BLOCK_N": 256, "NUM_WARPS": 8})]
     few = by[config_key({"BLOCK_M": 16, "BLOCK_N": 128, "NUM_WARPS": 1})]
+    assert many.predicted_ms is not None and few.predicted_ms is not None
     assert many.predicted_ms < 0.1 and few.predicted_ms > 1.3 * many.predicted_ms
     assert any("warp-limited: 4 resident warps" in n for n in few.notes)

@@ -39,6 +39,7 @@ def test_perfect_model_ceiling_falls_with_the_noise():
     times = [1.0, 1.01, 1.02, 1.03, 1.04, 1.05]
     assert noise.perfect_model_ceiling(times, [0.0] * 6) == pytest.approx(1.0)
     quiet, loud = noise.perfect_model_ceiling(times, [0.001] * 6), noise.perfect_model_ceiling(times, [0.02] * 6)
+    assert quiet is not None and loud is not None
     assert 0.95 < quiet <= 1.0 and loud < quiet
 
 

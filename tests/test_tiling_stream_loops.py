@@ -117,7 +117,7 @@ def test_a_norm_takes_its_square_root_once_per_row():
     from egg_mcp.tiling.model import estimate_all
     from egg_mcp.tiling.space import enumerate_configs, extract_space
 
-    def prices(case: str, drop: str) -> tuple[list[float], list[float]]:
+    def prices(case: str, drop: str) -> tuple[list[float | None], list[float | None]]:
         file, kind, dtype, _, dims = replay.CASES[case]
         canonical = normalize_dims(kind, dims)
         space = extract_space((replay.KERNELS / f"{file}.py").read_text(), kind=kind, dims=canonical)

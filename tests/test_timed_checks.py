@@ -140,7 +140,9 @@ def test_large_leaves_are_kept_as_a_sample_the_judge_checks(monkeypatch):
 
 
 def test_timed_calls_must_launch_what_checked_calls_launched():
-    checked = {timed_checks.signature([["softmax_kernel", [256]]])}
+    sig = timed_checks.signature([["softmax_kernel", [256]]])
+    assert sig is not None
+    checked = {sig}
     same = [[[["softmax_kernel", [256]]], 40]]
     assert timed_checks.launch_findings(checked, same) == ([], None)
     none = [[[["softmax_kernel", [256]]], 30], [[], 10]]
@@ -166,7 +168,9 @@ def test_the_physical_limit_is_the_output_write_at_the_datasheet_peak():
 
 
 def test_the_isolated_reading_must_show_the_checked_kernels_on_the_gpu():
-    checked = {timed_checks.signature([["softmax_kernel", [256]]])}
+    sig = timed_checks.signature([["softmax_kernel", [256]]])
+    assert sig is not None
+    checked = {sig}
     assert timed_checks.isolated_findings(checked, {"softmax_kernel": 0.01}) == []
     assert timed_checks.isolated_findings(checked, {"triton_softmax_kernel_0d1d": 0.01}) == []  # decorated name
     found = timed_checks.isolated_findings(checked, {"Memcpy DtoD (Device -> Device)": 0.01})
@@ -191,7 +195,8 @@ def test_audited_outputs_use_the_trials_rules_a_zeros_cheat_on_tiny_outputs_fail
     assert timed_checks.check_in_process(honest, tiny, 1e-4, 1e-4) is None
     zeros = timed_audit.TimedCallAudit(fresh, [4], rng=random.Random(0))
     zeros.keep(4, torch.zeros(4, 8), "timed call 1")
-    assert "behaves differently while timed" in timed_checks.check_in_process(zeros, tiny, 1e-4, 1e-4)
+    said = timed_checks.check_in_process(zeros, tiny, 1e-4, 1e-4)
+    assert said is not None and "behaves differently while timed" in said
 
 
 def test_with_the_audit_seeds_used_up_nothing_is_kept_and_nothing_fails():

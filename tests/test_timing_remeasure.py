@@ -4,6 +4,8 @@ median, while quiet readings read 0.12-0.14 %. Faked readings here (no GPU)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from egg_mcp.evaluation import timing
@@ -25,7 +27,7 @@ def no_pauses(monkeypatch):
 
 
 def _timer(readings, graph=None):
-    t = timing.GpuTimer.__new__(timing.GpuTimer)
+    t: Any = timing.GpuTimer.__new__(timing.GpuTimer)  # its probes replaced by the fakes below
     t.nvml = _Nvml()
     t.estimate_ms = lambda fn, first: 1.0 if graph is None else 0.01
     calls = {"events": 0, "graph": 0}

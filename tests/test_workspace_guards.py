@@ -62,6 +62,7 @@ def test_export_to_a_folder_writes_a_file_inside_it_and_no_tmp_elsewhere(tmp_pat
     service = make_service(tmp_path / "ws", allowed_roots=[allowed])
     tid, _ = run(_committed_task(service))
     result = service.export_kernel(tid, str(allowed))
+    assert result.path is not None
     written = Path(result.path)
     assert written.parent == allowed.resolve() and written.name.startswith(tid)
     assert "class ModelNew" in written.read_text()
@@ -69,6 +70,7 @@ def test_export_to_a_folder_writes_a_file_inside_it_and_no_tmp_elsewhere(tmp_pat
     with pytest.raises(WorkflowError, match="may not write"):
         service.export_kernel(tid, str(tmp_path / "not-allowed.py"))
     rel = service.export_kernel(tid, "sub/k.py")  # relative: inside exports/
+    assert rel.path is not None
     assert Path(rel.path) == (tmp_path / "ws" / "exports" / "sub" / "k.py").resolve()
 
 

@@ -203,6 +203,7 @@ def test_disk_full_after_the_job_interrupts_the_row_and_waiters_read_the_cause(t
     ra, rb = asyncio.run(both())
     assert isinstance(ra, StorageFault) and str(ra).startswith(f"disk full: free space in {ws}"), ra
     assert isinstance(rb, WorkflowError) and "disk full: free space in" in str(rb), rb
+    assert isinstance(second.evaluator, FakeEvaluator)
     assert second.evaluator.evaluated == 0, "the waiter gave up with the cause instead of evaluating again"
     rows = first.ws.query("SELECT status, verdict, cause FROM candidates WHERE status != 'done'")
     assert [(r["status"], r["verdict"]) for r in rows] == [("interrupted", "interrupted")]
@@ -271,10 +272,10 @@ def test_tool_errors_are_sentences_on_a_full_disk_and_on_a_crash(tmp_path):
         server = create_server(ServerConfig(workspace=ws, force_interpreter=True), evaluator=FakeEvaluator())
         async with Client(server) as client:
             tid = (await call(client, "start_task", reference="softmax", k_seeds=1))["task_id"]
-            _disk_full_on_results(server.egg_service.ws)
+            _disk_full_on_results(server.egg_service.ws)  # pyright: ignore[reportAttributeAccessIssue]  # create_server sets it
             text = await call_error(client, "verify", task_id=tid, source=SEED)
             assert f"disk full: free space in {ws}" in text, text
-            server.egg_service.evaluator = Crashing()
+            server.egg_service.evaluator = Crashing()  # pyright: ignore[reportAttributeAccessIssue]
             text2 = await call_error(client, "verify", task_id=tid, source=SEED + "\n# other\n")
             assert "RuntimeError: boom in the evaluator" in text2, text2
             status = await call(client, "task_status", task_id=tid)

@@ -40,15 +40,16 @@ def test_ncu_injection_failure_is_told_apart_from_a_candidate_crash(tmp_path):
     died = ErrorReport(kind="exit", message="worker exited with code 11 in phase 'load' before the harness reported")
     log = tmp_path / "ncu.csv"
     log.write_text('==PROF== Connected to process 496\n==ERROR== Failed to profile "softmax_kernel" in process 496\n')
-    assert "Failed to profile" in ncu_injection_failure(JobOutcome(ok=False, error=died, exit_code=11), log)
-    assert "cannot be preloaded" in ncu_injection_failure(
-        JobOutcome(ok=False, error=died, stderr_tail=LD_ERROR), tmp_path / "none.csv")
+    said = ncu_injection_failure(JobOutcome(ok=False, error=died, exit_code=11), log)
+    assert said is not None and "Failed to profile" in said
+    said = ncu_injection_failure(JobOutcome(ok=False, error=died, stderr_tail=LD_ERROR), tmp_path / "none.csv")
+    assert said is not None and "cannot be preloaded" in said
     crash = ErrorReport(kind="IndexError", message="out of range", candidate_line=17)
     assert ncu_injection_failure(JobOutcome(ok=False, error=crash, stderr_tail="Traceback ..."),
                                  tmp_path / "none.csv") is None
 
 
-def test_profile_falls_back_without_counters_when_ncu_fails_under_the_sandbox(fake_ncu):
+def test_profile_falls_back_without_counters_when_ncu_fails_under_the_sandbox(fake_ncu):  # noqa: F811 - the fixture
     died = ErrorReport(kind="exit", message="worker exited with code 11 in phase 'load' before the harness reported")
     sandbox = {"level": "landlock", "fs_confined": True, "wrapped_by": "ncu"}
     ev = FakeEvaluator([
@@ -57,11 +58,12 @@ def test_profile_falls_back_without_counters_when_ncu_fails_under_the_sandbox(fa
         (None, JobOutcome(ok=True, result=TARGET_RESULT, sandbox=sandbox)),
     ])
     report = asyncio.run(profile_candidate(
-        ev, reference_source=SOFTMAX_REFERENCE, candidate_source=SOFTMAX_CANDIDATE, options=EvalOptions(),
+        ev, reference_source=SOFTMAX_REFERENCE, candidate_source=SOFTMAX_CANDIDATE, options=EvalOptions(),  # pyright: ignore[reportArgumentType]  # a fake Evaluator
         stage=Stage.MEMORY, gpu=H200, flops=5.0 * 4096 * 8192, min_bytes=2 * 4096 * 8192 * 4))
     assert ev.calls[0]["wrapper_argv"] and ev.calls[1]["wrapper_argv"] is None  # the second run is not wrapped
     assert report.source == "fallback"
     assert report.fallback_reason.startswith("ncu could not profile under the job's sandbox")
+    assert report.fallback_reason is not None
     assert "Failed to profile" in report.fallback_reason and "without counters" in report.fallback_reason
     assert report.kernels and report.kernels[0].duration_ms > 0
 

@@ -47,12 +47,12 @@ class OpInfo(BaseModel):
     input_shapes: list[list[int]] = Field(default_factory=list, description="tensor inputs only")
     output_shape: list[int] = Field(default_factory=list, description="first tensor output")
     dtype: str = Field(description="dtype of the first tensor output, e.g. 'float32'")
-    flops: int = Field(0, description="per call")
-    bytes: int = Field(0, description="tensor inputs read + outputs written, per call (unfused traffic)")
+    flops: int = Field(default=0, description="per call")
+    bytes: int = Field(default=0, description="tensor inputs read + outputs written, per call (unfused traffic)")
     attrs: dict[str, Any] = Field(
         default_factory=dict, description="what selects an algorithm: dim, kernel_size, stride, padding, groups..."
     )
-    count: int = Field(1, description="identical consecutive calls collapsed into this entry")
+    count: int = Field(default=1, description="identical consecutive calls collapsed into this entry")
 
 
 class FusibleChain(BaseModel):
@@ -61,7 +61,7 @@ class FusibleChain(BaseModel):
 
     op_indices: list[int]
     reason: str
-    saved_bytes: int = Field(0, description="intermediate DRAM traffic a fused kernel avoids")
+    saved_bytes: int = Field(default=0, description="intermediate DRAM traffic a fused kernel avoids")
 
 
 class RooflineFloor(BaseModel):
@@ -81,23 +81,23 @@ class ReferenceAnalysis(BaseModel):
     """The exact workload of the reference: what to fuse, which algorithms apply, how fast is possible."""
 
     summary: str = Field(description="one line for the client")
-    problem_doc: str = Field("", description="first line of the reference Model's docstring")
+    problem_doc: str = Field(default="", description="first line of the reference Model's docstring")
     ops: list[OpInfo] = Field(default_factory=list)
     fusible_chains: list[FusibleChain] = Field(default_factory=list)
     op_classes: list[str] = Field(default_factory=list, description="subset of OP_CLASSES, heaviest first")
     flops: int = 0
-    tensor_core_flops: int = Field(0, description="GEMM / conv / attention FLOPs (tensor-core eligible)")
-    min_bytes: int = Field(0, description="inputs read once + outputs written once + parameters once")
-    unfused_bytes: int = Field(0, description="DRAM traffic of the eager op sequence (every op reads and writes)")
-    arithmetic_intensity: float = Field(0.0, description="flops / min_bytes")
+    tensor_core_flops: int = Field(default=0, description="GEMM / conv / attention FLOPs (tensor-core eligible)")
+    min_bytes: int = Field(default=0, description="inputs read once + outputs written once + parameters once")
+    unfused_bytes: int = Field(default=0, description="DRAM traffic of the eager op sequence (every op reads and writes)")
+    arithmetic_intensity: float = Field(default=0.0, description="flops / min_bytes")
     input_shapes: list[list[int]] = Field(default_factory=list)
     input_dtypes: list[str] = Field(default_factory=list)
     output_shapes: list[list[int]] = Field(default_factory=list)
     param_count: int = 0
-    param_bytes: int = Field(0, description="parameters and buffers")
+    param_bytes: int = Field(default=0, description="parameters and buffers")
     dtype: str = "float32"
-    floor: RooflineFloor | None = Field(None, description="None without ceilings: see floor_unavailable")
-    floor_unavailable: str | None = Field(None, description="why there is no floor: 'no GPU' or 'unknown GPU ...'")
+    floor: RooflineFloor | None = Field(default=None, description="None without ceilings: see floor_unavailable")
+    floor_unavailable: str | None = Field(default=None, description="why there is no floor: 'no GPU' or 'unknown GPU ...'")
     floors_ms: dict[str, float] = Field(
         default_factory=dict, description="floor under each compute type this dtype could use (e.g. fp32 vs tf32)"
     )
@@ -105,9 +105,9 @@ class ReferenceAnalysis(BaseModel):
         default_factory=list, description="per compute path, its error against the fp64 truth at the reference's "
                                           "output, or per GEMM where that could not run (analysis.precision.PathError; "
                                           "the ladder is built from them)")
-    precision_method: str = Field("", description="how precision_errors were measured: sizes used, or why per GEMM")
+    precision_method: str = Field(default="", description="how precision_errors were measured: sizes used, or why per GEMM")
     size_overrides: dict[str, int | list[int]] = Field(default_factory=dict)
-    traced_on: str = Field("meta", description="meta (shapes only), cuda or cpu")
+    traced_on: str = Field(default="meta", description="meta (shapes only), cuda or cpu")
     notes: list[str] = Field(default_factory=list)
 
     def op_counts(self) -> dict[str, int]:

@@ -80,10 +80,10 @@ class PathError(BaseModel):
         default_factory=list, description="at the output: (|err|, |truth|) pairs that bound the max share at any "
                                           "atol, rtol from above (every element is matched by a pair with no smaller "
                                           "err and no larger truth)")
-    share_tol: tuple[float, float] | None = Field(None, description="(atol, rtol) the shares below were computed at")
-    max_share_measured: float | None = Field(None, description="max |err| / (atol + rtol*|truth|) at share_tol")
-    p99_share: float | None = Field(None, description="99th percentile of |err| / (atol + rtol*|truth|) at share_tol")
-    mismatched: int = Field(0, description="output elements whose non-finite or integer value differs from the truth")
+    share_tol: tuple[float, float] | None = Field(default=None, description="(atol, rtol) the shares below were computed at")
+    max_share_measured: float | None = Field(default=None, description="max |err| / (atol + rtol*|truth|) at share_tol")
+    p99_share: float | None = Field(default=None, description="99th percentile of |err| / (atol + rtol*|truth|) at share_tol")
+    mismatched: int = Field(default=0, description="output elements whose non-finite or integer value differs from the truth")
 
     def measured_at(self, atol: float, rtol: float) -> bool:
         """Whether the shares were computed at this tolerance (else the max share is the frontier's bound)."""
@@ -110,7 +110,7 @@ class Rung(BaseModel):
     rate: Ceiling
     max_abs: float | None = None
     max_rel: float | None = None
-    share_max: float | None = Field(None, description="at the output: max |err| / (atol + rtol*|truth|)")
+    share_max: float | None = Field(default=None, description="at the output: max |err| / (atol + rtol*|truth|)")
     share_p99: float | None = None
     admissible: bool
     why: str
@@ -214,11 +214,11 @@ def precision_ladder(errors: list[PathError], dtype: str, atol: float, rtol: flo
             ok, why = admits(e, atol, rtol)
             if path == paths[0] and not ok:
                 ok, why, tight = True, f"the task's own precision, over the limit: {why}", True
-        out = e is not None and e.at == "output"
+        out = e if e is not None and e.at == "output" else None
         rungs.append(Rung(path=path, how=how, rate=rate, admissible=ok, why=why,
                           max_abs=e.max_abs if e else None, max_rel=e.max_rel if e else None,
-                          share_max=e.max_share(atol, rtol) if out else None,
-                          share_p99=e.p99_share if out else None))
+                          share_max=out.max_share(atol, rtol) if out is not None else None,
+                          share_p99=out.p99_share if out is not None else None))
     fastest = max((r for r in rungs if r.admissible),
                   key=lambda r: (r.rate.value or 0.0, -paths.index(r.path)), default=rungs[0])
     if all(r.rate.value is None for r in rungs):
@@ -259,7 +259,7 @@ def gemm_shapes(ops: list[Any]) -> list[tuple[int, int, int, str]]:
             if "addmm" in name or "baddbmm" in name or len(shapes) == 2:
                 out.append((a[-2], b[-1], a[-1], "gemm"))
         elif op.op_class == "convolution" and len(shapes) >= 2:
-            x, w = shapes[0], shapes[1]
+            w = shapes[1]
             k = 1
             for d in w[1:]:
                 k *= d

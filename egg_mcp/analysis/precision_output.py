@@ -76,7 +76,7 @@ def _summary(ops: list[Any]) -> _Cost:
     return _Cost(float(flops), float(sum(op.bytes for op in ops)), lengths, ks)
 
 
-def _meta_cost(module: Any, sizes: dict[str, int], dtype: str) -> _Cost:
+def _meta_cost(module: Any, sizes: dict[str, int | list[int]], dtype: str) -> _Cost:
     from egg_mcp.analysis.reference_build import build_model
     from egg_mcp.analysis.trace import _trace
     from egg_mcp.problems.problem import apply_size_overrides
@@ -96,7 +96,7 @@ def _fits(cost: _Cost) -> bool:
     return _excess(cost) <= 1
 
 
-def _try(module: Any, sizes: dict[str, int], dtype: str) -> _Cost | None:
+def _try(module: Any, sizes: dict[str, int | list[int]], dtype: str) -> _Cost | None:
     try:
         return _meta_cost(module, sizes, dtype)
     except Exception:

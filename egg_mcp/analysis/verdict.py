@@ -7,7 +7,7 @@ the roof" while a faster admissible path leaves room. Pure (no torch): the serve
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -20,9 +20,9 @@ BELOW_FLOOR_FRACTION = 1.05
 class RooflineVerdict(BaseModel):
     status: Literal["no_floor", "untimed", "below_floor", "at_roof", "headroom"]
     floor_ms: float | None = None
-    compute_path: str | None = Field(None, description="the compute path the floor assumes (fastest admissible)")
+    compute_path: str | None = Field(default=None, description="the compute path the floor assumes (fastest admissible)")
     measured_ms: float | None = None
-    fraction_of_floor: float | None = Field(None, description="floor / measured (1.0 = at the floor)")
+    fraction_of_floor: float | None = Field(default=None, description="floor / measured (1.0 = at the floor)")
     text: str
 
 
@@ -44,7 +44,7 @@ def roofline_verdict(measured_ms: float | None, floor_ms: float | None, compute_
         return RooflineVerdict(status="untimed", floor_ms=floor_ms, compute_path=compute_path,
                                text=f"floor {_ms(floor_ms)} ({path}); no measured time")
     frac = floor_ms / measured_ms
-    base = dict(floor_ms=floor_ms, compute_path=compute_path, measured_ms=measured_ms, fraction_of_floor=frac)
+    base: dict[str, Any] = dict(floor_ms=floor_ms, compute_path=compute_path, measured_ms=measured_ms, fraction_of_floor=frac)
     if frac > BELOW_FLOOR_FRACTION:
         return RooflineVerdict(status="below_floor", **base, text=(
             f"{_ms(measured_ms)} is below the floor {_ms(floor_ms)} of the fastest admissible compute path "

@@ -76,7 +76,8 @@ def explain(entry: dict[str, Any], peak_clock_mhz: float | None, load: dict[str,
     value, peak = entry.get("value"), entry.get("peak")
     rate = sustained_rate or value
     out: dict[str, Any] = {"clock_adjusted_peak": None, "ratio_to_clock_adjusted_peak": None}
-    pipe_ok = pipe is not None and pipe.get("busy_pct") is not None and not pipe.get("error")
+    pipe = pipe or {}  # no reading: read as an empty one
+    pipe_ok = pipe.get("busy_pct") is not None and not pipe.get("error")
     if peak and load and load.get("median_mhz") and peak_clock_mhz:
         adjusted = peak * float(load["median_mhz"]) / float(peak_clock_mhz)
         out.update(clock_adjusted_peak=adjusted, ratio_to_clock_adjusted_peak=rate / adjusted)
@@ -88,7 +89,7 @@ def explain(entry: dict[str, Any], peak_clock_mhz: float | None, load: dict[str,
     if not peak_clock_mhz:
         return {**out, "reason": "unexplained: the peak's source names no clock it holds at, so the clock under "
                                  "load cannot be compared with it", "explained": False}
-    if out["clock_adjusted_peak"] is None:
+    if out["clock_adjusted_peak"] is None or not load:  # (set only with a load reading)
         return {**out, "reason": "unexplained: the SM clock under load is unknown (no NVML reading)",
                 "explained": False}
     cause = clock_cause(load, peak_clock_mhz)

@@ -140,15 +140,16 @@ def gemm_maker(key: str, device: str = "cuda") -> Callable[[int], tuple[Callable
             b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major B, as _scaled_mm requires
             del a, b
             one = torch.ones((), device=device, dtype=torch.float32)
-            return ((lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)),
+            return ((lambda: torch._scaled_mm(  # pyright: ignore[reportPrivateImportUsage]  # private, no public form
+                a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)),
                     flops, f"torch._scaled_mm e4m3 {size}^3, bf16 out")
         c = torch.empty_like(a)  # mm_tf32x3
         grid = (triton.cdiv(size, 128) * triton.cdiv(size, 128),)
 
-        def fn():
-            return gemm_tf32x3[grid](a, b, c, size, size, size, BM=128, BN=128, BK=32, GROUP=8, num_warps=8,
-                                     num_stages=3)
-        fn()
+        def tf32x3():  # (Triton types kernel[grid] as the kernel's own signature, without the launch options)
+            return gemm_tf32x3[grid](a, b, c, size, size, size, BM=128, BN=128, BK=32, GROUP=8,
+                                     num_warps=8, num_stages=3)  # pyright: ignore[reportCallIssue]
+        tf32x3()
         previous = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = False
         try:
@@ -157,12 +158,12 @@ def gemm_maker(key: str, device: str = "cuda") -> Callable[[int], tuple[Callable
             torch.backends.cuda.matmul.allow_tf32 = previous
         err = float((c - ref).abs().max() / ref.abs().max())
         del ref
-        return fn, flops, (f"Triton tl.dot(input_precision='tf32x3') GEMM {size}^3, 128x128x32 tiles, 8 warps, "
+        return tf32x3, flops, (f"Triton tl.dot(input_precision='tf32x3') GEMM {size}^3, 128x128x32 tiles, 8 warps, "
                            f"3 stages (max error vs IEEE fp32 {err:.2g} of max |C|)")
     return make
 
 
-def matmul_probes(timer, runs: int, cap: tuple[int, int], peaks, skipped: dict, *, quick: bool,
+def matmul_probes(timer, runs: int, cap: tuple[int, ...], peaks, skipped: dict, *, quick: bool,
                   read: Callable[[], dict[str, Any]], device: str = "cuda", sizes: tuple[int, ...] | None = None,
                   fixed: int | None = None, measure=None, burst=None) -> list[dict]:
     """Every dense matmul ceiling this device supports (worker side; CUDA). `device`, `sizes`, `fixed`,

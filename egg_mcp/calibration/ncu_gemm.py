@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 PIPE_ACTIVE = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
 PIPE_ELAPSED = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"
@@ -91,7 +91,9 @@ def profile_gemms(payload: dict) -> dict:
     from egg_mcp.calibration.matmul import gemm_maker
 
     cudart = torch.cuda.cudart()
-    makers = [(key, lambda key=key, size=size: gemm_maker(key)(size)[0]) for key, size in payload["gemms"]]
+    assert cudart is not None  # set by the CUDA initialisation cudart() runs
+    makers: list[tuple[str, Callable[[], Callable]]] = [
+        (key, lambda key=key, size=size: gemm_maker(key)(size)[0]) for key, size in payload["gemms"]]
     if payload.get("l2") is not None:
         makers.append((L2_KEY, lambda: _l2_maker(payload["l2"])))
     done = []

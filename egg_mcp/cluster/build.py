@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from egg_mcp.cluster.lanes import LanePool, build_engine, engine_settings, local_lanes, visible_gpus
 
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 def build_evaluator(scratch_dir: Path, *, force_interpreter: bool = False, ray_address: str | None = None,
                     pythonpath: str | None = None, max_lanes: int | None = None, protect=(), sandbox_required=(),
-                    bounds_floor: dict[str, int] | None = None):
+                    bounds_floor: dict[str, int] | None = None) -> LanePool | WorkerEvaluator:
     """- `ray_address`: one lane per GPU of that Ray cluster; if the cluster goes away, this host's lanes.
     - GPUs here: a `LanePool` with one lane per visible GPU (one GPU: one lane, same engine as before).
     - no GPU: the plain `WorkerEvaluator` (interpreter; its CPU slots run jobs side by side).
@@ -47,5 +47,5 @@ def build_evaluator(scratch_dir: Path, *, force_interpreter: bool = False, ray_a
 
 def describe(evaluator) -> dict | None:
     """The pool's view (lanes, GPUs by model, queue depth, the cluster) or None for a plain engine."""
-    fn = getattr(evaluator, "describe", None)
+    fn: Callable[[], dict] | None = getattr(evaluator, "describe", None)
     return fn() if callable(fn) else None

@@ -24,7 +24,7 @@ import select
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Literal
 
 from egg_mcp.cluster.lanes import LaneLost
 from egg_mcp.config import environment_copy
@@ -141,13 +141,15 @@ class Gateway:
                                 start_new_session=True)
         first = b""
         deadline = time.monotonic() + timeout_s
+        stdout = proc.stdout
+        assert stdout is not None  # stdout=PIPE
         while not first.endswith(b"\n"):
-            ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-            chunk = os.read(proc.stdout.fileno(), 1) if ready else b""
+            ready, _, _ = select.select([stdout], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(stdout.fileno(), 1) if ready else b""
             if not chunk:
                 break
             first += chunk
-        message = json.loads(first) if first.strip() else {
+        message: dict[str, Any] = json.loads(first) if first.strip() else {
             "type": "error", "message": f"the Ray gateway gave no lanes on {address!r} within {timeout_s:.0f} s or "
             "exited (its messages are on the server's stderr)"}
         if message.get("type") != "lanes":
@@ -194,6 +196,7 @@ class Gateway:
         if self.gone:
             raise LaneLost(self.gone)
         await self._attach()
+        assert self._writer is not None  # _attach set it
         self.next_id += 1
         job_id = self.next_id
         future = asyncio.get_running_loop().create_future()
@@ -219,7 +222,7 @@ class Gateway:
             with contextlib.suppress(Exception):
                 if self._writer is not None:
                     self._writer.close()
-                else:
+                elif self.proc.stdin is not None:
                     self.proc.stdin.close()
             deadline = time.monotonic() + 15.0
             while self.proc.poll() is None and time.monotonic() < deadline:
@@ -234,7 +237,7 @@ class Gateway:
 class GatewayLane:
     """A lane on the cluster, reached through the gateway process."""
 
-    via = "ray"
+    via: Literal["local", "ray"] = "ray"
 
     def __init__(self, gateway: Gateway, index: int):
         info = gateway.lanes_info[index]

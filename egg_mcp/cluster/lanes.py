@@ -23,7 +23,7 @@ import logging
 import socket
 import time
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Literal, Protocol, Sequence
 
 from egg_mcp.cluster import job_specs
 from egg_mcp.config import cuda_visible_devices
@@ -47,7 +47,7 @@ class Lane(Protocol):
     host: str
     device_index: int | None
     device_model: str
-    via: str
+    via: Literal["local", "ray"]
 
     def has_gpu(self) -> bool: ...
 
@@ -59,7 +59,7 @@ class Lane(Protocol):
 class LocalLane:
     """A lane on this host: a `WorkerEvaluator` pinned to one GPU (or the CPU interpreter)."""
 
-    via = "local"
+    via: Literal["local", "ray"] = "local"
 
     def __init__(self, evaluator, *, device_index: int | None, device_model: str, name: str | None = None,
                  host: str | None = None):
@@ -127,7 +127,7 @@ def reference_key(reference_source: str) -> str:
 class LanePool:
     """An `Evaluator` over lanes (see the module docstring)."""
 
-    def __init__(self, lanes: list[Lane], *, fallback: Callable[[], list[Lane]] | None = None, retries: int = 1,
+    def __init__(self, lanes: Sequence[Lane], *, fallback: Callable[[], Sequence[Lane]] | None = None, retries: int = 1,
                  describe_cluster: Callable[[], dict[str, Any]] | None = None):
         self.lanes: list[Lane] = list(lanes)
         self.fallback = fallback
@@ -205,7 +205,8 @@ class LanePool:
 
     # -- dispatch ------------------------------------------------------------------------------
 
-    async def _dispatch(self, spec: dict[str, Any], key: str | None, progress: ProgressFn | None):
+    async def _dispatch(self, spec: dict[str, Any], key: str | None, progress: ProgressFn | None) -> Any:
+        """Any: the model jobs.decode gives for the spec's kind, the calling Evaluator method's own."""
         lost: list[str] = []
         moved: str | None = None
         for attempt in range(1, self.retries + 2):
@@ -230,7 +231,7 @@ class LanePool:
                 self._release(lane, exclusive)
             result = job_specs.decode(spec, reply)
             self.jobs_done += 1
-            if "placement" in type(result).model_fields:
+            if isinstance(result, (EvalResult, BaselineResult, JobOutcome)):  # the models with a placement
                 note = "; ".join(filter(None, [moved, ("lost before: " + "; ".join(lost)) if lost else None])) or None
                 result.placement = Placement(host=lane.host, device_index=lane.device_index,
                                              device_model=lane.device_model, lane=lane.name, via=lane.via,
@@ -245,7 +246,8 @@ class LanePool:
         """Jobs still waiting that this lane may get and that its engine serves with a one-shot spare
         worker: the engine cannot see this queue (it gets one job at a time), so it is told."""
         return sum(1 for future, key, served in self._waiters
-                   if served and not future.done() and self._affinity.get(key, lane.device_model) == lane.device_model)
+                   if served and not future.done()
+                   and (self._affinity.get(key, lane.device_model) if key is not None else lane.device_model) == lane.device_model)
 
     async def _acquire(self, key: str | None, spare_served: bool = False) -> tuple[Lane | None, str | None]:
         """Wait (FIFO) for an idle lane of the task's model; None when no lane is left at all."""

@@ -20,7 +20,8 @@ import os
 import socket
 import sys
 import tempfile
-from typing import Any
+from types import ModuleType
+from typing import Any, Literal, overload
 
 from egg_mcp.cluster.lanes import CPU_MODEL, LaneLost, engine_settings
 
@@ -35,7 +36,11 @@ class ClusterError(RuntimeError):
     """Cluster mode cannot start; the message says what to install or pass."""
 
 
-def require_ray(import_it: bool = True):
+@overload
+def require_ray(import_it: Literal[True] = True) -> ModuleType: ...
+@overload
+def require_ray(import_it: Literal[False]) -> None: ...
+def require_ray(import_it: bool = True) -> ModuleType | None:
     """Ray, or a ClusterError naming the extra. `import_it=False` only checks it is installed (the server
     itself never imports Ray: the gateway process is the driver)."""
     if not import_it:
@@ -100,7 +105,7 @@ class NodeLane:
 class RayLane:
     """The server side of a lane: a handle on a `NodeLane` actor."""
 
-    via = "ray"
+    via: Literal["local", "ray"] = "ray"
 
     def __init__(self, actor, info: dict[str, Any]):
         self.actor = actor

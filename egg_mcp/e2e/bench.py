@@ -21,7 +21,7 @@ import asyncio
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from egg_mcp.config import ServerConfig
 from egg_mcp.e2e.bench_items import BenchError, BenchItem, discover, eval_options, pending, problem_sha
@@ -50,7 +50,7 @@ async def evaluate_item(evaluator: Evaluator, item: BenchItem, *, interpreter: b
     t0 = time.monotonic()
     problem_source = Path(item.problem_path).read_text()
     mode = "interpreter" if interpreter else "gpu"
-    base = dict(key=item.key, level=item.level, name=item.name, mode=mode, problem_sha=problem_sha(problem_source))
+    base: dict[str, Any] = dict(key=item.key, level=item.level, name=item.name, mode=mode, problem_sha=problem_sha(problem_source))
     if item.solution_path is None:
         return ProblemResult(**base, verdict="missing", summary="no solution file",
                              fingerprint=fingerprint(problem_source, None, mode))
@@ -145,7 +145,7 @@ def run_bench(problems_dir: Path, solutions_dir: Path, out_dir: Path, *, config:
     items, orphans = discover(problems_dir, solutions_dir, levels)
     out_dir.mkdir(parents=True, exist_ok=True)
     own = evaluator is None
-    if own:
+    if evaluator is None:
         evaluator = _make_evaluator(config, config.scratch_dir() / "bench", ray_address or config.ray_address,
                                     gpus, protect=(problems_dir, solutions_dir, out_dir))
     interpreter = config.force_interpreter or not evaluator.has_gpu()

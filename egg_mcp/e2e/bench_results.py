@@ -31,11 +31,11 @@ class ProblemResult(BaseModel):
     speedup_vs_compile: float | None = None
     timing_unavailable_reason: str | None = None
     integrity: list[str] = Field(default_factory=list)
-    fingerprint: str = Field("", description="hash of problem, solution and mode: a change re-runs the problem")
-    problem_sha: str = Field("", description="hash of the problem source (baselines are reused across solutions)")
-    mode: str = Field("", description="'gpu' or 'interpreter'")
+    fingerprint: str = Field(default="", description="hash of problem, solution and mode: a change re-runs the problem")
+    problem_sha: str = Field(default="", description="hash of the problem source (baselines are reused across solutions)")
+    mode: str = Field(default="", description="'gpu' or 'interpreter'")
     device: str | None = None
-    ran_on: str | None = Field(None, description="host, GPU index, model and lane the solution was verified on")
+    ran_on: str | None = Field(default=None, description="host, GPU index, model and lane the solution was verified on")
     size_overrides: dict[str, int | list[int]] = Field(default_factory=dict)
     wall_s: float = 0.0
     finished_at: float = Field(default_factory=time.time, description="unix time; the latest result of a key wins")

@@ -28,7 +28,7 @@ class StageRow(BaseModel):
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
     changed: str = Field(description="the committed decision's summary")
-    kept_previous: bool = Field(False, description="no candidate of this stage beat the committed kernel")
+    kept_previous: bool = Field(default=False, description="no candidate of this stage beat the committed kernel")
     guard: str = ""
     evidence: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -48,7 +48,7 @@ class DemoReport(BaseModel):
     export_path: str | None = None
     final_stage: str = ""
     notes: list[str] = Field(default_factory=list)
-    status: dict[str, Any] | None = Field(None, description="final task_status")
+    status: dict[str, Any] | None = Field(default=None, description="final task_status")
     wall_s: float = 0.0
 
 

@@ -19,7 +19,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch._dynamo  # noqa: F401  (torch imports it lazily on first use and rebinds torch functions: load it
@@ -112,7 +112,7 @@ class CandidateSide:
         self.launcher_reports: list[dict[str, Any]] = []
         self.loaded = False
 
-    def finding(self, check: str, detail: str, severity: str = "violation") -> None:
+    def finding(self, check: str, detail: str, severity: Literal["violation", "review"] = "violation") -> None:
         self.findings.append(IntegrityFinding(check=check, severity=severity, detail=detail))
 
     def new_findings(self) -> list[dict]:
@@ -165,7 +165,7 @@ class CandidateSide:
             raise CandidateFailed({**_failure("runtime_error", exc, None, "The reference failed to load in the "
                                               "runner"), "fault": "reference"}) from None
         self._wrap_reference(reference.Model)
-        self.audit.add_reference(reference.__file__)  # reading this file from candidate code: dispatch_escape
+        self.audit.add_reference(str(reference.__file__))  # reading this file from candidate code: dispatch_escape
         # plain names (a user's model_new.py): the candidate's __file__ and __name__ name no harness
         self.candidate_path = str(src / "model_new.py")
         try:
@@ -236,7 +236,7 @@ class CandidateSide:
             self.counter.expected_stream = torch.cuda.current_stream().cuda_stream
         if poison:
             _use_deterministic(True, warn_only=True)
-            _det_module.fill_uninitialized_memory = True
+            _det_module.fill_uninitialized_memory = True  # pyright: ignore[reportAttributeAccessIssue]  # (a property of torch's module class; its stubs do not show it)
         try:
             yield
             self.sync()
@@ -274,7 +274,7 @@ class CandidateSide:
                     old.copy_(new)
         return inputs
 
-    def trial(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+    def trial(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list[memoryview]]:
         inputs = self._inputs(cmd)
         pristine = [_clone(x) if isinstance(x, torch.Tensor) else x for x in inputs]
         try:
@@ -416,7 +416,7 @@ class CandidateSide:
             elif host_ms > 1.5 * per_call + 0.2:
                 self.finding("side_stream", f"host clock {host_ms:.3f} ms vs timed {per_call:.3f} ms per call "
                              "(launch overhead, or work escaping the timer)", severity="review")
-            if stats.method == "cuda_events" and stats.host_wall_ms is not None:
+            if stats.method == "cuda_events" and stats.host_wall_ms is not None and stats.mean_ms is not None:
                 event_total = stats.mean_ms * stats.n_runs
                 if stats.host_wall_ms < 0.9 * event_total - 1.0:
                     self.finding("monkeypatch", f"CUDA events report {event_total:.2f} ms in total but only "

@@ -148,9 +148,11 @@ class _Walk:
         if e is not None and not isinstance(e, (bool, int, float, complex, str)):
             raise ValueError(f"the reference's {path} is a {type(e).__name__}: only tensors, Python scalars, strings, "
                              "None and tuples/lists/dicts of them can be compared")
-        kind = (lambda v: "None" if v is None else "bool" if isinstance(v, bool) else "int" if isinstance(v, int)
-                else "float" if isinstance(v, float) else "complex" if isinstance(v, complex)
-                else "str" if isinstance(v, str) else "other")
+        def kind(v) -> str:
+            return ("None" if v is None else "bool" if isinstance(v, bool) else "int" if isinstance(v, int)
+                    else "float" if isinstance(v, float) else "complex" if isinstance(v, complex)
+                    else "str" if isinstance(v, str) else "other")
+
         if kind(g) != kind(e):
             return self.report(parts, g, e, f"{path} is {_describe(g)}, expected {_describe(e)} (Python scalars "
                                "must have the reference's type)")
@@ -198,7 +200,7 @@ def compare_tensor(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol:
     """None when `got` matches `expected` (shape, dtype, device type, layout, values); else a report.
     Floating values: |got - e| <= atol + rtol*|e| (atol scaled down where it would pass zeros: vacuous_scale);
     complex: the same on the real and the imaginary parts; integer and bool: exactly."""
-    base = dict(
+    base: dict[str, Any] = dict(
         output_index=output_index,
         path=path,
         expected_shape=list(expected.shape),

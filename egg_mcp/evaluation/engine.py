@@ -314,6 +314,7 @@ class WorkerEvaluator:
                 lap("teardown")
         finally:
             guard.release()
+        assert outcome is not None and state is not None  # drive returned (else its exception left above)
         state.server_phase_s = server_phase
         total = time.monotonic() - began
         server_phase["unaccounted"] = round(total - sum(server_phase.values()), 4)

@@ -207,7 +207,7 @@ class JobDriver:
         worker: _Worker, state: _JobState, wall: float, first_timeout_s: float, run_timeout_s: float | None
     ) -> JobOutcome:
         code = worker.proc.returncode
-        common = dict(
+        common: dict[str, Any] = dict(
             exit_code=code,
             stdout_tail=worker.stdout.text() if worker.stdout else "",
             stderr_tail=worker.stderr.text() if worker.stderr else "",

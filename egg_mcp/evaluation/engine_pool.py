@@ -210,6 +210,7 @@ class WorkerPool:
             lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(res_r, "rb", buffering=0)
         )
         worker.transport = transport
+        assert proc.stdout is not None and proc.stderr is not None  # stdout=PIPE, stderr=PIPE
         worker.tasks = [
             asyncio.create_task(worker.stdout.drain(proc.stdout)),
             asyncio.create_task(worker.stderr.drain(proc.stderr)),

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from typing import Any
 
 from egg_mcp.contract import ErrorReport, EvalOptions, EvalResult, JobOutcome
 
-SIGNAL_NAMES = {
+SIGNAL_NAMES: dict[int, str] = {
     signal.SIGSEGV: "segmentation fault (SIGSEGV)",
     signal.SIGBUS: "bus error (SIGBUS)",
     signal.SIGILL: "illegal instruction (SIGILL)",
@@ -56,7 +57,7 @@ class LogCapture:
 
 def evaluation_result(outcome: JobOutcome, state, options: EvalOptions) -> EvalResult:
     """The EvalResult for one finished verify job (forgery, timeout, death, harness fault, or the judge's result)."""
-    logs = dict(stdout_tail=outcome.stdout_tail, stderr_tail=outcome.stderr_tail, wall_s=outcome.wall_s,
+    logs: dict[str, Any] = dict(stdout_tail=outcome.stdout_tail, stderr_tail=outcome.stderr_tail, wall_s=outcome.wall_s,
                 server_phase_s=state.server_phase_s)
     if state.forged:
         from egg_mcp.contract import IntegrityFinding

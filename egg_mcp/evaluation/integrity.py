@@ -96,7 +96,7 @@ class LaunchCounter:
     def install(self) -> None:
         import triton.runtime.jit as jit
 
-        classes = [jit.JITFunction]
+        classes: list[type] = [jit.JITFunction]
         try:
             from triton.runtime.interpreter import InterpretedFunction
 
@@ -139,7 +139,7 @@ class LaunchCounter:
                     previous(metadata)
                 on_launch(metadata)
 
-            knobs.runtime.launch_enter_hook = chained
+            knobs.runtime.launch_enter_hook = chained  # pyright: ignore[reportAttributeAccessIssue]  # (older Triton's type)
         self._hook = on_launch
 
     def hook_installed(self) -> bool:
@@ -174,7 +174,7 @@ class LaunchCounter:
         return run
 
     @staticmethod
-    def _grid(fn, args, grid, kwargs) -> tuple[int, ...] | None:
+    def _grid(fn, args, grid: Any, kwargs) -> tuple[int, ...] | None:
         try:
             if callable(grid):
                 meta = dict(zip(getattr(fn, "arg_names", []), args))
@@ -303,7 +303,7 @@ class AttributeSnapshot:
 
 _MISSING = object()
 _LIBRARY_DIRS = tuple(
-    os.path.dirname(m.__file__) + os.sep for m in (torch,) if getattr(m, "__file__", None)
+    os.path.dirname(m.__file__) + os.sep for m in (torch,) if m.__file__
 )
 
 
@@ -323,6 +323,6 @@ def _library_wrapper(value: Any, original: Any) -> bool:
     return False
 
 
-def new_live_threads(before: set[int]) -> list[str]:
+def new_live_threads(before: set[int | None]) -> list[str]:
     """Threads started since `before` (a set of idents) that are still alive."""
     return [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]

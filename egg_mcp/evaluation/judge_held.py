@@ -42,7 +42,7 @@ class HeldReference:
     dirname: str
     loaded_at: float = field(default_factory=time.monotonic)
     timing: Any = None  # TimingStats of the reference
-    timing_runs: int = 0
+    timing_runs: int | None = 0
     timed_at: float = 0.0
     jobs: int = 0
     exchange: Any = None  # the shared output region (exchange.py): sized to this reference's outputs, kept
@@ -52,14 +52,14 @@ class HeldReference:
         """Entries of the judge's cwd that belong to the held reference (kept by the between-job clean-up)."""
         return {self.dirname}
 
-    def held_timing(self, n_runs: int):
+    def held_timing(self, n_runs: int | None):
         """(TimingStats, age_s) when a timing at this run count is fresh enough to reuse, else None."""
         age = time.monotonic() - self.timed_at
         if self.timing is not None and self.timing_runs == n_runs and age <= REFERENCE_TIMING_MAX_AGE_S:
             return self.timing, age
         return None
 
-    def keep_timing(self, stats, n_runs: int) -> None:
+    def keep_timing(self, stats, n_runs: int | None) -> None:
         self.timing, self.timing_runs, self.timed_at = stats, n_runs, time.monotonic()
 
     def after_job(self) -> None:

@@ -4,11 +4,16 @@ the candidate's). A mixin of Judge."""
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from egg_mcp.contract import ErrorReport, IntegrityFinding, MismatchReport, TimingStats
 from egg_mcp.evaluation.judge_held import REFERENCE_TIMING_MAX_AGE_S
 from egg_mcp.evaluation.review import review_findings
+
+if TYPE_CHECKING:
+    from egg_mcp.contract import EvalOptions
+    from egg_mcp.evaluation.judge_held import HeldReference
+    from egg_mcp.problems.problem import Problem
 
 CANDIDATE_FAILURE_VERDICTS = ("compile_error", "runtime_error", "oom")
 
@@ -27,8 +32,17 @@ class Verdicts:
     trials_passed: int
     kernels: list[dict]
     torch_ops: list[str]
+    opts: EvalOptions
+    held: HeldReference | None
+    judge_info: dict[str, Any]
+    problem: Problem
+    ref_model: Any
+    timing_seeds: list[int]
+    measured_reference_timing: TimingStats | None
+    clock: Callable[..., None]
+    seed: Callable[[], int]
 
-    def finding(self, check: str, detail: str, severity: str = "violation") -> None:
+    def finding(self, check: str, detail: str, severity: Literal["violation", "review"] = "violation") -> None:
         self.findings.append(IntegrityFinding(check=check, severity=severity, detail=detail))
 
     def _unique(self) -> list[IntegrityFinding]:

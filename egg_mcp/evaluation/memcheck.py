@@ -36,7 +36,7 @@ import secrets
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from pydantic import BaseModel, Field
 
@@ -53,7 +53,7 @@ class MemoryAccessError(BaseModel):
     kernel: str
     access: str = Field(description="e.g. 'Invalid __global__ write of size 4 bytes'")
     address: str | None = None
-    detail: str = Field("", description="where the address lies relative to the nearest allocation")
+    detail: str = Field(default="", description="where the address lies relative to the nearest allocation")
     thread: str | None = None
     block: str | None = None
 
@@ -64,20 +64,20 @@ class MemcheckResult(BaseModel):
     summary: str
     errors: list[MemoryAccessError] = Field(default_factory=list)
     error_count: int = 0
-    error: ErrorReport | None = Field(None, description="over_bound: the bound (kind 'oom' or 'resource_limit')")
+    error: ErrorReport | None = Field(default=None, description="over_bound: the bound (kind 'oom' or 'resource_limit')")
     tool: str | None = None
     wall_s: float = 0.0
     sandbox: dict[str, Any] | None = None
-    bounds: str | None = Field(None, description="the runner's resource bounds (as verify's result.judge.bounds)")
-    runner_peak: str | None = Field(None, description="the most memory and tasks the judge's watchdog saw")
-    fault: str | None = Field(None, description="'harness' when no report came back: the tool or egg-mcp, not the "
+    bounds: str | None = Field(default=None, description="the runner's resource bounds (as verify's result.judge.bounds)")
+    runner_peak: str | None = Field(default=None, description="the most memory and tasks the judge's watchdog saw")
+    fault: str | None = Field(default=None, description="'harness' when no report came back: the tool or egg-mcp, not the "
                               "candidate")
-    report_source: str | None = Field(None, description="'log_file' or 'tool_output': where the report was read")
-    tool_output_tail: str = Field("", description="the end of the tool's stdout/stderr (diagnosis)")
+    report_source: str | None = Field(default=None, description="'log_file' or 'tool_output': where the report was read")
+    tool_output_tail: str = Field(default="", description="the end of the tool's stdout/stderr (diagnosis)")
     runner_exit: int | None = None
 
 
-def find_compute_sanitizer(env: dict[str, str] | None = None) -> str | None:
+def find_compute_sanitizer(env: Mapping[str, str] | None = None) -> str | None:
     """$EGG_MCP_COMPUTE_SANITIZER, then PATH, then the CUDA toolkit's standard locations."""
     env = environment_copy() if env is None else env
     candidates = [env.get(COMPUTE_SANITIZER_VAR) or "", shutil.which("compute-sanitizer", path=env.get("PATH")) or "",
@@ -124,7 +124,7 @@ def result_from_report(text: str, tool: str, wall_s: float, sandbox: dict | None
     if count is None and not errors and tool_output:
         errors, count = parse_report(tool_output)
         source = "tool_output"
-    common = dict(tool=tool, wall_s=wall_s, sandbox=sandbox, tool_output_tail=tail, runner_exit=runner_exit)
+    common: dict[str, Any] = dict(tool=tool, wall_s=wall_s, sandbox=sandbox, tool_output_tail=tail, runner_exit=runner_exit)
     if count is None and not errors:
         said = " ".join(tail.strip().splitlines()[-6:])[-600:] or "nothing"
         return MemcheckResult(

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 import torch
 
@@ -104,7 +104,17 @@ def tensor_bytes(values: Any) -> int:
     return 0
 
 
-def summarize(times_ms: list[float]) -> dict[str, float]:
+class Summary(TypedDict):
+    """summarize's keys, named as TimingStats's fields (it is passed as **keywords)."""
+
+    median_ms: float
+    mean_ms: float
+    min_ms: float
+    iqr_ms: float
+    cv: float
+
+
+def summarize(times_ms: list[float]) -> Summary:
     """median / mean / min / IQR and CV over the central 90 % (one preempted run must not dominate)."""
     ordered = sorted(times_ms)
     n = len(ordered)
@@ -400,11 +410,14 @@ class GpuTimer:
     @staticmethod
     def _kernel_rows(work: Callable[[], Any]) -> list[tuple[str, int, int]]:
         """(name, start_ns, duration_ns) of the GPU kernels and memsets `work` ran, in start order."""
+        assert _profile is not None and _ProfilerActivity is not None  # measure_isolated checked
         _synchronize()
         with _profile(activities=[_ProfilerActivity.CUDA]) as prof:
             work()
             _synchronize()
-        rows = [(e.name(), e.start_ns(), e.duration_ns()) for e in prof.profiler.kineto_results.events()
+        kineto = prof.profiler.kineto_results if prof.profiler is not None else None
+        assert kineto is not None  # set when the profile ends
+        rows = [(e.name(), e.start_ns(), e.duration_ns()) for e in kineto.events()
                 if str(e.device_type()).endswith("CUDA") and e.duration_ns() > 0]
         return sorted(rows, key=lambda r: r[1])
 

@@ -190,14 +190,14 @@ def flatten_output(out: Any, *, strict: bool = False) -> tuple[dict[str, Any], l
             kind = "tuple" if isinstance(v, tuple) else "list" if isinstance(v, list) else "dict"
             if depth >= MAX_DEPTH:
                 return refuse(parts, f"a {kind} nested deeper than {MAX_DEPTH} levels")
-            if kind == "dict":
+            if isinstance(v, dict):  # (kind "dict")
                 keys = list(dict.keys(v))
                 if not all(isinstance(k, str) and len(k) <= MAX_KEY_CHARS for k in keys):
                     return refuse(parts, f"a dict with keys other than strings of at most {MAX_KEY_CHARS} characters")
                 keys = [str.__str__(k) for k in keys]
                 return {"t": "dict", "keys": keys,
                         "items": [walk(dict.__getitem__(v, k), parts + [k], depth + 1) for k in keys]}
-            base = tuple if kind == "tuple" else list
+            base: Any = tuple if kind == "tuple" else list  # its own methods, never the subclass's
             return {"t": kind, "items": [walk(base.__getitem__(v, i), parts + [i], depth + 1)
                                          for i in range(base.__len__(v))]}
         if isinstance(v, torch.Tensor) or v is None:

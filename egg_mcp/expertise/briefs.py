@@ -13,7 +13,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 from string import Template
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -53,15 +53,15 @@ class BriefFacts(BaseModel):
     best_ms: float | None = None
     committed_decisions: list[str] = Field(default_factory=list)
     stage: Stage | None = None
-    has_gpu: bool | None = Field(None, description="False: timings render as 'needs a GPU'")
+    has_gpu: bool | None = Field(default=None, description="False: timings render as 'needs a GPU'")
     min_bytes: int | None = None
     unfused_bytes: int | None = None
     fusion_opportunities: list[str] = Field(default_factory=list)
-    k: int | None = Field(None, description="number of seeds asked for (SEEDS stage)")
-    commits: int = Field(0, description="stages committed so far (a commit without timing still counts)")
-    compute_path: str | None = Field(None, description="the fastest compute path the precision ladder admits "
+    k: int | None = Field(default=None, description="number of seeds asked for (SEEDS stage)")
+    commits: int = Field(default=0, description="stages committed so far (a commit without timing still counts)")
+    compute_path: str | None = Field(default=None, description="the fastest compute path the precision ladder admits "
                                                        "(the floor's compute type)")
-    has_dots: bool | None = Field(None, description="False: the problem has no matmul/conv, so no dot precision "
+    has_dots: bool | None = Field(default=None, description="False: the problem has no matmul/conv, so no dot precision "
                                                     "rule applies")
 
     @classmethod
@@ -69,7 +69,7 @@ class BriefFacts(BaseModel):
         """Facts that come straight from the reference analysis; pass the rest as keywords."""
         from egg_mcp.expertise.seeds import fusion_opportunities
 
-        base = dict(
+        base: dict[str, Any] = dict(
             analysis_summary=analysis.summary,
             floor_ms=analysis.floor.floor_ms if analysis.floor else None,
             compute_path=analysis.floor.compute_type if analysis.floor else None,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -50,11 +50,11 @@ class GpuSpec(BaseModel):
     source: Literal["measured", "datasheet", "device"] = "datasheet"
     notes: str = ""
     uuid: str | None = None
-    l2_bytes_per_s: float | None = Field(None, description="L2 read bandwidth, bytes/s (measured only)")
+    l2_bytes_per_s: float | None = Field(default=None, description="L2 read bandwidth, bytes/s (measured only)")
     provenance: dict[str, str] = Field(
         default_factory=dict,
         description="per ceiling ('dram', 'l2', a peak_flops key): 'measured ...', 'datasheet ...' or 'derived ...'")
-    measured_at: str | None = Field(None, description="when the calibration these ceilings come from ran")
+    measured_at: str | None = Field(default=None, description="when the calibration these ceilings come from ran")
 
     def ridge_point(self, compute: str = "fp32") -> float:
         """FLOP per byte above which a kernel is compute-bound on this GPU."""
@@ -65,7 +65,7 @@ class GpuSpec(BaseModel):
         return max(flops / self.peak_flops[compute], bytes_moved / self.dram_bytes_per_s)
 
 
-_HOPPER = dict(
+_HOPPER: dict[str, Any] = dict(
     arch="sm_90", max_threads_per_sm=2048, max_blocks_per_sm=32,
     smem_per_sm_bytes=228 * KiB, smem_per_block_optin_bytes=227 * KiB,
 )
@@ -222,7 +222,7 @@ class Ceiling(BaseModel):
     """One ceiling with where it came from: what every report quotes."""
 
     key: str
-    value: float | None = Field(None, description="bytes/s or FLOP/s; None when there is no number")
+    value: float | None = Field(default=None, description="bytes/s or FLOP/s; None when there is no number")
     unit: str
     source: Literal["measured", "datasheet", "derived", "none"]
     detail: str

@@ -30,7 +30,7 @@ def _assignments(module: Any) -> list[tuple[list[str], ast.expr]]:
     out = []
     for node in tree.body:
         if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
-            out.append(([t.id for t in node.targets], node.value))
+            out.append(([t.id for t in node.targets if isinstance(t, ast.Name)], node.value))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
             out.append(([node.target.id], node.value))
     return out

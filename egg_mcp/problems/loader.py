@@ -254,10 +254,13 @@ def derive_quick_sizes(constants: dict[str, int | list[int]], target: int = QUIC
             shift = nxt
         if shift:
             out.update({k: v >> shift for k, v in values.items()})
+    derived: dict[str, int | list[int]] = dict(out)
     for name, values in constants.items():
         if isinstance(values, list) and any(f"{name}[{i}]" in out for i in range(len(values))):
-            out[name] = [out.pop(f"{name}[{i}]", v) for i, v in enumerate(values)]
-    return out
+            derived[name] = [out.get(f"{name}[{i}]", v) for i, v in enumerate(values)]
+            for i in range(len(values)):
+                derived.pop(f"{name}[{i}]", None)
+    return derived
 
 
 def quick_sizes(source: str) -> dict[str, int | list[int]]:

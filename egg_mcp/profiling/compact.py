@@ -39,11 +39,11 @@ class CompactProfile(BaseModel):
     stage: str
     gpu: str | None = None
     summary: str
-    roofline: str | None = Field(None, description="the one roofline verdict (floor, compute path, % of it)")
+    roofline: str | None = Field(default=None, description="the one roofline verdict (floor, compute path, % of it)")
     kernels: list[CompactKernel] = Field(default_factory=list)
     kernels_left_out: int = 0
     warnings: list[str] = Field(default_factory=list)
-    sandbox: str | None = Field(None, description="the sandbox the profiled process ran in (level first)")
+    sandbox: str | None = Field(default=None, description="the sandbox the profiled process ran in (level first)")
     full_report: str = Field(description="where every metric is: the report and raw-table resources, or detail=true")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -298,7 +298,7 @@ def render_raw_csv(launches: list[dict[str, object]], units: dict[str, str] | No
     defaults = {"Process ID": "4242", "Process Name": "python3", "Host Name": "127.0.0.1", "Context": "1",
                 "Stream": "7", "Block Size": "(128, 1, 1)", "Grid Size": "(1, 1, 1)", "Device": "0", "CC": "9.0"}
 
-    def line(fields: list[object]) -> str:
+    def line(fields: Sequence[object]) -> str:
         return ",".join('"' + str(f).replace('"', '""') + '"' for f in fields)
 
     rows = [line(header), line([""] * len(fixed) + [units.get(m, "") for m in metric_names])]

@@ -42,22 +42,22 @@ class Roofline(BaseModel):
     compute_type: str = Field(description="peak used for the compute roof: fp32, tf32, fp16, bf16, fp8")
     flops: float | None = None
     min_bytes: float | None = None
-    arithmetic_intensity: float | None = Field(None, description="FLOP per byte of minimum traffic")
+    arithmetic_intensity: float | None = Field(default=None, description="FLOP per byte of minimum traffic")
     ridge_point: float | None = None
     bound_by: Literal["memory", "compute"] | None = None
     floor_ms: float | None = None
     measured_ms: float | None = None
-    fraction_of_floor: float | None = Field(None, description="floor / measured: 1.0 is at the roof")
+    fraction_of_floor: float | None = Field(default=None, description="floor / measured: 1.0 is at the roof")
     near_floor: bool = False
     summary: str = ""
-    ceilings_source: str = Field("", description="where the DRAM and compute ceilings come from (measured here "
+    ceilings_source: str = Field(default="", description="where the DRAM and compute ceilings come from (measured here "
                                                  "and when, or datasheet leads)")
 
 
 class Classification(BaseModel):
     bound: Bound
     headline: str = Field(description="one sentence: the bottleneck and the distance to the floor")
-    limiter: str | None = Field(None, description="e.g. 'registers' when occupancy is the binding limit")
+    limiter: str | None = Field(default=None, description="e.g. 'registers' when occupancy is the binding limit")
     near_floor: bool = False
 
 
@@ -65,7 +65,7 @@ class KernelProfile(BaseModel):
     name: str
     launches: int = 1
     duration_ms: float | None = None
-    time_share: float | None = Field(None, description="fraction of the profiled forward's kernel time")
+    time_share: float | None = Field(default=None, description="fraction of the profiled forward's kernel time")
     metrics: list[Metric] = Field(default_factory=list)
     occupancy: OccupancyEstimate | None = None
     occupancy_source: MetricSource | None = None
@@ -93,8 +93,8 @@ class ProfileReport(BaseModel):
     metrics_requested: list[str] = Field(default_factory=list)
     metrics_rejected: list[str] = Field(default_factory=list, description="names the installed ncu did not know")
     ncu_command: list[str] | None = None
-    ncu_wall_s: float | None = Field(None, description="wall time of the profiled worker job (ncu included)")
+    ncu_wall_s: float | None = Field(default=None, description="wall time of the profiled worker job (ncu included)")
     wall_s: float = 0.0
-    sandbox: str | None = Field(None, description="the sandbox the profiled process ran in (level first), as it "
+    sandbox: str | None = Field(default=None, description="the sandbox the profiled process ran in (level first), as it "
                                 "reported before the candidate was imported; None when nothing ran")
     warnings: list[str] = Field(default_factory=list)

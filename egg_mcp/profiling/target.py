@@ -36,7 +36,7 @@ class _LaunchRecorder:
         self.launches: list[dict[str, Any]] = []
         self.hook_names: list[str] = []
         self.compiled: dict[str, Any] = {}
-        self.grids: dict[str, list[int]] = {}
+        self.grids: dict[str, list[int] | None] = {}
         self.event_pairs: list[tuple[str, Any, Any]] | None = None
         self._restore: list[tuple[Any, str, Any]] = []
         self._undo: list[Any] = []
@@ -86,7 +86,7 @@ class _LaunchRecorder:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
             kernel = original(*args, grid=grid, warmup=warmup, **kwargs)
-            if end is not None:
+            if end is not None and recorder.event_pairs is not None:  # (end is made only with event_pairs)
                 end.record()
                 recorder.event_pairs.append((name, start, end))
             recorder.launches.append({"name": name})
@@ -110,19 +110,19 @@ class _LaunchRecorder:
         try:
             from triton import knobs
 
-            previous = knobs.runtime.launch_enter_hook
-            if hasattr(previous, "add") and hasattr(previous, "remove"):  # Triton >= 3.5: a HookChain
-                previous.add(hook)
-                self._undo.append(lambda: previous.remove(hook))
-            else:
-                knobs.runtime.launch_enter_hook = hook
-                self._restore.append((knobs.runtime, "launch_enter_hook", previous))
+            chain = knobs.runtime.launch_enter_hook
+            if hasattr(chain, "add") and hasattr(chain, "remove"):  # Triton >= 3.5: a HookChain
+                chain.add(hook)
+                self._undo.append(lambda: chain.remove(hook))
+            else:  # older Triton: a single callable (this Triton's annotations type the HookChain)
+                knobs.runtime.launch_enter_hook = hook  # pyright: ignore[reportAttributeAccessIssue]
+                self._restore.append((knobs.runtime, "launch_enter_hook", chain))
         except (ImportError, AttributeError):
             try:
                 from triton.compiler import CompiledKernel
 
                 previous = getattr(CompiledKernel, "launch_enter_hook", None)
-                CompiledKernel.launch_enter_hook = hook
+                CompiledKernel.launch_enter_hook = hook  # pyright: ignore[reportAttributeAccessIssue]  # (older Triton, before knobs)
                 self._restore.append((CompiledKernel, "launch_enter_hook", previous))
             except (ImportError, AttributeError):
                 pass
@@ -142,7 +142,7 @@ class _LaunchRecorder:
         self._restore.clear()
 
 
-def _grid_of(grid, signature, args, kwargs) -> list[int] | None:
+def _grid_of(grid: Any, signature, args, kwargs) -> list[int] | None:
     try:
         if callable(grid):
             bound = signature.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in signature.parameters})

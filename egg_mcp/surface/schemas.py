@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from typing import Any
+from typing import Any, Mapping
 
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import ConfigDict, ValidationError, model_validator
@@ -264,7 +264,7 @@ def _unquote(wants: set[str]) -> str:
     return f" (a JSON {' or '.join(sorted(wants & _SCALARS))}, without quotes)"
 
 
-def _wrong(err: dict[str, Any], node: dict[str, Any], defs: dict[str, Any]) -> tuple[str, str]:
+def _wrong(err: Mapping[str, Any], node: dict[str, Any], defs: dict[str, Any]) -> tuple[str, str]:
     """What was wrong, and a hint to put after what the argument takes."""
     kind, value = err.get("type", ""), err.get("input")
     wants = _types(_deref(node, defs))
@@ -294,9 +294,10 @@ def plain_argument_error(tool: str, exc: ValidationError, schema: dict[str, Any]
     defs = schema.get("$defs", {})
     sentences: dict[str, str] = {}
     for err in exc.errors():
-        if err.get("type") == "value_error" and isinstance((err.get("ctx") or {}).get("error"), Exception):
+        ctx = err.get("ctx") or {}
+        if err.get("type") == "value_error" and isinstance(ctx.get("error"), Exception):
             # our own model validator's message (unknown names): already a whole answer
-            return str(err["ctx"]["error"]).rstrip(".") + "."
+            return str(ctx["error"]).rstrip(".") + "."
         name, node = _locate(schema, tuple(err.get("loc") or ()))
         if name not in sentences:
             wrong, hint = _wrong(err, node, defs)

@@ -61,7 +61,7 @@ def launch_dims(kind: str, record: dict, persistent: bool = False) -> dict[str, 
             m, k = _prod(mats[0][:-1]), mats[0][-1]
         if n is None and len(mats) >= 2:
             n = mats[1][0] if mats[1][-1] == k else mats[1][-1]
-        return {"M": m, "N": n, "K": k} if None not in (m, n, k) else None
+        return {"M": m, "N": n, "K": k} if m is not None and n is not None and k is not None else None
     if kind == "attention":
         t = _int_named(ints, ("T", "N_CTX", "seq_len", "seqlen", "S", "L"))
         d = _int_named(ints, ("HEAD_DIM", "D", "head_dim", "hs"))

@@ -66,7 +66,7 @@ def _record(fn_obj: Any, args: tuple, kwargs: dict, grid: Any, extra: dict | Non
             ints[key] = value
     programs = None
     try:
-        g = grid(values) if callable(grid) else grid
+        g: Any = grid(values) if callable(grid) else grid
         g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
         programs = list(g)
     except Exception:  # noqa: BLE001 - a grid we cannot evaluate is only missing information

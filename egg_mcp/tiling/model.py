@@ -236,8 +236,9 @@ def estimate(values: dict[str, int], space: CandidateSpace, *, gpu: GpuSpec, dim
                 est.reasons.append(tag + reason)
         est.notes += [tag + n for n in e.notes if tag + n not in est.notes]
     if est.feasible:
-        est.predicted_ms = sum(e.predicted_ms for _, e in parts)
-        heavy = max((e for _, e in parts), key=lambda e: e.predicted_ms)
+        # (a feasible estimate has its time)
+        est.predicted_ms = sum(e.predicted_ms or 0.0 for _, e in parts)
+        heavy = max((e for _, e in parts), key=lambda e: e.predicted_ms or 0.0)
     else:
         heavy = next(e for _, e in parts if not e.feasible)
     for field in ("smem_bytes", "regs_per_thread", "ctas_per_sm", "occupancy", "grid", "waves", "tail_waste",

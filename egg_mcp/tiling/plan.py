@@ -7,7 +7,7 @@ job) and the benchmark (which replays the same choices against an exhaustive mea
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
 Config = dict[str, int]
 
@@ -29,7 +29,7 @@ def round_sizes(max_trials: int) -> list[int]:
     return sizes
 
 
-def _distance(a: Config, b: Config, choices: dict[str, Sequence[int]]) -> int:
+def _distance(a: Config, b: Config, choices: Mapping[str, Sequence[int]]) -> int:
     total = 0
     for name, value in a.items():
         options = list(choices.get(name, []))
@@ -41,8 +41,8 @@ def _distance(a: Config, b: Config, choices: dict[str, Sequence[int]]) -> int:
     return total
 
 
-def next_configs(ranked: list[tuple[Config, float]], choices: dict[str, Sequence[int]],
-                 measured: dict[tuple, float | None], n: int) -> list[Config]:
+def next_configs(ranked: list[tuple[Config, float]], choices: Mapping[str, Sequence[int]],
+                 measured: Mapping[tuple, float | None], n: int) -> list[Config]:
     """Up to `n` unmeasured configs from `ranked` ((config, predicted_ms), best first).
 
     `measured` maps config_key -> median ms (None when the config failed). Before any success the
@@ -113,8 +113,8 @@ def _rounded(predicted_ms: float) -> float:
     return float(f"{predicted_ms:.5g}")
 
 
-def simulate_search(ranked: list[tuple[Config, float]], choices: dict[str, Sequence[int]],
-                    oracle: dict[tuple, float | None], max_trials: int) -> list[Config]:
+def simulate_search(ranked: list[tuple[Config, float]], choices: Mapping[str, Sequence[int]],
+                    oracle: Mapping[tuple, float | None], max_trials: int) -> list[Config]:
     """The configs the search would measure, in order, given every config's measured time."""
     measured: dict[tuple, float | None] = {}
     order: list[Config] = []

@@ -17,7 +17,8 @@ class _Offsets:
         for line in data.splitlines(keepends=True):
             self.starts.append(self.starts[-1] + len(line))
 
-    def span(self, node: ast.AST) -> tuple[int, int]:
+    def span(self, node: ast.expr) -> tuple[int, int]:
+        assert node.end_lineno is not None and node.end_col_offset is not None  # ast.parse sets them
         return (self.starts[node.lineno - 1] + node.col_offset, self.starts[node.end_lineno - 1] + node.end_col_offset)
 
 

@@ -20,12 +20,12 @@ class TunableParam(BaseModel):
 
     name: str
     role: ParamRole
-    current: int | None = Field(None, description="value in the source now (None: not set in the source)")
+    current: int | None = Field(default=None, description="value in the source now (None: not set in the source)")
     choices: list[int] = Field(default_factory=list, description="values the search may try")
     sources: list[ParamSource] = Field(default_factory=list, description="where the parameter was found")
     choices_from: Literal["declared", "autotune", "inferred", "current"] = "current"
-    axis: str | None = Field(None, description="problem dimension this block tiles (e.g. 'M', 'n_cols')")
-    applicable: bool = Field(True, description="apply_config can rewrite it in the source")
+    axis: str | None = Field(default=None, description="problem dimension this block tiles (e.g. 'M', 'n_cols')")
+    applicable: bool = Field(default=True, description="apply_config can rewrite it in the source")
     kernels: list[str] = Field(default_factory=list, description="kernels taking it as a tl.constexpr")
     line: int | None = None
     note: str = ""
@@ -38,17 +38,17 @@ class KernelFacts(BaseModel):
     constexprs: list[str] = Field(default_factory=list)
     has_loop: bool = False
     uses_dot: bool = False
-    ieee_dot: bool = Field(False, description="tl.dot(..., input_precision='ieee'): no TF32 for fp32 inputs")
+    ieee_dot: bool = Field(default=False, description="tl.dot(..., input_precision='ieee'): no TF32 for fp32 inputs")
     tl_calls: list[str] = Field(default_factory=list, description="tl.* functions it calls")
     autotuned: bool = False
     line: int | None = None
-    dot_precision: str | None = Field(None, description="input_precision of its tl.dot calls (None: Triton's default)")
+    dot_precision: str | None = Field(default=None, description="input_precision of its tl.dot calls (None: Triton's default)")
     n_dots: int = 0
     bindings: dict[str, str] = Field(
         default_factory=dict, description="constexpr / launch option (num_warps, num_stages) -> the parameter that "
                                           "sets it at this kernel's launch sites")
     launch_sites: int = 0
-    persistent: bool = Field(False, description="its programs loop over the tiles: the grid's size is its own")
+    persistent: bool = Field(default=False, description="its programs loop over the tiles: the grid's size is its own")
 
 
 class KernelCall(BaseModel):
@@ -60,7 +60,7 @@ class KernelCall(BaseModel):
     params: dict[str, str] = Field(default_factory=dict, description="name the kernel sees -> parameter of the space")
     fixed: dict[str, int] = Field(default_factory=dict, description="values set at the launch that are not tunable")
     precision: str | None = None
-    dims_from: str = Field("task", description="'launch' (read from the probe of this launch) or 'task'")
+    dims_from: str = Field(default="task", description="'launch' (read from the probe of this launch) or 'task'")
     grid: list[int] = Field(default_factory=list, description="the grid the probe saw it launched with")
     axes: dict[str, str] = Field(default_factory=dict,
                                  description="block the kernel sees -> the dim its grid shows it tiles")
@@ -98,15 +98,15 @@ class ConfigEstimate(BaseModel):
     rules: list[str] = Field(default_factory=list, description="ids of the pruning rules that fired")
     reasons: list[str] = Field(default_factory=list, description="each fired rule, in words")
     predicted_ms: float | None = None
-    score: float = Field(0.0, description="best predicted time / this predicted time (1.0 = best)")
+    score: float = Field(default=0.0, description="best predicted time / this predicted time (1.0 = best)")
     smem_bytes: int = 0
     regs_per_thread: int = 0
     ctas_per_sm: int = 0
-    occupancy: float = Field(0.0, description="resident warps / max warps per SM")
+    occupancy: float = Field(default=0.0, description="resident warps / max warps per SM")
     grid: list[int] = Field(default_factory=list)
     waves: float = 0.0
-    tail_waste: float = Field(0.0, description="fraction of launched lanes masked off")
-    intensity: float = Field(0.0, description="FLOP per byte loaded, per tile")
+    tail_waste: float = Field(default=0.0, description="fraction of launched lanes masked off")
+    intensity: float = Field(default=0.0, description="FLOP per byte loaded, per tile")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -121,9 +121,9 @@ class MeasuredConfig(BaseModel):
     max_abs_error: float | None = None
     kernels: list[KernelInfo] = Field(default_factory=list)
     timing_method: str | None = None
-    timing_cv: float | None = Field(None, description="coefficient of variation of the timed runs (GPU only)")
-    timing_runs: int | None = Field(None, description="timed runs behind median_ms")
-    sm_clock_mhz: int | None = Field(None, description="lowest SM clock NVML read around the timed runs")
+    timing_cv: float | None = Field(default=None, description="coefficient of variation of the timed runs (GPU only)")
+    timing_runs: int | None = Field(default=None, description="timed runs behind median_ms")
+    sm_clock_mhz: int | None = Field(default=None, description="lowest SM clock NVML read around the timed runs")
     throttle_reasons: list[str] = Field(default_factory=list, description="NVML throttle reasons around the runs")
 
 
@@ -171,14 +171,14 @@ class TilingProposal(BaseModel):
     pruned: list[PrunedGroup] = Field(default_factory=list)
     ranked: list[RankedConfig] = Field(default_factory=list)
     recommended: TilingConfig | None = None
-    recommended_source: str | None = Field(None, description="the candidate with the recommended config applied")
+    recommended_source: str | None = Field(default=None, description="the candidate with the recommended config applied")
     recommended_reason: str = ""
     measured: bool = False
     note: str = ""
     trials_used: int = 0
     kernels: list[KernelSummary] = Field(default_factory=list, description="one per launch the model priced")
     rank_correlation: float | None = Field(
-        None, description="Spearman rho of predicted vs measured time over the measured correct configs (>= 3)")
+        default=None, description="Spearman rho of predicted vs measured time over the measured correct configs (>= 3)")
     rank_correlation_n: int = 0
     wall_s: float = 0.0
     warnings: list[str] = Field(default_factory=list)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 from egg_mcp.analysis.environment_probes import CHECK as PROBE_CHECK
 from egg_mcp.analysis.environment_probes import describe as describe_probes
@@ -10,7 +11,7 @@ from egg_mcp.analysis.environment_probes import scan as scan_probes
 from egg_mcp.workflow import limits, memcheck_gate
 from egg_mcp.workflow.checks import evidence_mismatches
 from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check
-from egg_mcp.workflow.models import CommitResult, StageDecision
+from egg_mcp.workflow.models import CommitResult, HandoffContext, StageDecision
 from egg_mcp.stages import NEXT_STEP, Stage, next_stage
 from egg_mcp.workspace.repo import CandidateRow, CommitConflict, CommitRow, TaskRow
 
@@ -21,6 +22,8 @@ a 100 us kernel and the ~1.5% of a graph-replayed 5 us kernel measured on the H2
 
 class Commits(ServiceCore):
     """Needs `context` (views.py) for its reply: use it through `EggService`."""
+
+    context: Callable[[str], HandoffContext]
 
     # -- commit_stage ---------------------------------------------------------------------------
     async def commit_stage(self, task_id: str, candidate_id: str, decision: StageDecision,
@@ -135,7 +138,7 @@ class Commits(ServiceCore):
         cv = self._cv(cand)
         if stage is Stage.SEEDS:
             best = self.repo.fastest_correct(row.id, stage.value)
-            if best is not None and best.id != cand.id:
+            if best is not None and best.id != cand.id and best.time_ms is not None:  # (selected with a time)
                 noise = max(MIN_NOISE, 2 * (cv + self._cv(best)))
                 if t > best.time_ms * (1 + noise):
                     return (f"REFUSED: seed {best.id} is faster ({best.time_ms:.4g} ms vs {t:.4g} ms, beyond "

@@ -24,8 +24,8 @@ class CompareResult(BaseModel):
     candidate_b: str
     verdict: Literal["faster", "slower", "inconclusive"] = Field(
         description="B vs A: 'faster' when B's median time is lower beyond noise with 95 % bootstrap confidence")
-    confidence: float | None = Field(None, description="bootstrap share of resampled medians on the verdict's side")
-    median_ratio: float | None = Field(None, description="median over rounds of t_B / t_A (< 1: B faster)")
+    confidence: float | None = Field(default=None, description="bootstrap share of resampled medians on the verdict's side")
+    median_ratio: float | None = Field(default=None, description="median over rounds of t_B / t_A (< 1: B faster)")
     ci_low: float | None = None
     ci_high: float | None = None
     sign_test_p: float | None = None
@@ -35,7 +35,7 @@ class CompareResult(BaseModel):
     method: str = ""
     device: str | None = None
     summary: str
-    diff: str = Field("", description="unified diff of A's source to B's")
+    diff: str = Field(default="", description="unified diff of A's source to B's")
     diff_lines_changed: int = 0
     timing_available: bool
 

@@ -45,7 +45,7 @@ class ServiceCore:
         """Runs start_task's reference analysis: a separate engine so it never queues behind verifies."""
         self.gpu = gpu
         self._baseline_locks: dict[str, asyncio.Lock] = {}
-        self._inflight: dict[tuple[str, str], asyncio.Future] = {}
+        self._inflight: dict[tuple[str, str, str], asyncio.Future] = {}
         """Single flight: identical (task, source hash) verifies in this server share one evaluation."""
         interrupted = workspace.mark_interrupted()
         if interrupted:
@@ -269,7 +269,7 @@ class ServiceCore:
         analysis = self._analysis(row)
         base = self._baselines(row)
         commits = self._commits(row.id)
-        facts = dict(
+        facts: dict[str, Any] = dict(
             task_id=row.id, problem_name=row.name, dtype=opts.dtype, tolerance=opts.tolerance,
             eager_ms=_eager_ms(base),
             compile_ms=_compile_ms(base),

@@ -26,9 +26,9 @@ class MemcheckGate(BaseModel):
 
     status: Literal["clean", "memory_error", "over_bound", "unavailable", "skipped", "not_needed"]
     summary: str
-    cached: bool = Field(False, description="read back from the workspace (run once per candidate)")
-    cost_s: float | None = Field(None, description="wall seconds of the memcheck job, measured here when it ran")
-    measured_at: float | None = Field(None, description="unix time the memcheck ran (or was skipped)")
+    cached: bool = Field(default=False, description="read back from the workspace (run once per candidate)")
+    cost_s: float | None = Field(default=None, description="wall seconds of the memcheck job, measured here when it ran")
+    measured_at: float | None = Field(default=None, description="unix time the memcheck ran (or was skipped)")
     skip_reason: str | None = None
     errors: list[dict[str, Any]] = Field(default_factory=list, description="kernel, access, address, detail")
     report_id: str | None = None

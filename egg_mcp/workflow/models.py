@@ -13,14 +13,14 @@ from egg_mcp.workflow.memcheck_gate import MemcheckGate
 class TaskOptions(BaseModel):
     """Fixed when the task starts; recorded with every result."""
 
-    k_seeds: int = Field(3, ge=1, le=8)
+    k_seeds: int = Field(default=3, ge=1, le=8)
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     tolerance: TolerancePolicy
     size_overrides: dict[str, int | list[int]] = Field(
         default_factory=dict, description="problem size constants overridden for evaluation (CPU quick check)"
     )
     correctness_trials: int = 5
-    gpu_name: str | None = Field(None, description="GPU the task is measured on; None: CPU interpreter only")
+    gpu_name: str | None = Field(default=None, description="GPU the task is measured on; None: CPU interpreter only")
 
 
 # A measurement in a commit's evidence: a finite JSON number or a text; never a bool (lax pydantic read true as 1.0)
@@ -31,7 +31,7 @@ class Evidence(BaseModel):
     metric: str = Field(description="e.g. 'median_ms', 'dram_throughput_pct', 'registers'")
     before: Measurement = None
     after: Measurement = None
-    report_id: str | None = Field(None, description="profile/tiling report this number comes from")
+    report_id: str | None = Field(default=None, description="profile/tiling report this number comes from")
 
 
 class StageDecision(BaseModel):
@@ -39,7 +39,7 @@ class StageDecision(BaseModel):
 
     summary: str = Field(description="one line: what this stage decided")
     changes: list[str] = Field(default_factory=list, description="concrete changes to the kernel")
-    rationale: str = Field("", description="why, in terms of the bottleneck it addresses")
+    rationale: str = Field(default="", description="why, in terms of the bottleneck it addresses")
     evidence: list[Evidence] = Field(default_factory=list, description="measurements before/after")
 
 
@@ -81,7 +81,7 @@ class StartTaskResult(BaseModel):
     origin: str
     stage: str
     options: TaskOptions
-    analysis: dict[str, Any] | None = Field(None, description="reference analysis (ops, FLOPs, bytes, floor)")
+    analysis: dict[str, Any] | None = Field(default=None, description="reference analysis (ops, FLOPs, bytes, floor)")
     timing_available: bool
     notes: list[str] = Field(default_factory=list)
     brief: str = Field(description="the SEEDS stage brief for the Code role")
@@ -108,15 +108,15 @@ class VerifyResult(BaseModel):
     time_ms: float | None = None
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
-    speedup_vs_committed: float | None = Field(None, description="vs the kernel committed by the previous stage")
+    speedup_vs_committed: float | None = Field(default=None, description="vs the kernel committed by the previous stage")
     best_in_stage: bool = False
     result: EvalResult
-    debug_brief: str | None = Field(None, description="Debug-role brief when the candidate failed")
+    debug_brief: str | None = Field(default=None, description="Debug-role brief when the candidate failed")
     next_step: str
-    sandbox: str | None = Field(None, description="the sandbox the candidate ran in (its runner's level), or why "
+    sandbox: str | None = Field(default=None, description="the sandbox the candidate ran in (its runner's level), or why "
                                 "candidates do not run; a weak level the operator allowed is said here")
     size_overrides: dict[str, int | list[int]] | None = Field(
-        None, description="the quick-check sizes this result was taken at (None: the task's sizes)")
+        default=None, description="the quick-check sizes this result was taken at (None: the task's sizes)")
 
 
 class CommitResult(BaseModel):
@@ -124,12 +124,12 @@ class CommitResult(BaseModel):
     committed: CommittedStage
     new_stage: str
     warnings: list[str] = Field(default_factory=list)
-    repeated: bool = Field(False, description="true: this stage was already committed with this candidate; the "
+    repeated: bool = Field(default=False, description="true: this stage was already committed with this candidate; the "
                            "stored outcome is returned and nothing changed")
     brief: str = Field(description="brief for the next stage's Code role ('' when DONE)")
     context: HandoffContext
     next_step: str
-    memcheck: MemcheckGate | None = Field(None, description="the committed candidate's compute-sanitizer memcheck "
+    memcheck: MemcheckGate | None = Field(default=None, description="the committed candidate's compute-sanitizer memcheck "
                                           "(GPU; run once per candidate before its commit; None on the CPU)")
 
 
@@ -140,9 +140,9 @@ class CandidateSummary(BaseModel):
     status: str
     time_ms: float | None
     note: str | None
-    ran_on: str | None = Field(None, description="where its verify ran: host, GPU index, model, lane")
+    ran_on: str | None = Field(default=None, description="where its verify ran: host, GPU index, model, lane")
     quick_sizes: dict[str, int | list[int]] | None = Field(
-        None, description="a quick check's sizes (its time is at these sizes, never the task's); None at the task's")
+        default=None, description="a quick check's sizes (its time is at these sizes, never the task's); None at the task's")
 
 
 class TaskStatus(BaseModel):
@@ -159,9 +159,9 @@ class TaskStatus(BaseModel):
     candidates_in_stage: list[CandidateSummary]
     running_jobs: int
     reports: list[dict[str, Any]] = Field(default_factory=list)
-    baselines_ran_on: str | None = Field(None, description="where the eager/compile baselines were measured")
+    baselines_ran_on: str | None = Field(default=None, description="where the eager/compile baselines were measured")
     cluster: dict[str, Any] | None = Field(
-        None, description="the evaluation lanes (one per GPU; Ray nodes in cluster mode), GPUs by model, queue depth")
+        default=None, description="the evaluation lanes (one per GPU; Ray nodes in cluster mode), GPUs by model, queue depth")
 
 
 class TaskSummary(BaseModel):
@@ -190,4 +190,4 @@ class CandidateDetail(BaseModel):
     candidate: CandidateSummary
     source: str
     result: EvalResult | None = None
-    memcheck: MemcheckGate | None = Field(None, description="its memcheck before commit, when one ran or was skipped")
+    memcheck: MemcheckGate | None = Field(default=None, description="its memcheck before commit, when one ran or was skipped")

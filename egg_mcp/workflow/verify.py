@@ -78,7 +78,7 @@ class Verification(ServiceCore):
             self._inflight.pop(key, None)
         return self._verify_result(self._task_row(task_id), self._candidate_row(task_id, cand_id), cached=cached)
 
-    def _same_sizes(self, row: TaskRow, sizes: dict[str, int] | None):
+    def _same_sizes(self, row: TaskRow, sizes: dict[str, int | list[int]] | None):
         """Predicate for the verify cache: a row evaluated at these sizes (full size when sizes is None)."""
         def same(cand: CandidateRow) -> bool:
             if cand.status == "done":  # a timing taken while the GPU throttled is measured again
@@ -88,7 +88,7 @@ class Verification(ServiceCore):
         return same
 
     async def _verify_once(self, row: TaskRow, stage: Stage, source: str, source_sha: str, check, note: str | None,
-                           progress: ProgressFn | None, sizes: dict[str, int] | None) -> tuple[str, bool]:
+                           progress: ProgressFn | None, sizes: dict[str, int | list[int]] | None) -> tuple[str, bool]:
         while True:
             try:
                 claim = self.repo.claim_candidate(row.id, stage.value, source_sha, note, _owner_alive,

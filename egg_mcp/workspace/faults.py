@@ -19,7 +19,7 @@ class StorageFault(WorkspaceError):
     """A write to the workspace failed (disk full, size limit, read-only, I/O error, locked database)."""
 
 
-def _chain(exc: BaseException):
+def _chain(exc: BaseException | None):
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from egg_mcp.workspace.store import Workspace, new_id, now, owner_tag
 
@@ -78,6 +78,10 @@ class ReportRow:
 R = TypeVar("R")
 
 
+@overload
+def _row(cls: type[R], row: sqlite3.Row) -> R: ...
+@overload
+def _row(cls: type[R], row: sqlite3.Row | None) -> R | None: ...
 def _row(cls: type[R], row: sqlite3.Row | None) -> R | None:
     if row is None:
         return None
@@ -171,7 +175,7 @@ class Repository:
         (another server evaluating it: the DB row is the lock); else a new running row for this call.
         `same(row)` narrows the match (verify: evaluated at the same sizes)."""
         with self.ws.transaction() as db:
-            rows = db.execute(
+            rows: list[sqlite3.Row] = db.execute(
                 "SELECT * FROM candidates WHERE task_id=? AND source_sha=? AND status IN ('done','running','queued')"
                 " ORDER BY (status='done') DESC, created_at DESC", (task_id, source_sha)).fetchall()
             for r in rows:

@@ -26,7 +26,7 @@ from egg_mcp.problems.builtin import builtin_source  # noqa: E402
 
 ADVERSARIAL = Path(__file__).parent.parent / "adversarial"
 CORRECT = (ADVERSARIAL / "correct_row_softmax.py").read_text()
-MID = {"batch_size": 1024, "dim": 1000}
+MID: dict[str, int | list[int]] = {"batch_size": 1024, "dim": 1000}
 KERNEL_END = "    return y\n"
 
 

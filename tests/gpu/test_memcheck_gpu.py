@@ -24,7 +24,7 @@ CORRECT = (Path(__file__).parent.parent / "adversarial" / "correct_row_softmax.p
 PAST_THE_END = CORRECT.replace(
     "tl.store(y_ptr + row * y_stride + cols, num / tl.sum(num, axis=0), mask=mask)",
     "tl.store(y_ptr + row * y_stride + cols, num / tl.sum(num, axis=0), mask=cols <= n_cols)")
-SIZES = {"batch_size": 4096, "dim": 1000}
+SIZES: dict[str, int | list[int]] = {"batch_size": 4096, "dim": 1000}
 
 
 def _run(coro_fn, tmp_path):

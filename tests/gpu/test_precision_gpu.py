@@ -52,7 +52,7 @@ def _gpu_error(m, n, k, prec, kind):
         a = torch.randn(m, k, device="cuda", generator=g)
         b = (torch.rand(k, n, device="cuda", generator=g) * 2 - 1) / k ** 0.5
     c = torch.empty(m, n, device="cuda")
-    _mm[(triton.cdiv(m, 64), triton.cdiv(n, 64))](a, b, c, m, n, k, PREC=prec, BM=64, BN=64, BK=32)
+    _mm[(triton.cdiv(m, 64), triton.cdiv(n, 64))](a, b, c, m, n, k, PREC=prec, BM=64, BN=64, BK=32)  # pyright: ignore[reportArgumentType]  # ints for tl.constexpr (Triton's typing)
     ref = a.double() @ b.double()
     err = (c.double() - ref).abs()
     return float(err.max()), float((err - 1e-4 * ref.abs()).clamp_min(0).max())

@@ -25,6 +25,7 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("profiling_kernels", ROOT / "benchmarks" / "profiling_kernels.py")
+assert _spec is not None and _spec.loader is not None
 kernels = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(kernels)
 

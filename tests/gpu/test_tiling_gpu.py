@@ -87,7 +87,7 @@ def test_out_of_shared_memory_is_reported_and_predicted():
 
 def test_propose_tiling_measures_and_recommends_a_correct_config():
     source = (KERNELS / "gemm_bias_relu.py").read_text()
-    overrides = {"batch_size": 2048, "in_features": 1024, "out_features": 2048}
+    overrides: dict[str, int | list[int]] = {"batch_size": 2048, "in_features": 1024, "out_features": 2048}
     options = EvalOptions(dtype="bfloat16", tolerance=default_tolerance("bfloat16"), size_overrides=overrides)
     calls = []
 
@@ -100,11 +100,14 @@ def test_propose_tiling_measures_and_recommends_a_correct_config():
         time_budget_s=240, progress=progress))
     assert proposal.measured and proposal.trials_used == 6, proposal.note  # the current config among them
     assert proposal.ranked[0].correct and proposal.ranked[0].measured_ms > 0
-    assert proposal.ranked[0].measured_ms == min(r.measured_ms for r in proposal.ranked if r.correct)
+    assert all(r.measured_ms is not None for r in proposal.ranked if r.correct)
+    assert proposal.ranked[0].measured_ms == min(r.measured_ms for r in proposal.ranked
+                                                 if r.correct and r.measured_ms is not None)
     if proposal.recommended is None:  # the current config was fastest within noise: nothing to change
         assert proposal.recommended_reason.startswith("keep the current config"), proposal.recommended_reason
     else:  # a winner beats the current config beyond noise, and its source has its values
         assert "faster than the current config" in proposal.recommended_reason, proposal.recommended_reason
+        assert proposal.recommended_source is not None
         reread = {p.name: p.current for p in extract_space(proposal.recommended_source).params}
         assert all(reread[k] == v for k, v in proposal.recommended.values.items())
     assert calls[0][0] == 0 and calls[-1][0] == 6
@@ -118,7 +121,7 @@ def test_multi_kernel_candidate_is_probed_priced_per_kernel_and_correlated():
     kb = REPO / "benchmarks" / "problems" / "kernelbench"
     reference = (kb / "43_MinGPTCausalAttention.py").read_text()
     source = (kb / "mingpt_attention_triton.py").read_text()
-    overrides = {"batch_size": 4}
+    overrides: dict[str, int | list[int]] = {"batch_size": 4}
     launches = probe_launches({"reference_source": reference, "candidate_source": source, "dtype": "float32",
                                "size_overrides": overrides})["launches"]
     assert [r["kernel"] for r in launches] == ["linear_kernel", "attn_kernel", "linear_kernel"]

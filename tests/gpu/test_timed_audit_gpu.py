@@ -26,8 +26,8 @@ from egg_mcp.problems.builtin import builtin_source  # noqa: E402
 
 CORRECT = (Path(__file__).parent.parent / "adversarial" / "correct_row_softmax.py").read_text()
 HEAD = CORRECT.split("class ModelNew")[0]
-SMALL = {"batch_size": 256, "dim": 1000}   # a few us per call: CUDA-graph replay
-LARGE = {"batch_size": 32768, "dim": 8192}  # ~0.5 ms per call: per-call CUDA events
+SMALL: dict[str, int | list[int]] = {"batch_size": 256, "dim": 1000}   # a few us per call: CUDA-graph replay
+LARGE: dict[str, int | list[int]] = {"batch_size": 32768, "dim": 8192}  # ~0.5 ms per call: per-call CUDA events
 
 CHEATS = {
     # returns the output of the last eager call when captured into a graph (no launch while captured)

@@ -14,4 +14,4 @@ BUILTIN_PROBLEMS = ("softmax", "gemm_bias_relu")
 def builtin_source(name: str) -> str:
     if name not in BUILTIN_PROBLEMS:
         raise KeyError(f"unknown built-in problem {name!r}; choose one of {', '.join(BUILTIN_PROBLEMS)}")
-    return resources.files(__package__).joinpath(f"{name}.py").read_text()
+    return resources.files(__name__).joinpath(f"{name}.py").read_text()
