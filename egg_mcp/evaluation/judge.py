@@ -95,6 +95,10 @@ class Judge(Verdicts):
         if self._phase_open is not None:
             prev, start = self._phase_open
             self.phase_s[prev] = round(self.phase_s.get(prev, 0.0) + now - start, 4)
+            if self.device == "cuda" and torch.cuda.is_initialized():  # what each phase held (large sizes: OOM)
+                peaks = self.judge_info.setdefault("gpu_peak_reserved_gib", {})
+                peaks[prev] = max(peaks.get(prev, 0.0), round(torch.cuda.max_memory_reserved() / 2**30, 1))
+                torch.cuda.reset_peak_memory_stats()
         self._phase_open = (name, now) if name else None
 
     def seed(self) -> int:
