@@ -124,14 +124,28 @@ def test_the_judge_falls_back_to_a_host_region_when_no_gpu_region_can_be_made_or
             FakeDevice.closed = True
 
     monkeypatch.setattr(exchange_mod, "DeviceExchange", FakeDevice)
-    monkeypatch.setattr(exchange_mod.torch if hasattr(exchange_mod, "torch") else __import__("torch").cuda,
-                        "current_device", lambda: 0, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(exchange_mod, "_too_big_for_gpu", lambda total: None)
     asked.clear()
     held = OutputExchange(1 << 20)
     region, info = exchange_mod.offer_region(ask, 1 << 20, True, held)
     assert [h["where"] for h in asked] == ["device", "host"] and FakeDevice.closed
     assert region is held and info["kept"] is True and "not mapped by the runner: CUresult 1" in info["device_region"]
     held.close()
+
+
+def test_a_gpu_region_is_used_only_where_the_measured_peak_leaves_room_for_it(monkeypatch):
+    """At 6 GiB of output the H200's judge and runner together needed at least 23x the output (verify_sizes_3a97d84.json):
+    a region on top of that ran the judge out of memory, so such a job gets the host region."""
+    from types import SimpleNamespace
+
+    from egg_mcp.evaluation import exchange as exchange_mod
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=int(139.8 * 2**30)))
+    assert exchange_mod._too_big_for_gpu(2 << 30) is None
+    said = exchange_mod._too_big_for_gpu(6 << 30)
+    assert said is not None and "6.0 GiB of outputs x 25" in said and "139.8 GiB" in said
 
 
 KERNEL = '''

@@ -159,6 +159,28 @@ class Ranges:
         return None
 
 
+GPU_PEAK_PER_OUTPUT_BYTE = 24
+"""What the judge and the runner needed together at their peak per byte of output, at level1/23 softmax's full size on
+the H200 (6 GiB out): the judge held 90.6 GiB in its timed-call audit and could not get 6 GiB more, the runner held
+42.7 GiB, so at least (96.6 + 42.7) / 6 = 23.2 (benchmarks/results/h200_2026-12-02/verify_sizes_3a97d84.json). A GPU
+region adds one byte per output byte for the whole job: there it ran the judge out of memory, so a region goes on the
+GPU only where that fits (a 2 GiB output did: verify overhead 0.80 s there, against 1.90 s through host memory)."""
+
+
+def _too_big_for_gpu(total: int) -> str | None:
+    """Why a GPU region of `total` bytes is not used on this device (None: it fits)."""
+    import torch
+
+    try:
+        capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    except Exception as exc:  # noqa: BLE001 - no device to ask: no GPU region
+        return f"not made: {exc}"[:200]
+    if (GPU_PEAK_PER_OUTPUT_BYTE + 1) * total <= capacity:
+        return None
+    return (f"not used: {total / 2**30:.1f} GiB of outputs x {GPU_PEAK_PER_OUTPUT_BYTE + 1} (the peak per output byte "
+            f"measured on the H200, plus the region) is over this GPU's {capacity / 2**30:.1f} GiB")
+
+
 def offer_region(ask: Callable[[dict[str, Any], int], dict[str, Any]], total: int, on_gpu: bool,
                  held: OutputExchange | None) -> tuple[Any, dict[str, Any]]:
     """The judge's side, once per job: (the region the runner mapped or None, what to say of it in judge_info).
@@ -167,7 +189,10 @@ def offer_region(ask: Callable[[dict[str, Any], int], dict[str, Any]], total: in
     import torch
 
     info: dict[str, Any] = {}
-    if on_gpu:
+    too_big = on_gpu and _too_big_for_gpu(total)
+    if too_big:
+        info["device_region"] = too_big
+    if on_gpu and not too_big:
         try:
             device = DeviceExchange(total, torch.cuda.current_device())
         except Exception as exc:  # noqa: BLE001 - no VMM here (driver, permissions): the host region
