@@ -190,9 +190,12 @@ def test_a_surplus_spare_being_disposed_does_not_stand_in_for_a_replacement(tmp_
         ev.pool._track(ev.pool._refill("interp"), "interp")  # a burst's spare arrives after the burst ended: surplus
         await asyncio.wait_for(dying.wait(), 5)
         _, pooled = await ev.pool.take("interp", None)  # a job takes the ready spare meanwhile
-        await asyncio.sleep(0.05)
+        starting = [t for t in ev.pool._refills if getattr(t, "egg_mode", None) == "interp"]
+        if starting:  # the replacement it started
+            await asyncio.wait(starting, timeout=30)
         release.set()
-        await asyncio.sleep(0.05)
+        if ev.pool._refills:  # the surplus's disposal, now released
+            await asyncio.wait(list(ev.pool._refills), timeout=30)
         spares = len(ev.pool.spares.get("interp", []))
         await ev.aclose()
         return pooled, spares
