@@ -123,21 +123,40 @@ def test_no_lane_at_all_says_so():
     assert result.fault == "harness" and "no evaluation lane" in result.summary
 
 
+class GatedEvaluator(TrackingEvaluator):
+    """Evaluates only once `gate` is set: the lane stays busy for as long as the test needs, not for a set time."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def evaluate(self, reference_source, candidate_source, options, progress=None):
+        self.running += 1
+        try:
+            await self.gate.wait()
+        finally:
+            self.running -= 1
+        return await super().evaluate(reference_source, candidate_source, options, progress)
+
+
 def test_cpu_only_jobs_do_not_wait_for_a_busy_lane():
-    slow = TrackingEvaluator(delay_s=0.5)
+    slow = GatedEvaluator()
     pool = LanePool([LocalLane(slow, device_index=0, device_model="GPU-X", host="h")])
 
     async def main():
         verify = asyncio.ensure_future(pool.evaluate(REF_A, "# c", EvalOptions()))
-        await asyncio.sleep(0.05)
-        t0 = asyncio.get_running_loop().time()
+        deadline = asyncio.get_running_loop().time() + 60
+        while not slow.running:  # the lane is busy with the verify
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
         out = await pool.run_job("egg_mcp.analysis.reference:analyze_job", {}, timeout_s=5, uses_gpu=False)
-        waited = asyncio.get_running_loop().time() - t0
+        busy = not verify.done()  # answered while the lane's verify still runs
+        slow.gate.set()
         await verify
-        return out, waited
+        return out, busy
 
-    out, waited = run(main())
-    assert isinstance(out, JobOutcome) and out.placement is not None and waited < 0.3
+    out, busy = run(main())
+    assert isinstance(out, JobOutcome) and out.placement is not None and busy
 
 
 def test_job_specs_round_trip_through_execute():

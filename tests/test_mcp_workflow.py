@@ -69,15 +69,51 @@ def _stdio_server(tmp_path) -> StdioServerParameters:
     )
 
 
-def test_full_workflow_over_stdio(tmp_path):
-    params = _stdio_server(tmp_path)
+async def _workflow_over_stdio(client) -> None:
+    final = await drive_to_done(client)
+    assert final["stage"] == "DONE"
+
+
+async def _candidate_flooding_stdout(client) -> None:
+    noisy = SEEDS[0].replace("        x = x.contiguous()\n",
+                             "        print('x' * (100 * 1024 * 1024))\n        x = x.contiguous()\n", 1)
+    assert noisy != SEEDS[0]
+    tid = (await call(client, "start_task", reference="softmax"))["task_id"]
+    flooded = await call(client, "verify", task_id=tid, source=noisy)
+    assert flooded["verdict"] == "correct", flooded["summary"]
+    assert len(flooded["result"]["stdout_tail"]) < 200_000
+    status = await call(client, "task_status", task_id=tid)  # the protocol stream is intact
+    assert status["candidates_in_stage"][0]["verdict"] == "correct"
+
+
+@pytest.fixture(scope="module")
+def over_stdio(tmp_path_factory) -> dict[str, BaseException | None]:
+    """One `egg-mcp serve` over stdio for the scenarios below, in order (one server start and one judge, not one
+    each): what each raised, or None. A scenario that fails is its test's failure, not the other's."""
+    params = _stdio_server(tmp_path_factory.mktemp("stdio"))
+    outcomes: dict[str, BaseException | None] = {}
 
     async def main():
         async with Client(params, read_timeout_seconds=300) as client:
-            final = await drive_to_done(client)
-            assert final["stage"] == "DONE"
+            for name, scenario in (("workflow", _workflow_over_stdio), ("flood", _candidate_flooding_stdout)):
+                try:
+                    await scenario(client)
+                    outcomes[name] = None
+                except Exception as exc:  # noqa: BLE001 - re-raised by the scenario's test
+                    outcomes[name] = exc
 
     anyio.run(main)
+    return outcomes
+
+
+def _raise_if_failed(outcomes: dict[str, BaseException | None], name: str) -> None:
+    assert name in outcomes, f"the {name} scenario did not run (the server ended before it)"
+    if outcomes[name] is not None:
+        raise outcomes[name]
+
+
+def test_full_workflow_over_stdio(over_stdio):
+    _raise_if_failed(over_stdio, "workflow")
 
 
 def test_clear_errors(tmp_path):
@@ -139,19 +175,5 @@ def test_restart_mid_task_resumes(tmp_path):
     anyio.run(second)
 
 
-def test_candidate_flooding_stdout_does_not_reach_the_stdio_stream(tmp_path):
-    noisy = SEEDS[0].replace("        x = x.contiguous()\n",
-                             "        print('x' * (100 * 1024 * 1024))\n        x = x.contiguous()\n", 1)
-    assert noisy != SEEDS[0]
-    params = _stdio_server(tmp_path)
-
-    async def main():
-        async with Client(params, read_timeout_seconds=300) as client:
-            tid = (await call(client, "start_task", reference="softmax"))["task_id"]
-            flooded = await call(client, "verify", task_id=tid, source=noisy)
-            assert flooded["verdict"] == "correct", flooded["summary"]
-            assert len(flooded["result"]["stdout_tail"]) < 200_000
-            status = await call(client, "task_status", task_id=tid)  # the protocol stream is intact
-            assert status["candidates_in_stage"][0]["verdict"] == "correct"
-
-    anyio.run(main)
+def test_candidate_flooding_stdout_does_not_reach_the_stdio_stream(over_stdio):
+    _raise_if_failed(over_stdio, "flood")

@@ -381,6 +381,23 @@ CASES = {name: (ref, _candidate_source(body)) for name, (ref, body) in CANDIDATE
 CASES["tiny_softmax_honest"] = ("tiny_softmax", HEADER + SOFTMAX_HONEST)
 
 
+def _submission_order() -> list[str]:
+    """The cases two references at a time, alternating (A1, B1, A2, B2, C1, D1, ...): on CI's two CPU slots each
+    reference's next candidate finds the judge that holds it idle (engine_judges.py), where side-by-side
+    candidates of one reference would each start a judge."""
+    by_ref: dict[str, list[str]] = {}
+    for name, (ref, _) in CASES.items():
+        by_ref.setdefault(ref, []).append(name)
+    groups = list(by_ref.values())
+    order = []
+    for i in range(0, len(groups), 2):
+        pair = groups[i:i + 2]
+        for k in range(max(map(len, pair))):
+            order += [g[k] for g in pair if k < len(g)]
+    assert sorted(order) == sorted(CASES)
+    return order
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     from egg_mcp.evaluation.engine import WorkerEvaluator
@@ -390,9 +407,10 @@ def results(tmp_path_factory):
                                     spare_workers=0)
         try:
             options = EvalOptions(correctness_trials=2)
+            names = _submission_order()
             outs = await asyncio.gather(*[
-                evaluator.evaluate(HEADER + REFERENCES[ref], source, options) for ref, source in CASES.values()])
-            return dict(zip(CASES, outs))
+                evaluator.evaluate(HEADER + REFERENCES[CASES[n][0]], CASES[n][1], options) for n in names])
+            return dict(zip(names, outs))
         finally:
             await evaluator.aclose()
 

@@ -96,11 +96,16 @@ _JUDGE = textwrap.dedent("""
         "else:\\n"
         "    while not os.path.exists(sys.argv[1]): time.sleep(0.01)\\n", pidfile])
     runner.wait()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 60
+    while not open(pidfile).read():  # the grandchild made the file first, then wrote its pid
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     grandchild = int(open(pidfile).read())
     ppid = int(open(f"/proc/{grandchild}/stat").read().rsplit(")", 1)[1].split()[1])
     n = kill_descendants()
-    time.sleep(0.2)
+    while open(f"/proc/{grandchild}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":  # dead, not yet reaped
+        assert time.monotonic() < deadline + 60
+        time.sleep(0.01)
     reaped = reap_zombies(exclude=[runner.pid])
     print(ppid == os.getpid(), n, reaped, os.path.exists(f"/proc/{grandchild}"))
 """)

@@ -272,7 +272,10 @@ def test_identical_verify_on_a_second_server_waits_for_the_first_ones_row(tmp_pa
     t.start()
     import time
 
-    time.sleep(0.3)  # a's row is running now
+    deadline = time.monotonic() + 60
+    while not slow.evaluated:  # a's row is running now (its evaluation began, for delay_s)
+        assert time.monotonic() < deadline and t.is_alive(), "the first server never started its evaluation"
+        time.sleep(0.01)
     out["b"] = run(b.verify(tid, SEED))
     t.join()
     assert slow.evaluated == 1 and other.evaluated == 0

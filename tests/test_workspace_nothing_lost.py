@@ -186,6 +186,14 @@ def _disk_full_on_results(ws: Workspace) -> None:
     ws.put_text = put_text  # type: ignore[method-assign]
 
 
+async def _evaluating(fake: FakeEvaluator, n: int) -> None:
+    """Until the fake evaluator has begun its n-th evaluation (a generous deadline, not a set sleep)."""
+    deadline = asyncio.get_running_loop().time() + 60
+    while fake.evaluated < n:
+        assert asyncio.get_running_loop().time() < deadline, "the first verify never began its evaluation"
+        await asyncio.sleep(0.01)
+
+
 def test_disk_full_after_the_job_interrupts_the_row_and_waiters_read_the_cause(tmp_path):
     ws = tmp_path / "ws"
     first = make_service(ws, FakeEvaluator(delay_s=1.0))
@@ -196,7 +204,7 @@ def test_disk_full_after_the_job_interrupts_the_row_and_waiters_read_the_cause(t
 
     async def both():
         a = asyncio.ensure_future(first.verify(tid, SEED))
-        await asyncio.sleep(0.3)
+        await _evaluating(first.evaluator, 2)  # the warm-up's evaluation, then a's: a's row is running
         b = asyncio.ensure_future(second.verify(tid, SEED))
         return await asyncio.wait_for(asyncio.gather(a, b, return_exceptions=True), timeout=20)
 
@@ -241,7 +249,7 @@ def test_disk_full_when_the_database_cannot_record_it_still_releases_waiters(tmp
 
     async def both():
         a = asyncio.ensure_future(first.verify(tid, SEED))
-        await asyncio.sleep(0.3)
+        await _evaluating(first.evaluator, 2)
         b = asyncio.ensure_future(first._verify_once(first._task_row(tid), first._stage(first._task_row(tid)),
                                                      SEED, first.ws.put_text(SEED), _Check(), None, None, None))
         return await asyncio.wait_for(asyncio.gather(a, b, return_exceptions=True), timeout=20)
