@@ -191,8 +191,9 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
 
 def _mcp_line() -> int:
     try:
-        import mcp  # noqa: F401
         from importlib.metadata import version
+
+        import mcp  # noqa: F401
 
         _line(OK, "mcp SDK", version("mcp"))
     except Exception as exc:  # pragma: no cover - install problem

@@ -15,9 +15,9 @@ import pytest
 
 from egg_mcp.calibration import explain as ex
 from egg_mcp.calibration import matmul, ncu_gemm, sampler
-from egg_mcp.hardware.calibration_record import Calibration
 from egg_mcp.calibration.peaks import device_peaks
 from egg_mcp.calibration.run import describe
+from egg_mcp.hardware.calibration_record import Calibration
 
 H200 = {"name": "NVIDIA H200", "sm_count": 132, "sm_clock_max_mhz": 1980, "compute_capability": "9.0"}
 BF16_FLOPS = 2.0 * 8192 ** 3

@@ -18,7 +18,6 @@ import pytest
 
 from egg_mcp.calibration import explain as ex
 from egg_mcp.calibration import ncu_gemm
-from egg_mcp.hardware.calibration_record import Calibration
 from egg_mcp.calibration.run import describe
 from egg_mcp.profiling.ncu_csv import render_raw_csv
 
@@ -258,8 +257,8 @@ def _record() -> dict:
 
 
 def test_calibrate_ncu_profiles_the_l2_probe_in_the_same_job_and_explains_it_by_its_path(monkeypatch):
-    from egg_mcp.profiling import ncu_command
     from egg_mcp.calibration.run import calibrate
+    from egg_mcp.profiling import ncu_command
 
     monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: "/opt/ncu")
     engine = _FakeEngine(_record())
@@ -289,8 +288,8 @@ def test_calibrate_ncu_profiles_the_l2_probe_in_the_same_job_and_explains_it_by_
 def test_an_ncu_without_the_sm_read_metrics_falls_back_to_lts_bytes_and_says_so(monkeypatch):
     """An ncu that rejects one metric per run: asked again without each, the GEMMs read, the L2 row compared
     with lts__t_bytes (today's behaviour) with a note that names what this ncu lacked."""
-    from egg_mcp.profiling import ncu_command
     from egg_mcp.calibration.run import calibrate
+    from egg_mcp.profiling import ncu_command
 
     monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: "/opt/ncu")
     lacks = (ncu_gemm.SM_READ_RATE, ncu_gemm.SM_READ_PCT, ncu_gemm.RETURN_BUSY)

@@ -194,7 +194,8 @@ def test_task_status_says_where_each_job_ran_and_shows_the_lanes(tmp_path):
 
 def test_doctor_lists_the_lanes_and_names_the_extra_without_ray(tmp_path, monkeypatch):
     from egg_mcp import doctor
-    from egg_mcp.cluster import lanes as lanes_mod, ray_lanes
+    from egg_mcp.cluster import lanes as lanes_mod
+    from egg_mcp.cluster import ray_lanes
     from egg_mcp.config import ServerConfig
 
     monkeypatch.setattr(lanes_mod, "visible_gpus", lambda: [("0", "NVIDIA H200"), ("1", "NVIDIA H200")])

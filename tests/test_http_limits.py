@@ -203,8 +203,11 @@ def test_header_and_body_timeouts(server):
 def test_log_rate_limit_filter_bounds_a_flood():
     now = [0.0]
     flt = RateLimitedLogFilter(burst=5, per_s=10.0, clock=lambda: now[0])
-    rec = lambda: logging.LogRecord("uvicorn.error", logging.WARNING, __file__, 1, "Invalid HTTP request received.",
-                                    None, None)
+
+    def rec():
+        return logging.LogRecord("uvicorn.error", logging.WARNING, __file__, 1, "Invalid HTTP request received.",
+                                 None, None)
+
     passed = [flt.filter(r := rec()) and r for _ in range(10_000)]
     assert sum(1 for p in passed if p) == 5
     now[0] = 10.0

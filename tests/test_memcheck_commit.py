@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.evaluation import memcheck as memcheck_module
 from egg_mcp.contract import ErrorReport
+from egg_mcp.evaluation import memcheck as memcheck_module
 from egg_mcp.evaluation.memcheck import MemcheckResult, MemoryAccessError
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.workflow.models import StageDecision

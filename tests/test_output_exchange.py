@@ -69,9 +69,9 @@ def test_the_judge_refuses_ranges_outside_the_region_overlapping_or_unoffered():
 
 def test_a_runner_accepts_descriptors_only_with_the_exchange_command():
     """Descriptors sent with any other command are closed by the runner loop, never kept."""
-    from types import SimpleNamespace
     import os
     import threading
+    from types import SimpleNamespace
 
     from egg_mcp.evaluation import runner_loop
 

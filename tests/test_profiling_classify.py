@@ -5,8 +5,8 @@ import pytest
 from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.profiling import classify as C
 from egg_mcp.profiling.metrics import stall_metric
-from egg_mcp.profiling.profile_report import Metric
 from egg_mcp.profiling.occupancy import occupancy
+from egg_mcp.profiling.profile_report import Metric
 from egg_mcp.stages import Stage
 
 H200 = GPU_TABLE["H200"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.contract import EvalOptions, ErrorReport, JobOutcome
+from egg_mcp.contract import ErrorReport, EvalOptions, JobOutcome
 from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.profiling import classify, ncu_command

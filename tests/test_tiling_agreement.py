@@ -4,8 +4,8 @@ GPU that drifts between readings, and each residual is named (clock, A/A noise, 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import importlib.util
+import statistics
 import sys
 from pathlib import Path
 from types import SimpleNamespace

@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import tiling_rank_replay as replay  # noqa: E402
+
 from egg_mcp.hardware import GPU_TABLE  # noqa: E402
 from egg_mcp.tiling import costs  # noqa: E402
 from egg_mcp.tiling.costs import _LIVE_PER_ELEMENT_LOOPING, _ctas_per_sm, _round_up  # noqa: E402

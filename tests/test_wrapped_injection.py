@@ -13,7 +13,12 @@ from egg_mcp.evaluation.tool_confine import injection_roots
 from egg_mcp.profiling.profile_job import ncu_injection_failure, profile_candidate
 from egg_mcp.stages import Stage
 from tests.test_profiling_runner import (  # noqa: F401  (fake_ncu is a fixture)
-    H200, SOFTMAX_CANDIDATE, SOFTMAX_REFERENCE, TARGET_RESULT, FakeEvaluator, fake_ncu,
+    H200,
+    SOFTMAX_CANDIDATE,
+    SOFTMAX_REFERENCE,
+    TARGET_RESULT,
+    FakeEvaluator,
+    fake_ncu,
 )
 
 LD_ERROR = ("ERROR: ld.so: object '/opt/nvidia/nsight-compute/2025.3.1/target/linux-desktop-glibc_2_11_3-x64/./"

@@ -18,11 +18,11 @@ import triton
 
 from egg_mcp.calibration.explain import relabel
 from egg_mcp.calibration.fma import fma_probe, fp32_fma_peak, sample_clock
-from egg_mcp.calibration.probe_kernels import _gemm_tf32x3, _l2_reread, _read_reduce  # noqa: F401 - tests reach them here
-from egg_mcp.calibration.matmul import matmul_probes
 from egg_mcp.calibration.matmul import best_ms as _best_ms
 from egg_mcp.calibration.matmul import entry as _entry
+from egg_mcp.calibration.matmul import matmul_probes
 from egg_mcp.calibration.peaks import FP32_LANES_PER_SM, device_peaks
+from egg_mcp.calibration.probe_kernels import _gemm_tf32x3, _l2_reread, _read_reduce  # noqa: F401 - tests reach them here
 from egg_mcp.calibration.sampler import nvml_reader
 
 MiB = 1 << 20

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from egg_mcp.contract import Evaluator
 from egg_mcp.hardware import calibration_store as store
 from egg_mcp.hardware.calibration_record import Calibration
-from egg_mcp.contract import Evaluator
 
 TARGET = "egg_mcp.calibration.probes:run_probes"
 TIMEOUT_S = 240.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from egg_mcp.cluster.lanes import LanePool, build_engine, engine_settings, local_lanes, visible_gpus
 

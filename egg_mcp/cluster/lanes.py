@@ -28,7 +28,12 @@ from typing import Any, Callable, Literal, Protocol, Sequence
 from egg_mcp.cluster import job_specs
 from egg_mcp.config import cuda_visible_devices
 from egg_mcp.contract import (
-    BaselineResult, EvalOptions, EvalResult, JobOutcome, Placement, ProgressFn,
+    BaselineResult,
+    EvalOptions,
+    EvalResult,
+    JobOutcome,
+    Placement,
+    ProgressFn,
 )
 
 log = logging.getLogger(__name__)

@@ -24,13 +24,19 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from egg_mcp.config import ServerConfig
+from egg_mcp.contract import Evaluator
 from egg_mcp.e2e.bench_items import BenchError, BenchItem, discover, eval_options, pending, problem_sha
 from egg_mcp.e2e.bench_progress import Progress, per_hour
 from egg_mcp.e2e.bench_report import render_markdown, write_outputs
 from egg_mcp.e2e.bench_results import (
-    BenchSummary, ProblemResult, aggregate, append_result, fingerprint, load_results, ratio,
+    BenchSummary,
+    ProblemResult,
+    aggregate,
+    append_result,
+    fingerprint,
+    load_results,
+    ratio,
 )
-from egg_mcp.contract import Evaluator
 
 BaselineCache = dict[tuple[str, str | None], tuple[float | None, float | None, str | None]]
 """(problem sha, GPU model) -> (eager ms, compile ms, compile error): two GPU models never share a baseline."""

@@ -9,8 +9,8 @@ from typing import Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
-from egg_mcp.e2e.bench_results import LEVEL_DIR, ProblemResult, fingerprint
 from egg_mcp.contract import EvalOptions, default_tolerance
+from egg_mcp.e2e.bench_results import LEVEL_DIR, ProblemResult, fingerprint
 from egg_mcp.problems.loader import derive_quick_sizes, module_int_constants, quick_sizes
 
 FLAT_LEVEL = "all"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from egg_mcp.e2e.bench_results import FAST_P_THRESHOLDS, BenchSummary, _level_order, _natural, _p, geomean
+from egg_mcp.e2e.bench_results import FAST_P_THRESHOLDS, BenchSummary, _p, geomean
 from egg_mcp.e2e.task_report import pyplot
 
 

@@ -35,7 +35,6 @@ from egg_mcp.e2e.demo_plan import (
     set_constant,
 )
 
-
 # -- the scripted client ----------------------------------------------------------------------------
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)

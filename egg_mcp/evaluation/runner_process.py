@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from egg_mcp.evaluation import bounds as bounds_mod
-from egg_mcp.evaluation import confinement, launchers, wire
 from egg_mcp.config import environment_copy, sandbox_protect
 from egg_mcp.contract import ErrorReport
+from egg_mcp.evaluation import bounds as bounds_mod
+from egg_mcp.evaluation import confinement, launchers, wire
 
 SIGNAL_NAMES = {
     signal.SIGSEGV: "segmentation fault (SIGSEGV)", signal.SIGBUS: "bus error (SIGBUS)",

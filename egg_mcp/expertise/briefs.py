@@ -18,8 +18,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from egg_mcp.analysis.analysis_types import ReferenceAnalysis
-from egg_mcp.analysis.verdict import roofline_verdict
 from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_tol
+from egg_mcp.analysis.verdict import roofline_verdict
 from egg_mcp.contract import TolerancePolicy
 from egg_mcp.hardware import ceiling, lookup
 from egg_mcp.stages import STAGE_ORDER, Stage

@@ -16,7 +16,7 @@ from egg_mcp.analysis.precision import precision_ladder
 from egg_mcp.analysis.roofline import admissible_compute_type, fmt_bytes, fmt_ms, fmt_shape, fmt_tol, roofline_floor
 from egg_mcp.contract import BaselineResult, EvalOptions, TolerancePolicy
 from egg_mcp.expertise.paradigms import FUSION_SCOPES, PARADIGMS, Paradigm
-from egg_mcp.hardware import NO_GPU, GpuSpec, ceiling
+from egg_mcp.hardware import NO_GPU, GpuSpec
 
 """TF32 dot products err ~1e-3 relative (10-bit mantissa): fails a 1e-4 check."""
 

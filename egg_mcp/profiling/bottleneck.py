@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from egg_mcp.analysis.verdict import AT_ROOF_FRACTION, roofline_verdict
 from egg_mcp.hardware import GpuSpec, ceiling
 from egg_mcp.profiling.metrics import STALL_REASONS, spec, stall_metric
-from egg_mcp.profiling.profile_report import Bound, Evidence, MetricSource, Roofline
 from egg_mcp.profiling.occupancy import OccupancyEstimate
+from egg_mcp.profiling.profile_report import Bound, Evidence, MetricSource, Roofline
 from egg_mcp.stages import Stage
 
 if TYPE_CHECKING:

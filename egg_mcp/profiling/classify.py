@@ -18,6 +18,7 @@ from egg_mcp.analysis.verdict import roofline_verdict
 from egg_mcp.hardware import GpuSpec
 from egg_mcp.profiling import bottleneck as rules
 from egg_mcp.profiling.metrics import STALL_REASONS, stall_metric
+from egg_mcp.profiling.occupancy import OccupancyEstimate
 from egg_mcp.profiling.profile_report import (
     Classification,
     Evidence,
@@ -26,7 +27,6 @@ from egg_mcp.profiling.profile_report import (
     MetricSource,
     Roofline,
 )
-from egg_mcp.profiling.occupancy import OccupancyEstimate
 from egg_mcp.stages import Stage
 
 # Names of readings that do not come from ncu (fallback path and cross-checks).

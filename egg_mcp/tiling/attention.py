@@ -70,8 +70,15 @@ def columns_redone(bn: int, w: int) -> float:
 def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int], dtype: str,
               est: ConfigEstimate) -> list[tuple[str, str]]:
     from egg_mcp.tiling.costs import (
-        DTYPE_BYTES, GEMM_TILE_FIXED_S, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, _ctas_per_sm, _persistent,
-        compute_type, resident,
+        DTYPE_BYTES,
+        GEMM_TILE_FIXED_S,
+        L2_OVER_DRAM,
+        LAUNCH_OVERHEAD_S,
+        MAX_REGS,
+        _ctas_per_sm,
+        _persistent,
+        compute_type,
+        resident,
     )
 
     fired: list[tuple[str, str]] = []

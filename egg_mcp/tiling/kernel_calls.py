@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 
 from egg_mcp.tiling.dims import _ALIASES, axis_for, check_kind, next_pow2, normalize_dims
-from egg_mcp.tiling.tiling_types import CandidateSpace, KernelCall, KernelFacts, TunableParam
 from egg_mcp.tiling.source_index import role_of
+from egg_mcp.tiling.tiling_types import CandidateSpace, KernelCall, KernelFacts, TunableParam
 
 TRITON_DEFAULTS = {"num_warps": 4, "num_stages": 3}
 

@@ -25,8 +25,8 @@ from pydantic import BaseModel, Field
 
 from egg_mcp.config import set_triton_cache_dir, set_triton_interpret, triton_cache_dir
 from egg_mcp.tiling.compile_pool import compile_in_pool
-from egg_mcp.tiling.tiling_types import MeasuredConfig, TilingConfig
 from egg_mcp.tiling.plan import config_key, next_configs, round_sizes
+from egg_mcp.tiling.tiling_types import MeasuredConfig, TilingConfig
 from egg_mcp.tiling.trial_clock import TrialClock
 from egg_mcp.tiling.trial_problem import (
     TrialProblem,

@@ -11,11 +11,12 @@ from typing import Any
 
 from egg_mcp.contract import EvalOptions
 from egg_mcp.hardware import GpuSpec, gpu_status, spec_for
-
-STAND_IN_GPU = "H200"
 from egg_mcp.tiling.dims import check_kind, normalize_dims
-from egg_mcp.tiling.model import estimate_all, grid_notes, infer_kind
 from egg_mcp.tiling.kernel_calls import kernel_calls, spearman
+from egg_mcp.tiling.model import estimate_all, grid_notes, infer_kind
+from egg_mcp.tiling.plan import config_key
+from egg_mcp.tiling.rewrite import apply_config
+from egg_mcp.tiling.space import DEFAULT_MAX_CONFIGS, current_config, enumerate_configs, extract_space
 from egg_mcp.tiling.tiling_types import (
     ConfigEstimate,
     KernelSummary,
@@ -25,10 +26,8 @@ from egg_mcp.tiling.tiling_types import (
     TilingConfig,
     TilingProposal,
 )
-from egg_mcp.tiling.plan import config_key
-from egg_mcp.tiling.rewrite import apply_config
-from egg_mcp.tiling.space import DEFAULT_MAX_CONFIGS, current_config, enumerate_configs, extract_space
 
+STAND_IN_GPU = "H200"
 MEASURE_TARGET = "egg_mcp.tiling.measure:measure_configs"
 PROBE_TARGET = "egg_mcp.tiling.launches:probe_launches"
 

@@ -13,8 +13,8 @@ import math
 import random
 
 from egg_mcp.tiling.dims import axis_for, next_pow2, pow2_range
-from egg_mcp.tiling.tiling_types import CandidateSpace, ParamRole, TunableParam
 from egg_mcp.tiling.source_index import LAUNCH_OPTIONS, SourceIndex, index_source, int_literal, role_of
+from egg_mcp.tiling.tiling_types import CandidateSpace, ParamRole, TunableParam
 
 __all__ = ["DEFAULT_MAX_CONFIGS", "current_config", "enumerate_configs", "extract_space", "persistent_programs",
            "space_size"]

@@ -8,11 +8,11 @@ from typing import Callable
 from egg_mcp.analysis.environment_probes import CHECK as PROBE_CHECK
 from egg_mcp.analysis.environment_probes import describe as describe_probes
 from egg_mcp.analysis.environment_probes import scan as scan_probes
+from egg_mcp.stages import NEXT_STEP, Stage, next_stage
 from egg_mcp.workflow import limits, memcheck_gate
 from egg_mcp.workflow.checks import evidence_mismatches
 from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check
 from egg_mcp.workflow.models import CommitResult, HandoffContext, StageDecision
-from egg_mcp.stages import NEXT_STEP, Stage, next_stage
 from egg_mcp.workspace.repo import CandidateRow, CommitConflict, CommitRow, TaskRow
 
 MIN_NOISE = 0.02

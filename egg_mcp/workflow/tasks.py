@@ -7,10 +7,10 @@ from typing import Any, Literal
 
 from egg_mcp.contract import ProgressFn, TolerancePolicy, default_tolerance
 from egg_mcp.problems.loader import ProblemError, resolve_reference
+from egg_mcp.stages import NEXT_STEP, Stage
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check
 from egg_mcp.workflow.models import SeedsResult, StartTaskResult, TaskOptions
-from egg_mcp.stages import NEXT_STEP, Stage
 
 
 class TaskLifecycle(ServiceCore):

@@ -12,6 +12,7 @@ from egg_mcp.analysis.environment_probes import describe as describe_probes
 from egg_mcp.analysis.environment_probes import scan as scan_probes
 from egg_mcp.contract import ErrorReport, EvalResult, IntegrityFinding, ProgressFn
 from egg_mcp.problems.loader import ProblemError, check_candidate_contract
+from egg_mcp.stages import Stage
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.checks import reuse_blocker
 from egg_mcp.workflow.core import (
@@ -21,11 +22,10 @@ from egg_mcp.workflow.core import (
     _compile_ms,
     _eager_ms,
     _owner_alive,
-    quick_key,
     _ratio,
+    quick_key,
 )
 from egg_mcp.workflow.models import VerifyResult
-from egg_mcp.stages import Stage
 from egg_mcp.workspace.faults import StorageFault, plain_cause, storage_cause
 from egg_mcp.workspace.repo import CandidateRow, TaskRow
 

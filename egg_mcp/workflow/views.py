@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from egg_mcp.cluster.build import describe as describe_lanes
+from egg_mcp.stages import STAGE_GOALS, tools_allowed
 from egg_mcp.workflow import limits, memcheck_gate
 from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check, _compile_ms, _eager_ms, _safe, _summary
 from egg_mcp.workflow.export import ExportError, write_export
 from egg_mcp.workflow.models import CandidateDetail, ExportResult, HandoffContext, TaskList, TaskStatus, TaskSummary
-from egg_mcp.stages import STAGE_GOALS, tools_allowed
 from egg_mcp.workspace.damage import ArtifactError
 
 
