@@ -82,6 +82,7 @@ def _sandbox_lines(config: ServerConfig | None = None) -> None:
     from egg_mcp.sandbox.floor import floor_for
 
     config = config or ServerConfig()
+    assert config is not None  # (ServerConfig is built on first use: type checkers read it as unknown)
     floor = floor_for(report, config.unsafe_sandbox_floor)
     if floor.runs_candidates and not floor.weak:
         _line(OK, "sandbox floor", "met: serve runs candidates; each runner must have " +

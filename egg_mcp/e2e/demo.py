@@ -187,6 +187,7 @@ async def _start(d: _Driver, problem: str, plan: DemoPlan, transport: str, log) 
 async def _seeds(d: _Driver, problem: str, plan: DemoPlan, log) -> tuple[dict[str, Any], dict[str, Any]]:
     """SEEDS: the baselines, every seed verified, the best one committed; (the commit's reply, the committed seed)."""
     report = d.report
+    assert report is not None  # _start made it
     log("SEEDS: generate_seeds")
     seeds = await d.call("generate_seeds", task_id=d.task_id)
     base = seeds.get("baselines") or {}
@@ -216,6 +217,7 @@ async def _later_stage(d: _Driver, problem: str, step: Step, commit: dict[str, A
     """One stage after SEEDS: its kernels verified (and tuned), the best committed; (the commit's reply, the
     committed candidate)."""
     report = d.report
+    assert report is not None  # _start made it
     status = await d.call("task_status", task_id=d.task_id)
     if status["stage"] != step.stage:
         raise DemoError(f"expected stage {step.stage}, the task is in {status['stage']}")
@@ -268,6 +270,7 @@ async def _tiling(d: _Driver, step: Step, verified: list[dict[str, Any]], extra:
                   changes: list[str], summary: str, log) -> tuple[list[dict[str, Any]], str]:
     """propose_tiling on the stage's best kernel and its recommendation verified; (the verified list, the summary)."""
     report = d.report
+    assert report is not None  # _start made it
     first = _best(verified, d.timing)
     t = None
     if first is not None:

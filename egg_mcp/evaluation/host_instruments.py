@@ -287,7 +287,7 @@ def quiet_triton_launches(audit: HostAudit) -> None:
     and the GPU launch path ~20 us of Python. The audit hook and the Tensor wrappers stay on there."""
     import triton.runtime.jit as jit
 
-    classes = [jit.JITFunction]
+    classes: list[type] = [jit.JITFunction]
     try:
         from triton.runtime.interpreter import InterpretedFunction
 

@@ -21,7 +21,7 @@ from egg_mcp.contract import ErrorReport
 from egg_mcp.evaluation import bounds as bounds_mod
 from egg_mcp.evaluation import confinement, launchers, wire
 
-SIGNAL_NAMES = {
+SIGNAL_NAMES: dict[int, str] = {
     signal.SIGSEGV: "segmentation fault (SIGSEGV)", signal.SIGBUS: "bus error (SIGBUS)",
     signal.SIGILL: "illegal instruction (SIGILL)", signal.SIGFPE: "floating-point exception (SIGFPE)",
     signal.SIGABRT: "abort (SIGABRT)", signal.SIGKILL: "killed (SIGKILL)", signal.SIGTERM: "terminated (SIGTERM)",
@@ -131,7 +131,7 @@ class RunnerProcess:
         except OSError:
             raise RunnerGone(self._death()) from None
 
-    def recv(self, max_blob_bytes: int = 0) -> tuple[dict, list[bytes]]:
+    def recv(self, max_blob_bytes: int = 0) -> tuple[dict, list[bytearray]]:
         """The next message. RunnerGone when the runner died; wire.WireError when it sent garbage."""
         while True:
             self._check_bounds()
@@ -149,7 +149,7 @@ class RunnerProcess:
                     raise RunnerGone(self._death())
 
     def request(self, header: dict[str, Any], max_blob_bytes: int = 0,
-                fds: list[int] | None = None) -> tuple[dict, list[bytes]]:
+                fds: list[int] | None = None) -> tuple[dict, list[bytearray]]:
         self.send(header, fds)
         return self.recv(max_blob_bytes)
 

@@ -316,8 +316,9 @@ def bound_moves(r: Readings, bound: Bound, near_floor: bool, admissible_path: st
     runs there, then what a memory or compute bound asks for."""
     tensor = r.tensor_pct
     idle_tensor = admissible_path in TENSOR_PATHS and (tensor is None or tensor < 30)
-    if idle_tensor and not near_floor:
-        found.moves.add({_S, _A, _T, _M}, f"dots off the tensor cores (tensor pipe {'unread' if tensor is None else f'{tensor:.0f}%'}) "
+    if idle_tensor and not near_floor and admissible_path is not None:  # (idle_tensor: a key of TENSOR_PATHS)
+        pipe = "unread" if tensor is None else f"{tensor:.0f}%"
+        found.moves.add({_S, _A, _T, _M}, f"dots off the tensor cores (tensor pipe {pipe}) "
                         f"while {admissible_path} passes this tolerance: tl.dot(..., {TENSOR_PATHS[admissible_path]}) "
                         "changes the class before any traffic work")
     if bound == "memory-bound" and not near_floor:

@@ -104,6 +104,7 @@ def resolve_gpu(gpu: GpuSpec | None, device: dict[str, Any] | None) -> tuple[Gpu
         warnings.append(f"{unknown_gpu_message(name)}: no roofline")
         return None, warnings
     spec_.name = name
+    assert device is not None  # it named the GPU
     for key, attr in (("sm_count", "sm_count"), ("regs_per_sm", "regs_per_sm"), ("max_threads_per_sm", "max_threads_per_sm"),
                       ("smem_per_block_optin", "smem_per_block_optin_bytes"), ("l2_bytes", "l2_bytes")):
         if device.get(key):
@@ -144,7 +145,7 @@ def build_ncu_report(
     kernels = []
     for name, (count, readings) in aggregated.items():
         metrics = [
-            Metric(name=m, label=(spec(m).label if spec(m) else m), value=v, unit=u, source="ncu")
+            Metric(name=m, label=(known.label if (known := spec(m)) else m), value=v, unit=u, source="ncu")
             for m, (v, u) in readings.items()
         ]
         metrics += _metadata_metrics(_match_entry(name, entries))

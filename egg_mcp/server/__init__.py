@@ -56,6 +56,7 @@ def create_server(
 ) -> MCPServer:
     """Build the server. `evaluator` defaults to the isolated worker engine."""
     config = config or ServerConfig()
+    assert config is not None  # (ServerConfig is built on first use: type checkers read it as unknown)
     workspace = Workspace(config.workspace, config.scratch_dir())
     auto_calibrate = evaluator is None and not config.force_interpreter
     analysis_evaluator = None

@@ -24,6 +24,7 @@ import traceback
 from pydantic import BaseModel, Field
 
 from egg_mcp.config import set_triton_cache_dir, set_triton_interpret, triton_cache_dir
+from egg_mcp.contract import KernelInfo
 from egg_mcp.tiling.compile_pool import compile_in_pool
 from egg_mcp.tiling.plan import config_key, next_configs, round_sizes
 from egg_mcp.tiling.tiling_types import MeasuredConfig, TilingConfig
@@ -92,7 +93,7 @@ def _measure_one(problem: TrialProblem, clock: TrialClock, config: dict[str, int
             got = model(*problem.inputs)
             if problem.device == "cuda":
                 torch.cuda.synchronize()
-        result.kernels = compiled_kernels(module)
+        result.kernels = [KernelInfo(**k) for k in compiled_kernels(module)]
         expected = problem.expected()
         from egg_mcp.evaluation.compare import compare_outputs
 
@@ -114,7 +115,7 @@ def _measure_one(problem: TrialProblem, clock: TrialClock, config: dict[str, int
         result.error_kind, result.error, result.correct = trial_error_kind(exc), short_error(exc), False
         if not result.kernels:
             try:
-                result.kernels = compiled_kernels(module)
+                result.kernels = [KernelInfo(**k) for k in compiled_kernels(module)]
             except Exception:  # noqa: BLE001
                 pass
     finally:
@@ -190,6 +191,7 @@ class _Trials:
                 out.append(MeasuredConfig(config=TilingConfig(values=config), error_kind="timeout",
                                           error="not measured: the job's time budget was spent"))
                 continue
+            assert self.clock is not None  # made with the problem
             out.append(_measure_one(self.problem, self.clock, config, path, index, w, job))
         return out
 

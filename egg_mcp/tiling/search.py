@@ -134,8 +134,8 @@ async def propose_tiling(
         enumerated=len(configs), truncated=truncated, feasible_count=len(feasible),
         pruned_count=len(estimates) - len(feasible), pruned=_pruned_groups(estimates), warnings=warnings,
         kernels=[KernelSummary(kernel=c.kernel, kind=c.kind, dims=c.dims, dims_from=c.dims_from, precision=c.precision,
-                               parameters={k: v for k, v in c.params.items() if space.param(v) is not None
-                                           and space.param(v).applicable and len(space.param(v).choices) > 1})
+                               parameters={k: v for k, v in c.params.items() if (p := space.param(v)) is not None
+                                           and p.applicable and len(p.choices) > 1})
                  for c in space.calls],
     )
     by_key = {config_key(e.config.values): e for e in estimates}
@@ -195,6 +195,7 @@ def _target_gpu(gpu: GpuSpec | None) -> tuple[GpuSpec, str | None]:
         return gpu, None
     status = gpu_status()
     gpu = spec_for(STAND_IN_GPU)
+    assert gpu is not None  # the stand-in is in the table
     return gpu, (f"{status or 'no GPU ceilings'}: the analytic ranking targets the {gpu.name} datasheet leads as a "
                  "stand-in; on your GPU, run egg-mcp calibrate and measure the top configs")
 
@@ -222,8 +223,11 @@ def _rank_table(proposal: TilingProposal, measured: list[MeasuredConfig], feasib
 
 def _rank_correlation(proposal: TilingProposal, correct: list[MeasuredConfig], by_key: dict[tuple, ConfigEstimate]) -> None:
     """Spearman correlation of predicted vs measured time over the correct measured configs."""
-    pairs = [(by_key[config_key(m.config.values)].predicted_ms, m.median_ms) for m in correct
-             if config_key(m.config.values) in by_key and by_key[config_key(m.config.values)].predicted_ms]
+    pairs: list[tuple[float, float]] = []
+    for m in correct:
+        e = by_key.get(config_key(m.config.values))
+        if e is not None and e.predicted_ms and m.median_ms is not None:
+            pairs.append((e.predicted_ms, m.median_ms))
     proposal.rank_correlation = spearman([p for p, _ in pairs], [t for _, t in pairs])
     proposal.rank_correlation_n = len(pairs)
     if proposal.rank_correlation is not None:
@@ -264,6 +268,7 @@ def _recommend_measured(proposal: TilingProposal, correct: list[MeasuredConfig],
                                        f"ms, predicted rank {predicted_rank}); the current config was not measured")
         return
     band = _noise_band(best, base)
+    assert best.median_ms is not None and base.median_ms is not None  # both measured correct
     if best is not base and best.median_ms < base.median_ms * (1 - band):
         proposal.recommended = best.config
         proposal.recommended_reason = (
@@ -271,10 +276,11 @@ def _recommend_measured(proposal: TilingProposal, correct: list[MeasuredConfig],
             f"{base.median_ms:.4f} ms, beyond the {band:.1%} noise band; fastest of {len(correct)} correct "
             f"configs measured, predicted rank {predicted_rank})")
     else:
+        others = [m.median_ms for m in correct if m is not base and m.median_ms is not None]
         proposal.recommended_reason = (
             f"keep the current config: no measured config beat it beyond the {band:.1%} noise band (current "
-            f"{base.median_ms:.4f} ms, best other {min((m.median_ms for m in correct if m is not base), default=float('nan')):.4f} "
-            f"ms over {len(correct)} correct configs)")
+            f"{base.median_ms:.4f} ms, best other {min(others, default=float('nan')):.4f} ms over "
+            f"{len(correct)} correct configs)")
 
 
 def _noise_band(a: MeasuredConfig, b: MeasuredConfig) -> float:

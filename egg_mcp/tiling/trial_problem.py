@@ -6,7 +6,7 @@ config, and the compiler's resource report of the kernels a module launched.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 
 class TimedMismatch(RuntimeError):
@@ -74,7 +74,8 @@ def max_abs_error(got, expected) -> float:
     return worst
 
 
-def trial_error_kind(exc: BaseException) -> str:
+def trial_error_kind(exc: BaseException) -> Literal["timed_output", "out_of_resources", "compile_error",
+                                                   "runtime_error"]:
     """The shared classifier's kind (evaluation/errors.py); an OOM of one config is a runtime failure here."""
     if isinstance(exc, TimedMismatch):
         return "timed_output"
