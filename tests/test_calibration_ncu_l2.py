@@ -315,7 +315,8 @@ def test_an_ncu_without_the_l2_metrics_leaves_the_gemm_rows_read(monkeypatch):
     assert len(engine.ncu_calls) == 2 and ncu_gemm.L2_PCT not in engine.ncu_calls[1][2]  # asked again without it
     assert engine.ncu_calls[0][1]["l2"] == {"quick": True}
     assert got["mm_bf16"]["busy_pct"] == 93.3
-    assert got["l2_read"]["sm_read"]["peak"] == pytest.approx(S8_PEAK) and "peak" not in got["l2_read"]  # no lts__t_bytes
+    # no lts__t_bytes
+    assert got["l2_read"]["sm_read"]["peak"] == pytest.approx(S8_PEAK) and "peak" not in got["l2_read"]
     neither = _FakeEngine({}, lacks=(ncu_gemm.L2_PCT, ncu_gemm.SM_READ_PCT))
     got = asyncio.run(ncu_gemm.read_tensor_pipe(neither, [("mm_bf16", 8192)], l2={"quick": True}))
     assert ncu_gemm.L2_PCT in got["l2_read"]["error"] and ncu_gemm.SM_READ_PCT in got["l2_read"]["error"]

@@ -268,7 +268,8 @@ def test_a_lane_s_engine_is_told_how_many_spare_served_jobs_wait_behind_each_job
     # jobs behind it (the verify behind them takes no spare); the CPU-only job took no lane
     assert ev.told == [0, 2, 1, 0, 0]
     assert job_specs.spare_served(job_specs.baselines_spec(REF_A, EvalOptions()))
-    assert not job_specs.spare_served(job_specs.run_job_spec("egg_mcp.x:y", {}, timeout_s=1, uses_gpu=True, wrapper_argv=["ncu"]))
+    assert not job_specs.spare_served(job_specs.run_job_spec("egg_mcp.x:y", {}, timeout_s=1, uses_gpu=True,
+                                                             wrapper_argv=["ncu"]))
 
 
 def test_an_engine_told_of_queued_jobs_starts_spares_for_them(tmp_path):

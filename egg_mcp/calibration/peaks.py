@@ -75,7 +75,8 @@ def device_peaks(facts: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 peaks[ceiling] = {"value": sheet[unit], "source": f"{key} datasheet, dense {unit} tensor core", **at}
         if "tf32" in sheet:
             peaks["mm_tf32x3"] = {"value": sheet["tf32"] / 3,
-                                  "source": f"{key} datasheet dense TF32 / 3 (three TF32 products per fp32 product)", **at}
+                                  "source": f"{key} datasheet dense TF32 / 3 (three TF32 products per fp32 product)",
+                                  **at}
         if "dram" in sheet and "dram_copy" not in peaks:
             for ceiling in ("dram_copy", "dram_read"):
                 peaks[ceiling] = {"value": sheet["dram"], "source": f"{key} datasheet memory bandwidth"}

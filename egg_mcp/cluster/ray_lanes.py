@@ -214,5 +214,6 @@ def describe_cluster() -> dict[str, Any]:
         if res.get("GPU"):
             by_model[label] = by_model.get(label, 0) + res["GPU"]
     free = ray.available_resources()
-    return {"nodes_alive": sum(1 for n in nodes if n.get("Alive")), "nodes_dead": sum(1 for n in nodes if not n.get("Alive")),
+    return {"nodes_alive": sum(1 for n in nodes if n.get("Alive")),
+            "nodes_dead": sum(1 for n in nodes if not n.get("Alive")),
             "gpus_by_model": by_model, "gpus_free": free.get("GPU", 0.0), "cpus_free": free.get("CPU", 0.0)}

@@ -56,7 +56,8 @@ async def evaluate_item(evaluator: Evaluator, item: BenchItem, *, interpreter: b
     t0 = time.monotonic()
     problem_source = Path(item.problem_path).read_text()
     mode = "interpreter" if interpreter else "gpu"
-    base: dict[str, Any] = dict(key=item.key, level=item.level, name=item.name, mode=mode, problem_sha=problem_sha(problem_source))
+    base: dict[str, Any] = dict(key=item.key, level=item.level, name=item.name, mode=mode,
+                                problem_sha=problem_sha(problem_source))
     if item.solution_path is None:
         return ProblemResult(**base, verdict="missing", summary="no solution file",
                              fingerprint=fingerprint(problem_source, None, mode))
@@ -158,7 +159,8 @@ def run_bench(problems_dir: Path, solutions_dir: Path, out_dir: Path, *, config:
     todo = pending(items, load_results(out_dir), interpreter=interpreter)
     notes = []
     if interpreter:
-        notes.append("CPU interpreter: correctness only at the problems' QUICK_SIZES (or sizes derived from their constants); timings and fast_p need a GPU")
+        notes.append("CPU interpreter: correctness only at the problems' QUICK_SIZES (or sizes derived from their "
+                     "constants); timings and fast_p need a GPU")
     skipped = len(items) - len(todo)
     if skipped:
         notes.append(f"{skipped} problem(s) reused from an earlier run in {out_dir} (unchanged problem and solution)")

@@ -73,7 +73,8 @@ def discover(problems_dir: Path, solutions_dir: Path, levels: Iterable[str] = ()
         if wanted and level not in wanted:
             continue
         name = path.stem
-        sol = next((c for c in (solutions_dir / level / f"{name}.py", solutions_dir / f"{name}.py") if c.is_file()), None)
+        sol = next((c for c in (solutions_dir / level / f"{name}.py", solutions_dir / f"{name}.py") if c.is_file()),
+                   None)
         if sol is not None:
             used.add(sol.resolve())
         key = name if level == FLAT_LEVEL else f"{level}/{name}"
@@ -101,7 +102,8 @@ def eval_options(problem_source: str, *, interpreter: bool) -> tuple[EvalOptions
         if not overrides:
             overrides = derive_quick_sizes(module_int_constants(problem_source))
             notes.append(f"no QUICK_SIZES in the problem: interpreted at sizes derived from its constants {overrides}"
-                         if overrides else "no QUICK_SIZES in the problem and no size to shrink: interpreted at full size")
+                         if overrides else "no QUICK_SIZES in the problem and no size to shrink: interpreted at full "
+                                           "size")
     options = EvalOptions(dtype="float32", tolerance=default_tolerance("float32"), size_overrides=overrides,
                           device="interpreter" if interpreter else "auto", timing=not interpreter)
     return options, notes

@@ -195,7 +195,8 @@ async def _seeds(d: _Driver, problem: str, plan: DemoPlan, log) -> tuple[dict[st
     report.compile_ms = (base.get("compiled") or {}).get("median_ms")
     if base.get("compile_error"):
         report.notes.append(f"torch.compile baseline failed: {base['compile_error']}")
-    verified = [await d.verify("SEEDS", f, kernel_source(problem, f), f"seed: {paradigm}") for f, paradigm in plan.seeds]
+    verified = [await d.verify("SEEDS", f, kernel_source(problem, f), f"seed: {paradigm}") for f,
+                paradigm in plan.seeds]
     best = _best(verified, d.timing)
     if best is None:
         raise DemoError("no seed verified correct: " + "; ".join(v["summary"] for v in verified))
@@ -262,7 +263,8 @@ async def _stage_kernels(d: _Driver, problem: str, step: Step, committed_source:
             for name, values in step.gpu_variants.items():
                 for value in values:
                     verified.append(await d.verify(step.stage, f"{file} {name}={value}",
-                                                   set_constant(source, name, value), f"{step.summary} ({name}={value})"))
+                                                   set_constant(source, name, value),
+                                                   f"{step.summary} ({name}={value})"))
     return verified
 
 

@@ -40,7 +40,8 @@ def stage_gains(history: list[CommittedStage]) -> list[float | None]:
     gains: list[float | None] = []
     prev: float | None = None
     for i, c in enumerate(history):
-        gains.append(None if i == 0 or prev is None or c.time_ms is None or c.time_ms <= 0 else round(prev / c.time_ms, 4))
+        gains.append(None if i == 0 or prev is None or c.time_ms is None or c.time_ms <= 0 else round(prev / c.time_ms,
+                                                                                                      4))
         prev = c.time_ms
     return gains
 
@@ -86,7 +87,8 @@ def render_task_report(status: TaskStatus | dict[str, Any], *, kernel_path: str 
              f"rtol {opts.tolerance.rtol:g}), {opts.correctness_trials} correctness trials",
              f"- measured on: {opts.gpu_name or 'CPU interpreter (no timings)'}"]
     if opts.size_overrides:
-        lines.append("- sizes overridden for evaluation: " + ", ".join(f"{k}={v}" for k, v in opts.size_overrides.items()))
+        lines.append("- sizes overridden for evaluation: " + ", ".join(f"{k}={v}" for k,
+                                                                       v in opts.size_overrides.items()))
     lines.append(f"- baselines: PyTorch eager {_ms(st.eager_ms)} ms, torch.compile {_ms(st.compile_ms)} ms")
     if kernel_path:
         lines.append(f"- final kernel: `{kernel_path}`")

@@ -261,7 +261,8 @@ def make_profiler(audit: HostAudit, native_ok: dict[int, bool], cffi: str | None
             if category(frame.f_code.co_filename) in candidate_code and (
                     excluded(python_key) or stack_len() == 0):
                 report(frame, "dispatch_escape", "dispatch state", "candidate code ran torch ops without the "
-                       "harness's dispatch mode (_DisableTorchDispatch, a dispatch key guard, an emptied mode stack, or a thread it "
+                       "harness's dispatch mode (_DisableTorchDispatch, a dispatch key guard, an emptied mode stack, "
+                       "or a thread it "
                        "started): they escaped the op checks")
         elif event == "call":
             code = frame.f_code

@@ -200,7 +200,8 @@ class LaunchCounter:
             info["grid"] = list(grid)
         metadata = getattr(kernel, "metadata", None)
         if metadata is not None:
-            for key, field in (("num_warps", "num_warps"), ("num_stages", "num_stages"), ("shared", "shared_mem_bytes")):
+            for key, field in (("num_warps", "num_warps"), ("num_stages", "num_stages"), ("shared",
+                                                                                          "shared_mem_bytes")):
                 value = getattr(metadata, key, None)
                 if value is not None:
                     info[field] = int(value)

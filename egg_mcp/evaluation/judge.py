@@ -420,7 +420,8 @@ class Judge(Verdicts):
             self._ask({"type": "calls", "seed": self.seed(), "n": RECHECK_CALLS}, "done")
         mismatch = self._trial({"seed": self.seed()}, self.trials_run, "re-check")
         if mismatch is not None:
-            return self._incorrect_or_memory(mismatch, "when re-checked on fresh inputs after repeated calls (the kernel "
+            return self._incorrect_or_memory(mismatch, "when re-checked on fresh inputs after repeated calls (the "
+                                                       "kernel "
                                    "goes wrong after several calls: state kept between calls?)", 1)
         refill = self.seed()
         mismatch = self._trial({"seed": refill, "use_kept": True, "refill_seed": refill}, self.trials_run,

@@ -70,7 +70,8 @@ class RunnerProcess:
         argv = [*prefix, *(wrapper or []), sys.executable, "-m", "egg_mcp.evaluation.runner",
                 "--fd", str(theirs.fileno()), "--private", str(self.private), "--mode", mode,
                 # under a launcher or a wrapper, that process is the runner's parent, not the judge
-                "--judge", "0" if (wrapper or prefix) else str(os.getpid())] + (["--tool", wrapper[0]] if wrapper else []
+                "--judge", "0" if (wrapper or prefix) else str(os.getpid())] + (["--tool",
+                                                                                 wrapper[0]] if wrapper else []
                 ) + (["--allowlisted"] if allowlisted else []) + (
                     ["--protect", protect] if protect else [])
         sink = open(output, "ab") if output is not None else None  # noqa: SIM115 - closed below, the child keeps it

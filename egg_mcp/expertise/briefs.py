@@ -61,7 +61,8 @@ class BriefFacts(BaseModel):
     commits: int = Field(default=0, description="stages committed so far (a commit without timing still counts)")
     compute_path: str | None = Field(default=None, description="the fastest compute path the precision ladder admits "
                                                        "(the floor's compute type)")
-    has_dots: bool | None = Field(default=None, description="False: the problem has no matmul/conv, so no dot precision "
+    has_dots: bool | None = Field(default=None, description="False: the problem has no matmul/conv, so no dot "
+                                                            "precision "
                                                     "rule applies")
 
     @classmethod

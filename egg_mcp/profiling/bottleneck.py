@@ -246,19 +246,25 @@ def register_and_shared_moves(r: Readings, occ: Occupancy, found: Findings) -> N
             found.evidence.append(Evidence(metric="l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum+st", value=local, unit="byte",
                                            source="ncu", why="local-memory traffic from register spills"))
         if spills_n:
-            found.evidence.append(evidence(r, r.spills_metric, unit="register", why="registers the compiler spilled to local memory"))
+            found.evidence.append(evidence(r, r.spills_metric, unit="register", why="registers the compiler spilled to "
+                                                                                    "local memory"))
         regs_text = f"registers {regs:.0f}" if regs is not None else "registers at the cap"
-        found.moves.add({_T}, f"{regs_text} with spills: smaller BLOCK_N/BLOCK_K or fewer num_stages (or more num_warps to spread the tile)")
-        found.moves.add({_M}, f"register spills cause local-memory traffic ({fmt_bytes(local) if local else f'{spills_n:.0f} spilled'}): shorten live ranges or shrink tiles")
+        found.moves.add({_T}, f"{regs_text} with spills: smaller BLOCK_N/BLOCK_K or fewer num_stages (or more "
+                              "num_warps to spread the tile)")
+        found.moves.add({_M}, "register spills cause local-memory traffic "
+                              f"({fmt_bytes(local) if local else f'{spills_n:.0f} spilled'}): shorten live ranges or "
+                              "shrink tiles")
         found.moves.add({_S, _A}, "the kernel spills registers: keep less live state per program (smaller blocks)")
     if regs is not None and (regs >= 128 or spilling):
         found.evidence.append(evidence(r, r.registers_metric, unit="register/thread"))
     if occ.limiter == "registers" and occ.low and not spilling:
-        found.moves.add({_T}, f"registers {regs:.0f}/thread cap occupancy at {occ.theoretical:.0f}%: smaller tiles or fewer live values"
+        found.moves.add({_T}, f"registers {regs:.0f}/thread cap occupancy at {occ.theoretical:.0f}%: smaller tiles or "
+                              "fewer live values"
                         if regs is not None else "registers cap occupancy: smaller tiles")
     smem = r.shared_bytes
     if occ.limiter == "shared_memory" and occ.low and smem:
-        found.moves.add({_T, _M}, f"shared memory {smem / 1024:.0f} KiB/block allows {occ.blocks_per_sm:.0f} block(s)/SM: "
+        found.moves.add({_T, _M}, f"shared memory {smem / 1024:.0f} KiB/block allows {occ.blocks_per_sm:.0f} "
+                                  "block(s)/SM: "
                         "fewer num_stages or a smaller BLOCK_K")
         found.evidence.append(Evidence(metric="launch__shared_mem_per_block", value=smem, unit="byte",
                                        source=r.shared_source, why="shared memory per block is the occupancy limiter"))
@@ -271,7 +277,8 @@ def grid_moves(r: Readings, sms: int | None, found: Findings) -> None:
         idle = 100 * (1 - grid / sms)
         found.evidence.append(evidence(r, r.grid_metric, unit="block",
                                        why=f"{grid:.0f} blocks for {sms} SMs: {idle:.0f}% of the SMs have nothing to do"))
-        found.moves.add({_P}, f"grid {grid:.0f} blocks < {sms} SMs: {idle:.0f}% of the GPU idle; split another dimension across "
+        found.moves.add({_P}, f"grid {grid:.0f} blocks < {sms} SMs: {idle:.0f}% of the GPU idle; split another "
+                              "dimension across "
                         "programs (smaller BLOCK_M, split-K) so every SM gets work")
         found.moves.add({_T}, f"grid {grid:.0f} blocks < {sms} SMs: smaller tiles make more programs")
     waves = r.get("launch__waves_per_multiprocessor")
@@ -281,7 +288,8 @@ def grid_moves(r: Readings, sms: int | None, found: Findings) -> None:
             found.evidence.append(evidence(r, "launch__waves_per_multiprocessor", unit="wave",
                                            why=f"the last wave is {100 * (waves - math.floor(waves)):.0f}% full: "
                                                f"{100 * (1 - efficiency):.0f}% of SM time idles in the tail"))
-            found.moves.add({_P}, f"{waves:.2f} waves: the last wave is mostly empty; size the grid to whole waves or use a persistent grid")
+            found.moves.add({_P}, f"{waves:.2f} waves: the last wave is mostly empty; size the grid to whole waves or "
+                                  "use a persistent grid")
 
 
 def coalescing_moves(r: Readings, bound: Bound, found: Findings) -> None:
@@ -290,19 +298,24 @@ def coalescing_moves(r: Readings, bound: Bound, found: Findings) -> None:
     bps = r.bytes_per_sector
     if bps is not None:
         if bps < LOW_BYTES_PER_SECTOR:
-            found.evidence.append(Evidence(metric="computed.global_load_bytes_per_sector", value=bps, unit="byte/sector",
+            found.evidence.append(Evidence(metric="computed.global_load_bytes_per_sector", value=bps,
+                                           unit="byte/sector",
                                            source="computed",
-                                           why="useful bytes per 32-byte sector fetched: below 32 the loads are uncoalesced"))
-            found.moves.add({_M}, f"loads {bps:.1f} B/sector (32 is ideal): uncoalesced; make the innermost tl.arange walk the "
+                                           why="useful bytes per 32-byte sector fetched: below 32 the loads are "
+                                               "uncoalesced"))
+            found.moves.add({_M}, f"loads {bps:.1f} B/sector (32 is ideal): uncoalesced; make the innermost tl.arange "
+                                  "walk the "
                             "stride-1 dimension (or stage the tile through shared memory)")
             found.moves.add({_P}, f"loads {bps:.1f} B/sector: map adjacent program lanes to contiguous addresses")
     spr = r.sectors_per_request
     if bps is None and spr is not None and spr > UNCOALESCED_SECTORS_PER_REQUEST:
         # without the requested-bytes counter: a warp's load touching more sectors than even a
         # 16-byte-per-thread vector load needs (16) is scattered
-        found.evidence.append(Evidence(metric="computed.global_load_sectors_per_request", value=spr, unit="sector/request",
+        found.evidence.append(Evidence(metric="computed.global_load_sectors_per_request", value=spr,
+                                       unit="sector/request",
                                        source="computed",
-                                       why="32-byte sectors per warp-wide load: 4 (4 B/thread) to 16 (16 B/thread) when "
+                                       why="32-byte sectors per warp-wide load: 4 (4 B/thread) to 16 (16 B/thread) "
+                                           "when "
                                            "coalesced, 32 when every thread hits its own sector"))
         found.moves.add({_M}, f"loads touch {spr:.0f} sectors per request (4-16 when coalesced): uncoalesced; make the "
                         "innermost tl.arange walk the stride-1 dimension (or stage the tile through shared memory)")
@@ -322,10 +335,12 @@ def bound_moves(r: Readings, bound: Bound, near_floor: bool, admissible_path: st
                         f"while {admissible_path} passes this tolerance: tl.dot(..., {TENSOR_PATHS[admissible_path]}) "
                         "changes the class before any traffic work")
     if bound == "memory-bound" and not near_floor:
-        found.moves.add({_M}, f"memory-bound at {r.memory_pct or r.dram_pct or 0:.0f}% of peak: vectorised contiguous loads, "
+        found.moves.add({_M}, f"memory-bound at {r.memory_pct or r.dram_pct or 0:.0f}% of peak: vectorised contiguous "
+                              "loads, "
                         "more bytes in flight (num_stages, larger BLOCK), evict-first hints on streamed data")
         if not idle_tensor:
-            found.moves.add({_A, _S}, "memory-bound: only less traffic helps now (fuse producers/consumers, lower precision I/O)")
+            found.moves.add({_A, _S}, "memory-bound: only less traffic helps now (fuse producers/consumers, lower "
+                                      "precision I/O)")
     if bound == "compute-bound" and not near_floor:
         if tensor is not None:
             found.evidence.append(Evidence(metric="tensor pipe", value=tensor, unit="%", source="ncu",
@@ -334,7 +349,8 @@ def bound_moves(r: Readings, bound: Bound, near_floor: bool, admissible_path: st
             found.moves.add({_S, _A, _T}, f"SM busy but the tensor pipe at {tensor:.0f}%: put the math on tl.dot "
                             "(fp16/bf16, or tf32 where the tolerance allows)")
         found.moves.add({_T}, "compute-bound: larger BLOCK_M/BLOCK_N (more MMA per load), num_warps 8, num_stages 3-4")
-        found.moves.add({_M}, "compute-bound: memory changes will not help; check instruction mix (fewer integer/index ops)")
+        found.moves.add({_M}, "compute-bound: memory changes will not help; check instruction mix (fewer integer/index "
+                              "ops)")
 
 
 def stall_moves(r: Readings, bound: Bound, found: Findings) -> None:
@@ -349,13 +365,17 @@ def stall_moves(r: Readings, bound: Bound, found: Findings) -> None:
                         "(num_stages+1, prefetch the next tile) or more warps")
         found.moves.add({_P}, "warps wait on memory: more resident warps/programs per SM to hide the latency")
     elif top == "barrier":
-        found.moves.add({_A, _T}, f"barrier stalls ({value:.1f} cycles/issue): fewer block-wide reductions per tile, more work between them")
+        found.moves.add({_A, _T}, f"barrier stalls ({value:.1f} cycles/issue): fewer block-wide reductions per tile, "
+                                  "more work between them")
     elif top in ("mio_throttle", "short_scoreboard"):
-        found.moves.add({_M, _T}, f"{top} stalls ({value:.1f} cycles/issue): shared-memory pressure; fewer shared round trips, wider accesses")
+        found.moves.add({_M, _T}, f"{top} stalls ({value:.1f} cycles/issue): shared-memory pressure; fewer shared "
+                                  "round trips, wider accesses")
     elif top == "lg_throttle":
-        found.moves.add({_M}, f"lg_throttle stalls ({value:.1f} cycles/issue): too many narrow loads; vectorise (contiguous BLOCK, 16 B per thread)")
+        found.moves.add({_M}, f"lg_throttle stalls ({value:.1f} cycles/issue): too many narrow loads; vectorise "
+                              "(contiguous BLOCK, 16 B per thread)")
     elif top == "wait":
-        found.moves.add({_T}, f"wait stalls ({value:.1f} cycles/issue): more independent work per thread (ILP), e.g. larger BLOCK per program")
+        found.moves.add({_T}, f"wait stalls ({value:.1f} cycles/issue): more independent work per thread (ILP), e.g. "
+                              "larger BLOCK per program")
 
 
 def occupancy_moves(bound: Bound, limiter: str | None, occ: Occupancy, found: Findings) -> None:

@@ -300,7 +300,8 @@ def _path_rules(private_dir: Path, abi: int, handled: int, guarded, namespaces: 
     private = Path(private_dir).resolve()
     rules: list[tuple[str, int]] = []
     etc = [os.path.join("/etc", name) for name in ETC_READ]
-    rules += [(p, READ_EXEC) for p in (*SYSTEM_READ, *etc, *python_paths(), *_tool_paths(guarded), *_toolchain_paths(guarded),
+    rules += [(p, READ_EXEC) for p in (*SYSTEM_READ, *etc, *python_paths(), *_tool_paths(guarded),
+                                       *_toolchain_paths(guarded),
                                               *map(str, extra_read))]
     devices = [*DEVICE_RW, *[d for g in DEVICE_GLOBS for d in glob.glob(g)]]
     dev_rights = READ | S.FS_WRITE_FILE | (S.FS_IOCTL_DEV if abi >= 5 else 0) | (S.FS_TRUNCATE if abi >= 3 else 0)

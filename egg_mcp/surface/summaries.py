@@ -144,7 +144,8 @@ def verify(r) -> str:
     m = res.mismatch
     if m is not None:
         parts.append(f"mismatch: output {m.output_index}, {m.fraction_mismatched or 0:.2%} off, max abs "
-                     f"{m.max_abs_error if m.max_abs_error is not None else 'n/a'}, non-finite {m.nonfinite_count or 0}, "
+                     f"{m.max_abs_error if m.max_abs_error is not None else 'n/a'}, non-finite "
+                     f"{m.nonfinite_count or 0}, "
                      f"first bad {m.first_bad_indices[:3]}; hint: {_clip(m.hint, 220)}")
     e = res.error
     if e is not None:

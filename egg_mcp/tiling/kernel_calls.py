@@ -198,7 +198,8 @@ def kernel_calls(space: CandidateSpace, kind: str, dims: dict[str, int],
                      "the ranking covers " + ", ".join(k.name for k in chosen))
     for fact in chosen or [None]:
         if fact is None:
-            calls.append(KernelCall(kernel="kernel", kind=kind, dims=dims, params={p.name: p.name for p in space.params}))
+            calls.append(KernelCall(kernel="kernel", kind=kind, dims=dims,
+                                    params={p.name: p.name for p in space.params}))
             continue
         fixed = {} if single else {o: TRITON_DEFAULTS[o] for o in ("num_warps", "num_stages") if o not in fact.bindings}
         calls.append(KernelCall(kernel=fact.name, kind=kind, dims=dims, params=_params_of(fact, space, single),

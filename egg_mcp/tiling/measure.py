@@ -74,7 +74,8 @@ class MeasurePayload(BaseModel):
     per_config_timeout_s: float = 120.0
 
 
-def _measure_one(problem: TrialProblem, clock: TrialClock, config: dict[str, int], path: str, index: int, warm: dict | None,
+def _measure_one(problem: TrialProblem, clock: TrialClock, config: dict[str, int], path: str, index: int,
+                 warm: dict | None,
                  payload: MeasurePayload) -> MeasuredConfig:
     torch = problem.torch
     result = MeasuredConfig(config=TilingConfig(values=config))
@@ -104,7 +105,8 @@ def _measure_one(problem: TrialProblem, clock: TrialClock, config: dict[str, int
             result.max_abs_error = mismatch.max_abs_error
             result.error_kind = "incorrect"
             result.error = (f"{mismatch.path}: {mismatch.hint}"
-                            + (f" (max abs error {mismatch.max_abs_error:.3g}, atol={payload.atol}, rtol={payload.rtol})"
+                            + (f" (max abs error {mismatch.max_abs_error:.3g}, atol={payload.atol}, "
+                               f"rtol={payload.rtol})"
                                if mismatch.max_abs_error is not None else ""))[:600]
             return result
         result.max_abs_error = max_abs_error(got, expected)

@@ -53,7 +53,8 @@ def apply_config(source: str, config: dict[str, int]) -> str:
         raise ValueError(f"cannot set {', '.join(varying)}: passed as different literals at several launch sites, so "
                          "one value for all would change what the launches compute")
     for name, value in config.items():
-        for node in index.constants.get(name, []) + (index.launch_literals.get(name, []) if name not in index.constants else []):
+        for node in index.constants.get(name, []) + (index.launch_literals.get(name,
+                                                                               []) if name not in index.constants else []):
             edits.append((*offsets.span(node), str(value)))
     for site in index.autotune:
         keys = {k for c in site.configs for k in c}

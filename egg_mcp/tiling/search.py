@@ -78,7 +78,8 @@ def _pruned_groups(estimates: list[ConfigEstimate]) -> list[PrunedGroup]:
     return [PrunedGroup(rule=rule, count=n, example=example[rule]) for rule, n in counts.most_common()]
 
 
-def _row(rank: int, est: ConfigEstimate | None, config: dict[str, int], measured: MeasuredConfig | None) -> RankedConfig:
+def _row(rank: int, est: ConfigEstimate | None, config: dict[str, int],
+         measured: MeasuredConfig | None) -> RankedConfig:
     row = RankedConfig(rank=rank, config=TilingConfig(values=config),
                        predicted_ms=est.predicted_ms if est else None)
     if est is not None:
@@ -221,7 +222,8 @@ def _rank_table(proposal: TilingProposal, measured: list[MeasuredConfig], feasib
     return ordered
 
 
-def _rank_correlation(proposal: TilingProposal, correct: list[MeasuredConfig], by_key: dict[tuple, ConfigEstimate]) -> None:
+def _rank_correlation(proposal: TilingProposal, correct: list[MeasuredConfig], by_key: dict[tuple,
+                                                                                            ConfigEstimate]) -> None:
     """Spearman correlation of predicted vs measured time over the correct measured configs."""
     pairs: list[tuple[float, float]] = []
     for m in correct:
@@ -312,7 +314,8 @@ async def _measure(evaluator, proposal: TilingProposal, feasible: list[ConfigEst
     if baseline:  # the current config first, from the unchanged source: what a winner has to beat
         payload["candidates"] = [{"config": baseline, "source": candidate_source}]
     total = min(max_trials, len(feasible))
-    await _report(progress, 0, total, f"compiling and timing up to {total} of {len(feasible)} feasible configs on the GPU")
+    await _report(progress, 0, total, f"compiling and timing up to {total} of {len(feasible)} feasible configs on the "
+                                      "GPU")
     asked = time.time()
     outcome = await evaluator.run_job(MEASURE_TARGET, payload, timeout_s=max(10.0, budget_s), uses_gpu=True)
     if not outcome.ok or not outcome.result:

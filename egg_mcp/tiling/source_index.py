@@ -107,7 +107,8 @@ def _autotune_site(kernel: str, call: ast.Call, top_level: Mapping[str, ast.AST]
     configs, func = [], ""
     for element in node.elts:
         if not (isinstance(element, ast.Call) and dotted(element.func).split(".")[-1] == "Config" and element.args):
-            warnings.append(f"{kernel}: an autotune entry at line {element.lineno} is not triton.Config({{...}}); skipped")
+            warnings.append(f"{kernel}: an autotune entry at line {element.lineno} is not triton.Config({{...}}); "
+                            "skipped")
             continue
         try:
             values = ast.literal_eval(element.args[0])

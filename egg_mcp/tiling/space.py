@@ -68,7 +68,8 @@ def _inferred_choices(name: str, role: ParamRole, current: int | None, axis: str
             lo, hi = min(64, extent), min(16384, extent)
         return pow2_range(lo, max(lo, hi)), f"powers of two up to {axis}={dims[axis]}"
     if role == "block" and current:
-        return pow2_range(max(1, current // 4), current * 4), "powers of two around the current value (no dimension known)"
+        return pow2_range(max(1, current // 4),
+                          current * 4), "powers of two around the current value (no dimension known)"
     return [current] if current is not None else [], "kept at its current value"
 
 

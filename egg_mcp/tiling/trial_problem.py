@@ -24,7 +24,8 @@ class TrialProblem:
     """The reference module, its inputs and its output, built once per process (loading rules shared
     with verify and profile_ncu: egg_mcp.problems.problem)."""
 
-    def __init__(self, reference_path: str, dtype: str, size_overrides: dict[str, int | list[int]], seed: int, device: str):
+    def __init__(self, reference_path: str, dtype: str, size_overrides: dict[str, int | list[int]], seed: int,
+                 device: str):
         import torch
 
         from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides

@@ -126,7 +126,8 @@ class ServiceCore:
     def _result(self, cand: CandidateRow) -> EvalResult | None:
         if not cand.result_sha:
             return None
-        return EvalResult.model_validate_json(self._text(cand.result_sha, f"verification result of candidate {cand.id}"))
+        return EvalResult.model_validate_json(self._text(cand.result_sha,
+                                                         f"verification result of candidate {cand.id}"))
 
     def _floor_ms(self, analysis: dict[str, Any] | None) -> float | None:
         floor = (analysis or {}).get("floor") or {}

@@ -45,7 +45,8 @@ def floor_basis(floor: dict) -> str | None:
 class Verification(ServiceCore):
     # -- verify ---------------------------------------------------------------------------------
     async def verify(self, task_id: str, source: str, note: str | None = None,
-                     progress: ProgressFn | None = None, size_overrides: dict[str, int | list[int]] | None = None) -> VerifyResult:
+                     progress: ProgressFn | None = None, size_overrides: dict[str,
+                                                                              int | list[int]] | None = None) -> VerifyResult:
         """Identical concurrent verifies share one evaluation: in this server through a future keyed by
         (task, source hash, sizes); across servers the running candidate row is the lock (polled until done).
         A quick check (size_overrides) is cached apart from the full-size result and never stands for it."""
