@@ -186,7 +186,8 @@ def test_a_busy_share_far_from_the_rate_share_leaves_the_row_unexplained():
     assert slow["explained"] is False and "48.7 % of ncu's peak" in slow["reason"]
     near = _l2_row(9.6e12)  # 93 %: within 10 % of the path's peak, no factor needed
     ex.add_l2_reading(near, _sm_reading(), DRAM_READ)
-    assert near["explained"] is True and near["reason"] == "within 10 % of ncu's peak for the L2 slices' SM-read path (93%)"
+    assert near["explained"] is True and near["reason"] == ("within 10 % of ncu's peak for the L2 slices' SM-read path "
+                                                            "(93%)")
 
 
 def test_the_busiest_unit_is_claimed_only_when_the_numbers_read_say_so():

@@ -135,7 +135,8 @@ def test_the_judge_falls_back_to_a_host_region_when_no_gpu_region_can_be_made_or
 
 
 def test_a_gpu_region_is_used_only_where_the_measured_peak_leaves_room_for_it(monkeypatch):
-    """At 6 GiB of output the H200's judge and runner together needed at least 23x the output (verify_sizes_3a97d84.json):
+    """At 6 GiB of output the H200's judge and runner together needed at least 23x the output
+    (verify_sizes_3a97d84.json):
     a region on top of that ran the judge out of memory, so such a job gets the host region."""
     from types import SimpleNamespace
 

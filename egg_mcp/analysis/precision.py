@@ -21,7 +21,8 @@ three tf32 products lo*hi + hi*lo + hi*hi with lo truncated by the hardware; bf1
 fp8 with a per-tensor scale), accumulates in fp32, and is compared with the fp32 product computed in
 fp64. Truncation is the conservative reading (its error is ~2x round-to-nearest's; on the H200 the
 tensor-core TF32 error at K=768 was 4x the round-to-nearest emulation's, see
-tests/gpu/test_precision_gpu.py); `TF32_ROUNDING` = "rn" gives the round-to-nearest emulation beside it. A path is admissible when its worst
+tests/gpu/test_precision_gpu.py); `TF32_ROUNDING` = "rn" gives the round-to-nearest emulation beside it. A path is
+admissible when its worst
 error uses at most 1/SAFETY of the policy's atol + rtol*|ref| (margin for the GPU's other
 accumulation order and for errors compounding across chained ops).
 """

@@ -196,7 +196,8 @@ def explain_l2(row: dict[str, Any], dram_read: dict[str, Any] | None) -> dict[st
     reading = row.get("ncu_l2") or {}
     peak, value = row.get("peak"), row["value"]
     if not peak:
-        why = f"ncu's L2 reading failed: {reading['error'][:200]}" if reading.get("error") else "nothing to compare with"
+        why = f"ncu's L2 reading failed: {reading['error'][:200]}" if reading.get("error") else ("nothing to compare "
+                                                                                                 "with")
         return {"reason": f"no peak figure for this unit: {why}", "explained": False}
     sm = reading.get("sm_read") or {}
     unit = "the L2 slices' SM-read path" if sm.get("peak") else "lts__t_bytes"
@@ -222,7 +223,8 @@ def explain_l2(row: dict[str, Any], dram_read: dict[str, Any] | None) -> dict[st
         return {"reason": f"unexplained: {share:.0%} of ncu's peak for {unit}; {seen}; no DRAM reading to weigh "
                           f"the first pass with{fallback}", "explained": False}
     dram_bytes = min(float(dram_bytes), float(amount))
-    predicted = float(amount) / (dram_bytes / float(dram_rate) + (float(amount) - dram_bytes) / float(peak)) / float(peak)
+    predicted = (float(amount) / (dram_bytes / float(dram_rate) + (float(amount) - dram_bytes) / float(peak))
+                 / float(peak))
     text = (f"the first pass from DRAM ({dram_bytes / 2 ** 20:.0f} MiB per ncu, at the measured DRAM read ceiling "
             f"{float(dram_rate) / 1e12:.2f} TB/s) and the rest at ncu's peak predict {predicted:.0%} of ncu's peak for "
             f"{unit}, measured {share:.0%}")

@@ -144,7 +144,8 @@ def run_probes(payload: dict) -> dict:
     dst = torch.empty_like(src)
     best, med = _best_ms(timer, lambda dst=dst, src=src: dst.copy_(src), runs)  # (bound now: both are deleted below)
     ceilings.append(_entry("dram_copy", "bytes", 2.0 * big, best, med,
-                           f"torch.Tensor.copy_ {big // MiB} MiB -> {big // MiB} MiB (read+write bytes), best of {runs}",
+                           f"torch.Tensor.copy_ {big // MiB} MiB -> {big // MiB} MiB (read+write bytes), "
+                           f"best of {runs}",
                            peaks, "a copy reaches ~90 % of the pin bandwidth (read/write turnaround)"))
     del dst
     block, n = 4096, src.numel()

@@ -253,8 +253,8 @@ class LanePool:
         worker: the engine cannot see this queue (it gets one job at a time), so it is told."""
         return sum(1 for future, key, served in self._waiters
                    if served and not future.done()
-                   and (self._affinity.get(key,
-                                           lane.device_model) if key is not None else lane.device_model) == lane.device_model)
+                   and (self._affinity.get(key, lane.device_model) if key is not None
+                        else lane.device_model) == lane.device_model)
 
     async def _acquire(self, key: str | None, spare_served: bool = False) -> tuple[Lane | None, str | None]:
         """Wait (FIFO) for an idle lane of the task's model; None when no lane is left at all."""

@@ -155,7 +155,8 @@ def connect(address: str, *, force_interpreter: bool = False, pythonpath: str | 
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         except Exception as exc:
             raise ClusterError(f"cannot join the Ray cluster at {address!r}: {exc}. Start one with `ray start "
-                               "--head` (and `ray start --address HEAD:6379` on each node) or pass its address") from exc
+                               "--head` (and `ray start --address HEAD:6379` on each node) or pass its "
+                               "address") from exc
     actor_cls = ray.remote(NodeLane)
     runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}} if pythonpath else None
     pending = []

@@ -98,7 +98,8 @@ async def evaluate_items(evaluator: Evaluator, items: Sequence[BenchItem], resul
                          baseline_cache: BaselineCache | None = None, concurrency: int = 1) -> list[ProblemResult]:
     """Evaluate the items, `concurrency` at a time (a `LanePool` gives every candidate an idle device of
     its own; one lane: one at a time), appending each result as it finishes."""
-    cache = baseline_cache if baseline_cache is not None else baseline_cache_from(load_results(results_path.parent).values())
+    cache = (baseline_cache if baseline_cache is not None
+             else baseline_cache_from(load_results(results_path.parent).values()))
     locks: dict = {}
     gate = asyncio.Semaphore(max(1, concurrency))
     out: list[ProblemResult] = []

@@ -83,7 +83,8 @@ def discover(problems_dir: Path, solutions_dir: Path, levels: Iterable[str] = ()
     if not items:
         raise BenchError(f"no problems under {problems_dir} in levels {sorted(wanted)}")
     orphans = sorted(str(p) for p in solutions_dir.rglob("*.py")
-                     if p.resolve() not in used and not p.name.startswith("_") and (not wanted or _level_ok(p, solutions_dir, wanted)))
+                     if p.resolve() not in used and not p.name.startswith("_")
+                     and (not wanted or _level_ok(p, solutions_dir, wanted)))
     return items, orphans
 
 

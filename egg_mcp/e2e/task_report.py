@@ -118,7 +118,8 @@ def render_task_report(status: TaskStatus | dict[str, Any], *, kernel_path: str 
         lines.append("")
     if st.reports:
         lines += ["## Reports", ""]
-        lines += [f"- {r.get('kind')} `{r.get('id')}` on {r.get('candidate_id')} ({r.get('stage')})" for r in st.reports]
+        lines += [f"- {r.get('kind')} `{r.get('id')}` on {r.get('candidate_id')} ({r.get('stage')})"
+                  for r in st.reports]
         lines.append("")
     notes = list(notes)
     if notes:
@@ -164,7 +165,8 @@ def stage_time_chart(status: TaskStatus | dict[str, Any], path: Path) -> Path | 
         ax.axhline(st.compile_ms, color="#55A868", linestyle=":", linewidth=1.2,
                    label=f"torch.compile {st.compile_ms:.3g} ms")
     ax.set_ylabel("time (ms)")
-    ax.set_title(f"{st.problem}: time after each committed stage" + (f" ({st.options.gpu_name})" if st.options.gpu_name else ""))
+    ax.set_title(f"{st.problem}: time after each committed stage"
+                 + (f" ({st.options.gpu_name})" if st.options.gpu_name else ""))
     if st.eager_ms is not None or st.compile_ms is not None:
         ax.legend(fontsize=8, loc="upper right", framealpha=0.9)
     ax.set_ylim(0, max(times + [st.eager_ms or 0, st.compile_ms or 0]) * 1.3)

@@ -9,7 +9,8 @@
   harness modules, taken before the candidate runs; any that changed afterwards is monkeypatching.
 
 All of this lives in the same process as the candidate (the runner): it raises the bar (and catches
-the known public exploits), it is evidence for the judge, never a verdict, and it is not a sandbox. See tests/adversarial/ for the exploit each check catches.
+the known public exploits), it is evidence for the judge, never a verdict, and it is not a sandbox. See
+tests/adversarial/ for the exploit each check catches.
 """
 
 from __future__ import annotations

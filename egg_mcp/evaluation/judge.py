@@ -206,7 +206,8 @@ class Judge(Verdicts):
     # -- the runner conversation -------------------------------------------------------------------
     def _ask_ready(self) -> None:
         """A runner that dies before `ready` ran no candidate code (a started spare killed by the host's OOM killer
-        under load, say): it is replaced once (another started runner, else a fresh one), and the judge says so; a second death is a fault."""
+        under load, say): it is replaced once (another started runner, else a fresh one), and the judge says so; a
+        second death is a fault."""
         assert self.runner is not None  # _run took one
         for attempt in (1, 2):
             try:
@@ -216,7 +217,8 @@ class Judge(Verdicts):
                 if attempt == 2:
                     raise Rejected(self._harness_fault(f"the sandboxed runner did not start ({gone.report.message})"))
                 self.runner.kill()
-                self.judge_info["runner_replaced"] = f"a started runner died before it was ready: {gone.report.message}"[:300]
+                self.judge_info["runner_replaced"] = (
+                    f"a started runner died before it was ready: {gone.report.message}"[:300])
                 self.runner = take(self.runner.mode)  # another started spare if one is alive, else a fresh runner
             except wire.WireError as exc:
                 raise Rejected(self._protocol(str(exc)))

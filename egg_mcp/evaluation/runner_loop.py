@@ -1,7 +1,8 @@
 """The runner's command loop: one judge command in, one answer out (data only), until `exit`.
 
 Kept apart from candidate_side.py (what each command does) so the protocol is readable on one screen:
-`trial` and `time` answer with outputs as bytes (time: the audited timed calls'), the other commands with a header, a candidate's failure with
+`trial` and `time` answer with outputs as bytes (time: the audited timed calls'), the other commands with a header, a
+candidate's failure with
 `failed`, a runner-side bug with `runner_error`. `launchers` is the one command never answered: the judge
 sends it to a waiting spare (launchers.py) and reads no reply.
 """

@@ -185,7 +185,8 @@ class RunnerProcess:
         if code < 0:
             name = SIGNAL_NAMES.get(-code, f"signal {-code}")
             if -code == signal.SIGXFSZ:  # candidate code restored SIGXFSZ's default and wrote past the bound
-                limit = f" ({bounds_mod.size(self.bounds.file_bytes)}, RLIMIT_FSIZE)" if self.bounds else " (RLIMIT_FSIZE)"
+                limit = (f" ({bounds_mod.size(self.bounds.file_bytes)}, RLIMIT_FSIZE)" if self.bounds
+                         else " (RLIMIT_FSIZE)")
                 return ErrorReport(kind="resource_limit", message="the candidate's runner process was killed by "
                                    f"SIGXFSZ: a file reached the runner's file-size bound{limit}")
             if -code == signal.SIGKILL:

@@ -230,7 +230,8 @@ def render_brief(stage: Stage, role: Literal["code", "profile", "debug"], facts:
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
     if stage is Stage.DONE:
-        return "# DONE\nThe task is finished: call export_kernel to write the final ModelNew, or start_task for a new problem.\n"
+        return ("# DONE\nThe task is finished: call export_kernel to write the final ModelNew, or start_task for a new "
+                "problem.\n")
     values = _values(stage, role, facts)
     _, body = _split_description(_read(_brief_file(stage, role)))
     values["header"] = Template(_read("_header.md")).safe_substitute(values).rstrip()

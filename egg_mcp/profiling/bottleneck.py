@@ -108,7 +108,8 @@ def distance_to_floor(r: Readings, gpu: GpuSpec | None, task_roofline: Roofline 
     dram_frac = None
     if gpu and r.dram_bytes is not None and dur_ns:
         dram_frac = (r.dram_bytes / (dur_ns * 1e-9)) / gpu.dram_bytes_per_s
-        found.evidence.append(evidence(r, "computed.dram_bandwidth_of_peak", value=100 * dram_frac, unit="%", source="computed",
+        found.evidence.append(evidence(r, "computed.dram_bandwidth_of_peak", value=100 * dram_frac, unit="%",
+                                       source="computed",
                                        why=f"{fmt_bytes(r.dram_bytes)} moved in {dur_ms:.3g} ms vs the "
                                            f"DRAM ceiling of {gpu.name}: {ceiling(gpu, 'dram').label()}"))
     if task_roofline is not None and task_roofline.floor_ms is not None and dur_ms:
@@ -124,9 +125,12 @@ def distance_to_floor(r: Readings, gpu: GpuSpec | None, task_roofline: Roofline 
                     + ("; the excess is re-reads or spills" if excess > 1.2 else ""),
             ))
             if excess > 1.5:
-                found.moves.add({_A}, f"moves {excess:.1f}x the minimum DRAM bytes: fuse or reorder so each byte is read once")
-                found.moves.add({_T}, f"moves {excess:.1f}x the minimum DRAM bytes: larger tiles raise reuse of each load")
-                found.moves.add({_M}, f"moves {excess:.1f}x the minimum DRAM bytes: reorder programs (grouped pid) for L2 reuse")
+                found.moves.add({_A}, f"moves {excess:.1f}x the minimum DRAM bytes: fuse or reorder so each byte is "
+                                      "read once")
+                found.moves.add({_T}, f"moves {excess:.1f}x the minimum DRAM bytes: larger tiles raise reuse of each "
+                                      "load")
+                found.moves.add({_M}, f"moves {excess:.1f}x the minimum DRAM bytes: reorder programs (grouped pid) for "
+                                      "L2 reuse")
     elif dram_frac is not None:
         distance = f"at {100 * dram_frac:.0f}% of DRAM peak for the bytes it moves"
     return distance, near_floor
@@ -149,9 +153,12 @@ def launch_bound(r: Readings, dur_ns: float, found: Findings) -> tuple[Bound, st
     headline = f"{dur_ns / 1e3:.2g} us per launch, comparable to the ~3 us launch overhead"
     found.evidence.append(evidence(r, r.duration_metric, value=dur_ns, unit="ns",
                                    why="a kernel this short is dominated by launch overhead, not by its own work"))
-    found.moves.add({_S, _A}, f"fuse this kernel with its neighbours: at {dur_ns / 1e3:.2g} us it is mostly launch overhead")
-    found.moves.add({_P}, "give each program more work (fewer, larger programs or a persistent loop) and fewer launches")
-    found.moves.add({_T, _M}, "tuning tiles or memory will not help a launch-bound kernel: reduce launches (fusion, CUDA graphs)")
+    found.moves.add({_S, _A}, f"fuse this kernel with its neighbours: at {dur_ns / 1e3:.2g} us it is mostly launch "
+                              "overhead")
+    found.moves.add({_P},
+                    "give each program more work (fewer, larger programs or a persistent loop) and fewer launches")
+    found.moves.add({_T, _M}, "tuning tiles or memory will not help a launch-bound kernel: reduce launches (fusion, "
+                              "CUDA graphs)")
     return "launch-bound", headline
 
 
@@ -207,7 +214,8 @@ def occupancy_limit(r: Readings, occupancy_estimate: OccupancyEstimate | None, f
     blocks_per_sm = None
     if ncu_limits:
         blocks_per_sm = min(ncu_limits.values())
-        occ_limiter = min(ncu_limits, key=lambda k: (ncu_limits[k], ("warps", "blocks", "registers", "shared_mem").index(k)))
+        occ_limiter = min(ncu_limits, key=lambda k: (ncu_limits[k], ("warps", "blocks", "registers",
+                                                                     "shared_mem").index(k)))
         occ_limiter = {"shared_mem": "shared_memory"}.get(occ_limiter, occ_limiter)
     elif occupancy_estimate is not None:
         blocks_per_sm = occupancy_estimate.blocks_per_sm
@@ -216,9 +224,11 @@ def occupancy_limit(r: Readings, occupancy_estimate: OccupancyEstimate | None, f
     occ = Occupancy(theoretical=theoretical, limiter=occ_limiter, blocks_per_sm=blocks_per_sm)
     if theoretical is not None and (occ.low or (achieved is not None and achieved < 0.6 * theoretical)):
         src: MetricSource = "ncu" if r.get("sm__maximum_warps_per_active_cycle_pct") is not None else "computed"
-        found.evidence.append(Evidence(metric="sm__maximum_warps_per_active_cycle_pct" if src == "ncu" else "computed.theoretical_occupancy",
+        found.evidence.append(Evidence(metric="sm__maximum_warps_per_active_cycle_pct" if src == "ncu"
+                                       else "computed.theoretical_occupancy",
                                        value=theoretical, unit="%", source=src,
-                                       why=f"theoretical occupancy limited by {occ_limiter or 'unknown'}: fewer warps to hide latency"))
+                                       why=f"theoretical occupancy limited by {occ_limiter or 'unknown'}: fewer warps "
+                                           "to hide latency"))
         if achieved is not None:
             found.evidence.append(evidence(r, "sm__warps_active.avg.pct_of_peak_sustained_active", unit="%"))
     return occ
@@ -243,7 +253,8 @@ def register_and_shared_moves(r: Readings, occ: Occupancy, found: Findings) -> N
     spilling = (spills_n or 0) > 0 or (local or 0) > 0
     if spilling:
         if local:
-            found.evidence.append(Evidence(metric="l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum+st", value=local, unit="byte",
+            found.evidence.append(Evidence(metric="l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum+st", value=local,
+                                           unit="byte",
                                            source="ncu", why="local-memory traffic from register spills"))
         if spills_n:
             found.evidence.append(evidence(r, r.spills_metric, unit="register", why="registers the compiler spilled to "
@@ -276,7 +287,8 @@ def grid_moves(r: Readings, sms: int | None, found: Findings) -> None:
     if sms and grid is not None and grid < sms:
         idle = 100 * (1 - grid / sms)
         found.evidence.append(evidence(r, r.grid_metric, unit="block",
-                                       why=f"{grid:.0f} blocks for {sms} SMs: {idle:.0f}% of the SMs have nothing to do"))
+                                       why=f"{grid:.0f} blocks for {sms} SMs: {idle:.0f}% of the SMs have "
+                                           "nothing to do"))
         found.moves.add({_P}, f"grid {grid:.0f} blocks < {sms} SMs: {idle:.0f}% of the GPU idle; split another "
                               "dimension across "
                         "programs (smaller BLOCK_M, split-K) so every SM gets work")
@@ -380,5 +392,6 @@ def stall_moves(r: Readings, bound: Bound, found: Findings) -> None:
 
 def occupancy_moves(bound: Bound, limiter: str | None, occ: Occupancy, found: Findings) -> None:
     """A latency bound from register-limited occupancy: fewer warps or smaller tiles per program."""
-    if bound == "latency-or-occupancy-bound" and limiter and limiter.startswith("occupancy") and occ.limiter == "registers":
+    if (bound == "latency-or-occupancy-bound" and limiter and limiter.startswith("occupancy")
+            and occ.limiter == "registers"):
         found.moves.add({_P}, "occupancy is limited by registers: fewer warps per program or smaller per-program tiles")

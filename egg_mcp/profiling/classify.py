@@ -75,7 +75,8 @@ class Readings:
 
     @property
     def local_bytes(self) -> float | None:
-        ld, st = self.get("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"), self.get("l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum")
+        ld = self.get("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum")
+        st = self.get("l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum")
         return None if ld is None and st is None else (ld or 0.0) + (st or 0.0)
 
     @property
@@ -259,7 +260,8 @@ def summarize(kernels: list[KernelProfile], roof: Roofline | None) -> str:
     share = f" ({100 * top.time_share:.0f}% of kernel time)" if top.time_share is not None and len(kernels) > 1 else ""
     text = f"{top.name}{share}: {top.classification.headline}."
     if len(kernels) > 1:
-        rest = ", ".join(f"{k.name} {k.classification.bound}" + (f" {100 * k.time_share:.0f}%" if k.time_share is not None else "")
+        rest = ", ".join(f"{k.name} {k.classification.bound}"
+                         + (f" {100 * k.time_share:.0f}%" if k.time_share is not None else "")
                          for k in ranked[1:4])
         text += f" Other kernels: {rest}."
     if roof is not None:

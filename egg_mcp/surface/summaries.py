@@ -88,7 +88,8 @@ def start_task(r) -> str:
     return _lines(
         f"task {r.task_id} ({r.problem}, {r.origin}); stage {r.stage}; dtype {r.options.dtype}, tolerance "
         f"{r.options.tolerance.name} (atol={r.options.tolerance.atol:g}, rtol={r.options.tolerance.rtol:g})",
-        f"timing: {'GPU ' + (r.options.gpu_name or '') if r.timing_available else 'no GPU (Triton CPU interpreter, correctness only)'}"
+        "timing: " + ("GPU " + (r.options.gpu_name or "") if r.timing_available
+                      else "no GPU (Triton CPU interpreter, correctness only)")
         + (f"; evaluated at sizes {sizes}" if sizes else ""),
         f"analysis: {_clip(analysis, 400)}" if analysis else "analysis: none",
         *(f"note: {_clip(n, 250)}" for n in r.notes[:3]),

@@ -250,7 +250,8 @@ def _recommend(proposal: TilingProposal, evaluator: Any, measure: bool, measured
         proposal.recommended_reason = "nothing was measured (see note): no config is recommended over the current one"
     elif feasible:
         proposal.recommended = feasible[0].config
-        proposal.recommended_reason = "best predicted by the analytic model (not measured): verify it against the current config"
+        proposal.recommended_reason = ("best predicted by the analytic model (not measured): verify it against the "
+                                       "current config")
 
 
 def _recommend_measured(proposal: TilingProposal, correct: list[MeasuredConfig], base: MeasuredConfig | None,

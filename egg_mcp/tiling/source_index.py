@@ -93,7 +93,8 @@ def _parse(source: str) -> ast.Module:
     try:
         return ast.parse(source)
     except SyntaxError as exc:
-        raise ValueError(f"candidate source does not parse (line {exc.lineno}: {exc.msg}); fix the syntax first") from exc
+        raise ValueError(f"candidate source does not parse (line {exc.lineno}: {exc.msg}); "
+                         "fix the syntax first") from exc
 
 
 def _autotune_site(kernel: str, call: ast.Call, top_level: Mapping[str, ast.AST],

@@ -35,12 +35,7 @@ class Commits(ServiceCore):
         a stored commit (same stage, same candidate) returns the stored outcome; a commit for a stage
         the task is not in is refused. Racing commits are serialised by the repository's
         BEGIN IMMEDIATE transaction and the loser is told who won."""
-        _check(limits.check_text, "force_reason", force_reason, limits.MAX_FORCE_REASON)
-        _check(limits.check_text, "skip_memcheck", skip_memcheck, limits.MAX_FORCE_REASON)
-        if skip_memcheck is not None and not skip_memcheck.strip():
-            raise WorkflowError("skip_memcheck needs a reason (it is stored with the candidate); omit it to run "
-                                "memcheck")
-        _check_decision(decision)
+        _check_arguments(decision, force_reason, skip_memcheck)
         row = self._task_row(task_id)
         cand = self._candidate_row(task_id, candidate_id)
         try:
@@ -162,6 +157,16 @@ class Commits(ServiceCore):
     def _cv(self, cand: CandidateRow) -> float:
         result = self._result(cand)
         return (result.timing.cv or 0.0) if result and result.timing else 0.0
+
+
+def _check_arguments(decision: StageDecision, force_reason: str | None, skip_memcheck: str | None) -> None:
+    """commit_stage's arguments on their own, before any lookup: bounded texts and a well-formed decision."""
+    _check(limits.check_text, "force_reason", force_reason, limits.MAX_FORCE_REASON)
+    _check(limits.check_text, "skip_memcheck", skip_memcheck, limits.MAX_FORCE_REASON)
+    if skip_memcheck is not None and not skip_memcheck.strip():
+        raise WorkflowError("skip_memcheck needs a reason (it is stored with the candidate); omit it to run "
+                            "memcheck")
+    _check_decision(decision)
 
 
 def _check_decision(decision: StageDecision) -> None:

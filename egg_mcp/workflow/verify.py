@@ -45,8 +45,8 @@ def floor_basis(floor: dict) -> str | None:
 class Verification(ServiceCore):
     # -- verify ---------------------------------------------------------------------------------
     async def verify(self, task_id: str, source: str, note: str | None = None,
-                     progress: ProgressFn | None = None, size_overrides: dict[str,
-                                                                              int | list[int]] | None = None) -> VerifyResult:
+                     progress: ProgressFn | None = None,
+                     size_overrides: dict[str, int | list[int]] | None = None) -> VerifyResult:
         """Identical concurrent verifies share one evaluation: in this server through a future keyed by
         (task, source hash, sizes); across servers the running candidate row is the lock (polled until done).
         A quick check (size_overrides) is cached apart from the full-size result and never stands for it."""
@@ -134,7 +134,8 @@ class Verification(ServiceCore):
             # A quick check's time is at other sizes: kept in its result, never in the row guards compare.
             time_ms = result.timing.median_ms if result.timing and result.verdict == "correct" and sizes is None \
                 else None
-            # A harness fault (our side or the environment, not the candidate) is stored but never served from the cache.
+            # A harness fault (our side or the environment, not the candidate) is stored but never served from the
+            # cache.
             self.repo.finish_candidate(cand_id, result.verdict, time_ms, self.ws.put_text(result.model_dump_json()),
                                        status="harness_fault" if result.fault == "harness" else "done")
         except BaseException as exc:
