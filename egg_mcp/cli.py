@@ -102,7 +102,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="egg-mcp", description="MCP server for expert-guided Triton kernel generation")
+    parser = argparse.ArgumentParser(prog="egg-mcp",
+                                     description="MCP server for expert-guided Triton kernel generation")
     parser.add_argument("--version", action="version", version=f"egg-mcp {__version__}")
     sub = parser.add_subparsers(dest="command")
 

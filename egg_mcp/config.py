@@ -297,7 +297,8 @@ def _server_config_model() -> Any:
             default_factory=lambda: int(_env_float(MAX_EVAL_GIB_VAR, 16.0) * 2**30), gt=0)
         """Largest estimated problem footprint size_overrides may ask for (EGG_MCP_MAX_EVAL_GIB, default 16)."""
 
-        unsafe_sandbox_floor: Literal["none", "env", "landlock"] | None = Field(
+        # The operator's word, taken as given (an unknown level fails in sandbox.floor.floor_for).
+        unsafe_sandbox_floor: Literal["none", "env", "landlock"] | None = Field(  # pyright: ignore[reportAssignmentType]
             default_factory=lambda: os.environ.get(UNSAFE_VAR, "").strip() or None)
         """Lower the sandbox floor to this level (`--unsafe-sandbox-floor`, EGG_MCP_UNSAFE_SANDBOX_FLOOR): candidates
         then run on a host without Landlock or user namespaces, and every result's text says the weak level. Default

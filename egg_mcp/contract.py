@@ -63,7 +63,8 @@ class EvalOptions(BaseModel):
 
     dtype: DType = "float32"
     tolerance: TolerancePolicy = Field(
-        default=STRICT_FP32, description="when not given: KernelBench v0.1's tolerance for `dtype` (fp32 1e-4, fp16/bf16 1e-2)"
+        default=STRICT_FP32, description="when not given: KernelBench v0.1's tolerance for `dtype` (fp32 1e-4, "
+                                         "fp16/bf16 1e-2)"
     )
     correctness_trials: int = Field(default=5, ge=1, le=100)
     timing: bool = True
@@ -81,11 +82,14 @@ class EvalOptions(BaseModel):
     run_timeout_s: float = 300.0
     check_integrity: bool = True
     roofline_floor_ms: float | None = Field(
-        default=None, description="physical floor of the reference on this GPU; a faster candidate is flagged for review"
+        default=None, description="physical floor of the reference on this GPU; a faster candidate is flagged for "
+                                  "review"
     )
-    roofline_floor_path: str | None = Field(default=None, description="the compute path the floor assumes (the fastest the "
+    roofline_floor_path: str | None = Field(default=None, description="the compute path the floor assumes (the fastest "
+                                                                      "the "
                                             "precision ladder admits), named in the flag")
-    roofline_floor_basis: str | None = Field(default=None, description="what set the floor and where its ceilings come from "
+    roofline_floor_basis: str | None = Field(default=None, description="what set the floor and where its ceilings come "
+                                                                       "from "
                                              "(measured here or a datasheet lead), said in the flag")
     baseline_ms: float | None = Field(
         default=None,
@@ -106,7 +110,8 @@ class EvalOptions(BaseModel):
 class MismatchReport(BaseModel):
     """What the Debug role needs to localise a wrong result."""
 
-    output_index: int = Field(default=0, description="top-level position of the bad part (its key's position for a dict)")
+    output_index: int = Field(default=0, description="top-level position of the bad part (its key's position for a "
+                                                     "dict)")
     path: str | None = Field(default=None, description="the first bad part in KernelBench-ish notation: output, "
                              "output[1][0], output['h']")
     expected_shape: list[int] | None = None
@@ -153,9 +158,11 @@ class TimingStats(BaseModel):
     l2_flushed: bool = True
     input_sets: int = 1
     host_wall_ms: float | None = Field(default=None, description="host clock over the timed region (cross-check)")
-    estimate_ms: float | None = Field(default=None, description="the call's GPU time (launch gaps hidden), which picks the "
+    estimate_ms: float | None = Field(default=None, description="the call's GPU time (launch gaps hidden), which picks "
+                                                                "the "
                                       "method (a CUDA graph below timing.GRAPH_BELOW_MS)")
-    graph_fallback: str | None = Field(default=None, description="why a call short enough for a CUDA graph was timed by "
+    graph_fallback: str | None = Field(default=None, description="why a call short enough for a CUDA graph was timed "
+                                                                 "by "
                                        "events instead (the capture's error)")
     remeasured: int = Field(default=0, description="readings taken again because they showed an outside disturbance "
                             "(timing.disturbed: a steady middle, a slow tail); this one is the steadiest")
@@ -228,7 +235,8 @@ class Placement(BaseModel):
     device_model: str = Field(description="GPU model ('NVIDIA H200'), or 'cpu-interpreter'")
     lane: str = Field(description="the lane's name, e.g. 'local/gpu0' or 'ray/<node>/gpu1'")
     via: Literal["local", "ray"] = "local"
-    attempts: int = Field(default=1, description="2 when the first lane was lost mid-job and the job ran again elsewhere")
+    attempts: int = Field(default=1, description="2 when the first lane was lost mid-job and the job ran again "
+                                                 "elsewhere")
     note: str | None = None
 
     def label(self) -> str:
@@ -244,7 +252,8 @@ class EvalResult(BaseModel):
     correctness_trials_passed: int = 0
     mismatch: MismatchReport | None = None
     error_share: ErrorShare | None = Field(
-        default=None, description="correct: the worst error as a share of the tolerance (max and p99), so 33 % of it does not "
+        default=None, description="correct: the worst error as a share of the tolerance (max and p99), so 33 % of it "
+                                  "does not "
         "read like 0.001 %")
     error: ErrorReport | None = None
     timing: TimingStats | None = None
@@ -260,7 +269,8 @@ class EvalResult(BaseModel):
     wall_s: float = 0.0
     options: EvalOptions | None = None
     reference_timing: TimingStats | None = Field(
-        default=None, description="the reference (eager PyTorch) timed in the same job, same method, when no baseline_ms"
+        default=None, description="the reference (eager PyTorch) timed in the same job, same method, when no "
+                                  "baseline_ms"
     )
     speedup: float | None = Field(default=None, description="reference_timing.median_ms / timing.median_ms")
     phase_s: dict[str, float] = Field(
@@ -269,7 +279,8 @@ class EvalResult(BaseModel):
     server_phase_s: dict[str, float] = Field(
         default_factory=dict, description="seconds per phase in the server: queue_wait, worker_take, job (the "
         "judge's phase_s plus messaging), teardown; they add up to the call's wall time in the engine")
-    fault: Fault = Field(default="candidate", description="'harness': egg-mcp or its environment failed, not your kernel")
+    fault: Fault = Field(default="candidate", description="'harness': egg-mcp or its environment failed, not your "
+                                                          "kernel")
     sandbox: dict[str, Any] | None = Field(
         default=None, description="the sandbox in force for the candidate's runner (egg_mcp.sandbox's report)")
     judge: dict[str, Any] | None = Field(

@@ -82,6 +82,7 @@ def _sandbox_lines(config: ServerConfig | None = None) -> None:
     from egg_mcp.sandbox.floor import floor_for
 
     config = config or ServerConfig()
+    assert config is not None  # (ServerConfig is built on first use: type checkers read it as unknown)
     floor = floor_for(report, config.unsafe_sandbox_floor)
     if floor.runs_candidates and not floor.weak:
         _line(OK, "sandbox floor", "met: serve runs candidates; each runner must have " +
@@ -191,8 +192,9 @@ def run_doctor(config: ServerConfig, *, start_empty: bool = False) -> int:
 
 def _mcp_line() -> int:
     try:
-        import mcp  # noqa: F401
         from importlib.metadata import version
+
+        import mcp  # noqa: F401
 
         _line(OK, "mcp SDK", version("mcp"))
     except Exception as exc:  # pragma: no cover - install problem

@@ -311,14 +311,16 @@ def main() -> None:
     log = (tmp / "server.err").read_text(errors="replace")
     limits = next((line.split("egg_mcp.http: ", 1)[1] for line in log.splitlines() if "HTTP limits: " in line), None)
     repo = Path(__file__).resolve().parents[1]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True,
+                            text=True).stdout.strip()
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "egg_mcp", "tests/http_flood.py"], cwd=repo,
                                 capture_output=True, text=True).stdout.strip())
     report = {"what": "authenticated tools/list latency (new connection per call) without and under a slow-client "
                       "flood of half-open connections (default limits unless server_args say otherwise); "
                       "during_build_up: calls made while the flood was still connecting",
               "commit": commit + ("+uncommitted" if dirty else ""), "server_args": args.server_args,
-              "server_limits": limits, "cpus": os.cpu_count(), "load_avg_1m_before_after": [load_before, os.getloadavg()[0]],
+              "server_limits": limits, "cpus": os.cpu_count(), "load_avg_1m_before_after": [load_before,
+                                                                                            os.getloadavg()[0]],
               "baseline": baseline, "under_flood": flooded, "server_log_bytes": len(log.encode())}
     text = json.dumps(report, indent=2)
     print(text)

@@ -102,7 +102,8 @@ def test_guidance_suite_checks_the_issue_18_rules():
     assert g.brief_check(good) and not g.brief_check([good[0].replace("35.7 TFLOP/s, measured here", "no GPU")])
     assert not g.brief_check([good[0].replace("PASSES", "fails")])
     v = g.variants((g.KB / "mingpt_attention_triton.py").read_text())
-    assert "tf32x3" not in v["fp32"].split('"""', 2)[2] and v["fp32"].split('"""', 2)[2].count('input_precision="ieee"') == 3
+    assert "tf32x3" not in v["fp32"].split('"""', 2)[2] and v["fp32"].split('"""',
+                                                                            2)[2].count('input_precision="ieee"') == 3
     assert {"guidance", "tiling_exhaustive"} <= set(_load().SUITES)
 
 

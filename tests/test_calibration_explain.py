@@ -15,16 +15,17 @@ import pytest
 
 from egg_mcp.calibration import explain as ex
 from egg_mcp.calibration import matmul, ncu_gemm, sampler
-from egg_mcp.hardware.calibration_record import Calibration
 from egg_mcp.calibration.peaks import device_peaks
 from egg_mcp.calibration.run import describe
+from egg_mcp.hardware.calibration_record import Calibration
 
 H200 = {"name": "NVIDIA H200", "sm_count": 132, "sm_clock_max_mhz": 1980, "compute_capability": "9.0"}
 BF16_FLOPS = 2.0 * 8192 ** 3
 
 
 def _load(mhz, reasons=(), power=None, limit=None):
-    out = {"median_mhz": mhz, "min_mhz": mhz - 15, "max_mhz": mhz + 15, "samples": 80, "throttle_reasons": list(reasons)}
+    out = {"median_mhz": mhz, "min_mhz": mhz - 15, "max_mhz": mhz + 15, "samples": 80,
+           "throttle_reasons": list(reasons)}
     if power is not None:
         out.update(power_median_w=power, power_max_w=power + 5, power_source="NVML instantaneous power")
     if limit is not None:
@@ -67,7 +68,8 @@ def test_load_sampler_summarises_clock_power_and_reasons_after_the_ramp():
         i = next(count)
         if time.monotonic() - s.started < settle_s:
             return {"sm_clock_mhz": 1980}
-        return {"sm_clock_mhz": 1590 + 15 * (i % 3), "power_w": 690.0 + i % 2, "power_source": "NVML instantaneous power",
+        return {"sm_clock_mhz": 1590 + 15 * (i % 3), "power_w": 690.0 + i % 2, "power_source": "NVML instantaneous "
+                "power",
                 "power_limit_w": 700.0, "throttle_reasons": ["sw_power_cap"] if i % 2 else []}
 
     s = sampler.LoadSampler(read, interval_s=0.002, settle_s=settle_s)
@@ -381,7 +383,8 @@ def test_one_ncu_launch_at_its_own_clock_explains_what_the_nvml_window_cannot():
 def test_the_ieee_fp32_gemm_is_read_on_the_fma_pipe_and_explained_like_the_tensor_rows():
     from egg_mcp.profiling.ncu_csv import render_raw_csv
 
-    text = render_raw_csv([{"ID": "0", "Kernel Name": "sm90_xmma_gemm_f32f32_f32f32_f32_nn_n", ncu_gemm.PIPE_ELAPSED: "0",
+    text = render_raw_csv([{"ID": "0", "Kernel Name": "sm90_xmma_gemm_f32f32_f32f32_f32_nn_n",
+                            ncu_gemm.PIPE_ELAPSED: "0",
                             ncu_gemm.FMA_ELAPSED: "77.9", ncu_gemm.FMA_ACTIVE: "80.1", ncu_gemm.CLOCK: "1980000000",
                             ncu_gemm.DURATION: "21500000"}])
     got = ncu_gemm.attribute(text, ["mm_fp32_ieee"])["mm_fp32_ieee"]

@@ -69,8 +69,8 @@ def test_clock_sampling_and_clock_adjusted_peak():
 
 
 def test_report_states_the_clock_adjusted_peak_and_old_records_still_load():
-    from egg_mcp.hardware.calibration_record import Calibration
     from egg_mcp.calibration.run import describe
+    from egg_mcp.hardware.calibration_record import Calibration
 
     fma = {"key": "fp32_fma", "unit": "FLOP/s", "value": 55.6e12, "best_ms": 0.64, "median_ms": 0.65,
            "amount": 35.4e9, "method": "Triton tl.fma kernel", "peak": 66.9e12, "ratio_to_peak": 0.83,

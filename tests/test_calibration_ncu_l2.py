@@ -18,7 +18,6 @@ import pytest
 
 from egg_mcp.calibration import explain as ex
 from egg_mcp.calibration import ncu_gemm
-from egg_mcp.hardware.calibration_record import Calibration
 from egg_mcp.calibration.run import describe
 from egg_mcp.profiling.ncu_csv import render_raw_csv
 
@@ -187,7 +186,8 @@ def test_a_busy_share_far_from_the_rate_share_leaves_the_row_unexplained():
     assert slow["explained"] is False and "48.7 % of ncu's peak" in slow["reason"]
     near = _l2_row(9.6e12)  # 93 %: within 10 % of the path's peak, no factor needed
     ex.add_l2_reading(near, _sm_reading(), DRAM_READ)
-    assert near["explained"] is True and near["reason"] == "within 10 % of ncu's peak for the L2 slices' SM-read path (93%)"
+    assert near["explained"] is True and near["reason"] == ("within 10 % of ncu's peak for the L2 slices' SM-read path "
+                                                            "(93%)")
 
 
 def test_the_busiest_unit_is_claimed_only_when_the_numbers_read_say_so():
@@ -258,8 +258,8 @@ def _record() -> dict:
 
 
 def test_calibrate_ncu_profiles_the_l2_probe_in_the_same_job_and_explains_it_by_its_path(monkeypatch):
-    from egg_mcp.profiling import ncu_command
     from egg_mcp.calibration.run import calibrate
+    from egg_mcp.profiling import ncu_command
 
     monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: "/opt/ncu")
     engine = _FakeEngine(_record())
@@ -289,8 +289,8 @@ def test_calibrate_ncu_profiles_the_l2_probe_in_the_same_job_and_explains_it_by_
 def test_an_ncu_without_the_sm_read_metrics_falls_back_to_lts_bytes_and_says_so(monkeypatch):
     """An ncu that rejects one metric per run: asked again without each, the GEMMs read, the L2 row compared
     with lts__t_bytes (today's behaviour) with a note that names what this ncu lacked."""
-    from egg_mcp.profiling import ncu_command
     from egg_mcp.calibration.run import calibrate
+    from egg_mcp.profiling import ncu_command
 
     monkeypatch.setattr(ncu_command, "find_ncu", lambda env=None: "/opt/ncu")
     lacks = (ncu_gemm.SM_READ_RATE, ncu_gemm.SM_READ_PCT, ncu_gemm.RETURN_BUSY)
@@ -316,7 +316,8 @@ def test_an_ncu_without_the_l2_metrics_leaves_the_gemm_rows_read(monkeypatch):
     assert len(engine.ncu_calls) == 2 and ncu_gemm.L2_PCT not in engine.ncu_calls[1][2]  # asked again without it
     assert engine.ncu_calls[0][1]["l2"] == {"quick": True}
     assert got["mm_bf16"]["busy_pct"] == 93.3
-    assert got["l2_read"]["sm_read"]["peak"] == pytest.approx(S8_PEAK) and "peak" not in got["l2_read"]  # no lts__t_bytes
+    # no lts__t_bytes
+    assert got["l2_read"]["sm_read"]["peak"] == pytest.approx(S8_PEAK) and "peak" not in got["l2_read"]
     neither = _FakeEngine({}, lacks=(ncu_gemm.L2_PCT, ncu_gemm.SM_READ_PCT))
     got = asyncio.run(ncu_gemm.read_tensor_pipe(neither, [("mm_bf16", 8192)], l2={"quick": True}))
     assert ncu_gemm.L2_PCT in got["l2_read"]["error"] and ncu_gemm.SM_READ_PCT in got["l2_read"]["error"]

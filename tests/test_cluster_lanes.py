@@ -213,7 +213,8 @@ def test_task_status_says_where_each_job_ran_and_shows_the_lanes(tmp_path):
 
 def test_doctor_lists_the_lanes_and_names_the_extra_without_ray(tmp_path, monkeypatch):
     from egg_mcp import doctor
-    from egg_mcp.cluster import lanes as lanes_mod, ray_lanes
+    from egg_mcp.cluster import lanes as lanes_mod
+    from egg_mcp.cluster import ray_lanes
     from egg_mcp.config import ServerConfig
 
     monkeypatch.setattr(lanes_mod, "visible_gpus", lambda: [("0", "NVIDIA H200"), ("1", "NVIDIA H200")])
@@ -286,7 +287,8 @@ def test_a_lane_s_engine_is_told_how_many_spare_served_jobs_wait_behind_each_job
     # jobs behind it (the verify behind them takes no spare); the CPU-only job took no lane
     assert ev.told == [0, 2, 1, 0, 0]
     assert job_specs.spare_served(job_specs.baselines_spec(REF_A, EvalOptions()))
-    assert not job_specs.spare_served(job_specs.run_job_spec("egg_mcp.x:y", {}, timeout_s=1, uses_gpu=True, wrapper_argv=["ncu"]))
+    assert not job_specs.spare_served(job_specs.run_job_spec("egg_mcp.x:y", {}, timeout_s=1, uses_gpu=True,
+                                                             wrapper_argv=["ncu"]))
 
 
 def test_an_engine_told_of_queued_jobs_starts_spares_for_them(tmp_path):

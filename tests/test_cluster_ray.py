@@ -107,15 +107,20 @@ def test_serve_mode_gateway_runs_jobs_and_a_vanished_cluster_falls_back(ray_clus
     """What `serve --ray` builds: the Ray driver in a gateway process (Ray ends a driver whose cluster is
     gone); the gateway killed = the cluster gone: the pool serves on this host's lanes."""
     from egg_mcp.cluster.build import build_evaluator
+    from egg_mcp.cluster.gateway import GatewayLane
+    from egg_mcp.cluster.lanes import LanePool
 
     address = ray_cluster.get_runtime_context().gcs_address
     pool = build_evaluator(tmp_path, force_interpreter=True, ray_address=address, pythonpath=str(REPO), max_lanes=1)
+    assert isinstance(pool, LanePool)
     assert [ln.via for ln in pool.lanes] == ["ray"] and pool.lanes[0].device_model == "TEST-GPU"
 
     async def main():
         try:
             first = await pool.evaluate(ADD_RELU, ADD_RELU_OK, OPTS[ADD_RELU])
-            pool.lanes[0].gateway.proc.kill()  # the cluster (as the server sees it) disappears
+            lane = pool.lanes[0]
+            assert isinstance(lane, GatewayLane)
+            lane.gateway.proc.kill()  # the cluster (as the server sees it) disappears
             after = await pool.run_job("tests.doubles.jobs:echo", {"x": 1}, timeout_s=120, uses_gpu=True)
             return first, after
         finally:

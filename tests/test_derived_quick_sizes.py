@@ -82,7 +82,8 @@ def _start(tmp_path, source):
 def test_start_task_on_the_cpu_uses_derived_sizes_and_says_so(tmp_path):
     result = _start(tmp_path, NO_QUICK)
     assert result["options"]["size_overrides"] == {"batch_size": 8, "dim": 64}
-    assert any("derived from the reference's constants" in n and "'dim': 64" in n for n in result["notes"]), result["notes"]
+    assert any("derived from the reference's constants" in n and "'dim': 64" in n
+               for n in result["notes"]), result["notes"]
 
 
 def test_derived_sizes_the_reference_cannot_run_fall_back_to_full_size_with_the_reason(tmp_path):

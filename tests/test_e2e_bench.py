@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from egg_mcp.config import ServerConfig
+from egg_mcp.contract import BaselineResult, EvalResult, TimingStats
 from egg_mcp.e2e import bench
 from egg_mcp.e2e.bench import BenchError, ProblemResult, aggregate, discover
 from egg_mcp.e2e.bench_results import fast_p, geomean, summarise
-from egg_mcp.contract import BaselineResult, EvalResult, TimingStats
 from tests.conftest import FIXTURES, REPO
 
 BENCH = FIXTURES / "bench"

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from egg_mcp.e2e.task_report import render_task_report, stage_gains, stage_table, stage_time_chart, write_task_report
 from egg_mcp.contract import STRICT_FP32
+from egg_mcp.e2e.task_report import render_task_report, stage_gains, stage_table, stage_time_chart, write_task_report
 from egg_mcp.workflow.models import CommittedStage, Evidence, StageDecision, TaskOptions, TaskStatus
 from tests.conftest import REPO
 

@@ -28,7 +28,8 @@ def test_subclass_and_chained_causes_are_seen():
         assert error_kind(outer) == "compile_error"
 
 
-@pytest.mark.parametrize("name,kind", [("CompileTimeAssertionFailure", "compile_error"), ("PTXASError", "compile_error"),
+@pytest.mark.parametrize("name,kind", [("CompileTimeAssertionFailure", "compile_error"), ("PTXASError",
+                                                                                          "compile_error"),
                                        ("OutOfMemoryError", "oom"), ("ValueError", "runtime_error")])
 def test_kinds(name, kind):
     assert error_kind(_named(name)("x")) == kind

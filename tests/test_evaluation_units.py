@@ -95,8 +95,8 @@ def test_isolated_timing_is_opt_in_and_carried_in_the_result():
 def test_correct_summary_names_the_isolated_reading_and_a_large_write_back_share():
     from types import SimpleNamespace
 
-    from egg_mcp.evaluation.judge_verdicts import Verdicts
     from egg_mcp.contract import IsolatedTiming, TimingStats
+    from egg_mcp.evaluation.judge_verdicts import Verdicts
 
     ev: Any = SimpleNamespace(findings=[])  # a stand-in judge: only what the summary reads
     t = TimingStats(median_ms=0.0344, cv=0.002, method="cuda_graph",
@@ -112,8 +112,8 @@ def test_correct_summary_says_why_a_short_call_was_timed_by_events():
     summary names the failed graph capture, so the user knows the number is not a graph replay's."""
     from types import SimpleNamespace
 
-    from egg_mcp.evaluation.judge_verdicts import Verdicts
     from egg_mcp.contract import TimingStats
+    from egg_mcp.evaluation.judge_verdicts import Verdicts
 
     ev: Any = SimpleNamespace(findings=[])  # a stand-in judge: only what the summary reads
     t = TimingStats(median_ms=0.142, cv=0.23, method="cuda_events", estimate_ms=0.11,

@@ -13,12 +13,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from egg_mcp.analysis.reference import analyze_model
-from egg_mcp.contract import STRICT_FP32, EvalResult, TimingStats
-from egg_mcp.problems.derived import StaleDerivedConstant
-from egg_mcp.problems.problem import apply_size_overrides
+from egg_mcp.contract import STRICT_FP32
 from egg_mcp.expertise.seeds import build_seed_brief
 from egg_mcp.hardware import spec_for
 from egg_mcp.problems.builtin import builtin_source
+from egg_mcp.problems.derived import StaleDerivedConstant
+from egg_mcp.problems.problem import apply_size_overrides
 from egg_mcp.workflow.models import Evidence, StageDecision
 from tests.test_regression_guard import FakeEvaluator, _service, src
 

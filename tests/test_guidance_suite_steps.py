@@ -23,7 +23,8 @@ class FakeClient:
         if tool in self.fail or key in self.fail:
             return SimpleNamespace(is_error=True, content=[SimpleNamespace(text=f"{tool} exploded")])
         replies = {
-            "start_task": {"task_id": "t1", "brief": "the fastest admissible compute path for dots is tf32x3.\n" + RUNG},
+            "start_task": {"task_id": "t1",
+                           "brief": "the fastest admissible compute path for dots is tf32x3.\n" + RUNG},
             "generate_seeds": {"brief": RUNG},
             "profile_ncu": {"report": {"source": "fallback", "kernels": [{"verdict": "62% of the floor"}]}},
             "commit_stage": {"stage": "ok"},

@@ -6,17 +6,18 @@ import json
 import pytest
 
 from egg_mcp import hardware
+from egg_mcp.analysis.analysis_types import ReferenceAnalysis
 from egg_mcp.analysis.reference import analyze_job
-from egg_mcp.hardware import calibration_store as store
-from egg_mcp.hardware.calibration_record import Calibration
 from egg_mcp.calibration.peaks import device_peaks
 from egg_mcp.calibration.run import CalibrationError, calibrate, describe, ensure_calibrated
+from egg_mcp.contract import STRICT_FP32, JobOutcome
 from egg_mcp.doctor import hardware_lines
-from egg_mcp.contract import JobOutcome, STRICT_FP32
 from egg_mcp.expertise.seeds import build_seed_brief, installed_triton
-from egg_mcp.analysis.analysis_types import ReferenceAnalysis
-from egg_mcp.profiling.report_build import build_fallback_report, resolve_gpu
+from egg_mcp.hardware import calibration_store as store
+from egg_mcp.hardware.calibration_record import Calibration
 from egg_mcp.problems.builtin import builtin_source
+from egg_mcp.profiling.report_build import build_fallback_report, resolve_gpu
+
 
 @pytest.fixture(autouse=True)
 def _forget_calibrated_specs():

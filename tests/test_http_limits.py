@@ -203,8 +203,11 @@ def test_header_and_body_timeouts(server):
 def test_log_rate_limit_filter_bounds_a_flood():
     now = [0.0]
     flt = RateLimitedLogFilter(burst=5, per_s=10.0, clock=lambda: now[0])
-    rec = lambda: logging.LogRecord("uvicorn.error", logging.WARNING, __file__, 1, "Invalid HTTP request received.",
-                                    None, None)
+
+    def rec():
+        return logging.LogRecord("uvicorn.error", logging.WARNING, __file__, 1, "Invalid HTTP request received.",
+                                 None, None)
+
     passed = [flt.filter(r := rec()) and r for _ in range(10_000)]
     assert sum(1 for p in passed if p) == 5
     now[0] = 10.0
@@ -289,6 +292,7 @@ def test_guard_paces_evictions_at_the_cap_and_logs_one_summary_line(caplog):
             assert guard.stats["evicted"] == 21
             assert not caplog.records, "no log line per closed connection"
             line = guard.log_summary(force=True)
+        assert line is not None
         assert "21 connections still waiting for a request closed to make room" in line
         assert "cap 4 in total" in line and len(caplog.records) == 1
         assert guard.log_summary(force=True) is None  # nothing new: nothing logged
@@ -416,8 +420,9 @@ def test_closed_connections_are_not_left_to_the_cycle_collector():
         config.load()
         server = uvicorn.Server(config)
         lsock = tcp_listener("127.0.0.1", 0, 64)
-        acceptor = Acceptor(lsock, lambda: config.http_protocol_class(
-            config=config, server_state=server.server_state, app_state={}), guard, logging.getLogger("egg_mcp.http"))
+        acceptor = Acceptor(lsock, lambda: config.http_protocol_class(  # (uvicorn types it as asyncio's)
+            config=config, server_state=server.server_state, app_state={}),  # pyright: ignore[reportCallIssue]
+            guard, logging.getLogger("egg_mcp.http"))
         acceptor.start()
         loop = asyncio.get_running_loop()
         clients = []

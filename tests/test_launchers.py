@@ -152,7 +152,8 @@ def test_tell_launchers_sends_one_message_a_gpu_runner_reads(tmp_path):
     ours.close(), theirs.close()
 
 
-@pytest.mark.parametrize("loaded,interpreter,builds", [(False, False, True), (True, False, False), (False, True, False)])
+@pytest.mark.parametrize("loaded,interpreter,builds", [(False, False, True), (True, False, False), (False, True,
+                                                                                                    False)])
 def test_a_runner_builds_only_before_any_code_is_loaded_and_never_answers(monkeypatch, loaded, interpreter, builds):
     asked = []
     monkeypatch.setattr(launchers, "prebuild", lambda raw: asked.append(raw) or {

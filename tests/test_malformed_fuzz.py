@@ -66,7 +66,8 @@ def malformed(rng: random.Random, i: int, task_id: str) -> tuple[bytes, object]:
 def _serve(ws, *extra):
     return subprocess.Popen([sys.executable, "-m", "egg_mcp", "serve", "--workspace", str(ws), "--interpreter",
                              "--log-level", "WARNING", *extra], cwd=REPO, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ,
+                                                                                        PYTHONPATH=str(REPO)))
 
 
 class Stdio:
@@ -168,7 +169,8 @@ def test_http_answers_every_malformed_message_within_a_second(tmp_path):
             msgs = _messages(body)
             assert msgs, (status, body[:300], line[:120])
             assert "error" in msgs[-1] or msgs[-1].get("result", {}).get("isError"), (line[:200], msgs)
-        status, body, _ = _post(url, json.dumps(_request(1, "tools/call", {"name": "list_tasks", "arguments": {}})).encode(),
+        status, body, _ = _post(url, json.dumps(_request(1, "tools/call", {"name": "list_tasks",
+                                                                           "arguments": {}})).encode(),
                                 session, 30)
         assert status == 200 and _messages(body)[-1]["result"]["structuredContent"]["tasks"] == []
     finally:

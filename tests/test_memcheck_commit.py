@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.evaluation import memcheck as memcheck_module
 from egg_mcp.contract import ErrorReport
+from egg_mcp.evaluation import memcheck as memcheck_module
 from egg_mcp.evaluation.memcheck import MemcheckResult, MemoryAccessError
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.workflow.models import StageDecision
@@ -47,7 +47,8 @@ class SanitizingEvaluator(FakeEvaluator):
 
 @pytest.fixture
 def sanitizer(monkeypatch):
-    monkeypatch.setattr(memcheck_module, "find_compute_sanitizer", lambda env=None: "/usr/local/cuda/bin/compute-sanitizer")
+    monkeypatch.setattr(memcheck_module, "find_compute_sanitizer",
+                        lambda env=None: "/usr/local/cuda/bin/compute-sanitizer")
 
 
 def run(coro):
@@ -140,6 +141,7 @@ def test_doctor_says_what_the_commit_memcheck_will_do(monkeypatch, capsys):
     monkeypatch.setattr(memcheck_module, "find_compute_sanitizer", lambda env=None: None)
     _memcheck_line(gpu=True)
     assert "compute-sanitizer not found: commits get guarded allocations only" in capsys.readouterr().out
-    monkeypatch.setattr(memcheck_module, "find_compute_sanitizer", lambda env=None: "/usr/local/cuda/bin/compute-sanitizer")
+    monkeypatch.setattr(memcheck_module, "find_compute_sanitizer",
+                        lambda env=None: "/usr/local/cuda/bin/compute-sanitizer")
     _memcheck_line(gpu=True)
     assert "runs one memcheck forward per candidate" in capsys.readouterr().out

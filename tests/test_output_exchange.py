@@ -69,9 +69,9 @@ def test_the_judge_refuses_ranges_outside_the_region_overlapping_or_unoffered():
 
 def test_a_runner_accepts_descriptors_only_with_the_exchange_command():
     """Descriptors sent with any other command are closed by the runner loop, never kept."""
-    from types import SimpleNamespace
     import os
     import threading
+    from types import SimpleNamespace
 
     from egg_mcp.evaluation import runner_loop
 
@@ -135,7 +135,8 @@ def test_the_judge_falls_back_to_a_host_region_when_no_gpu_region_can_be_made_or
 
 
 def test_a_gpu_region_is_used_only_where_the_measured_peak_leaves_room_for_it(monkeypatch):
-    """At 6 GiB of output the H200's judge and runner together needed at least 23x the output (verify_sizes_3a97d84.json):
+    """At 6 GiB of output the H200's judge and runner together needed at least 23x the output
+    (verify_sizes_3a97d84.json):
     a region on top of that ran the judge out of memory, so such a job gets the host region."""
     from types import SimpleNamespace
 

@@ -16,8 +16,8 @@ import textwrap
 import pytest
 import torch
 
-from egg_mcp.evaluation import wire
 from egg_mcp.contract import EvalOptions
+from egg_mcp.evaluation import wire
 from egg_mcp.evaluation.compare import compare_outputs, structure_mismatch, vacuous_scale
 
 ATOL = RTOL = 1e-4

@@ -17,8 +17,8 @@ from egg_mcp.analysis.precision import (
     precision_ladder,
 )
 from egg_mcp.analysis.roofline import admissible_compute_type
-from egg_mcp.hardware.calibration_record import Calibration
 from egg_mcp.hardware import NO_GPU, apply_calibration, spec_for
+from egg_mcp.hardware.calibration_record import Calibration
 
 H200 = spec_for("H200")
 ADDMM = OpInfo(op="aten.addmm", op_class="gemm", input_shapes=[[2304], [4096, 768], [768, 2304]],

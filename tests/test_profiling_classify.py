@@ -5,8 +5,8 @@ import pytest
 from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.profiling import classify as C
 from egg_mcp.profiling.metrics import stall_metric
-from egg_mcp.profiling.profile_report import Metric
 from egg_mcp.profiling.occupancy import occupancy
+from egg_mcp.profiling.profile_report import Metric
 from egg_mcp.stages import Stage
 
 H200 = GPU_TABLE["H200"]
@@ -49,7 +49,8 @@ def test_memory_bound_copy_with_floor_distance():
     # 256 MiB read + 256 MiB write in 0.18 ms on a 4.3 TB/s part: ~69% of DRAM peak
     nbytes = 256 * 2**20
     roof = C.roofline(H200, flops=0, min_bytes=2 * nbytes, measured_ms=0.18, compute_type="fp32")
-    k = C.classify_kernel("copy", ncu(duration_ns=180_000, sm=15, mem=82, dram=82, read=nbytes, write=nbytes, grid=65536),
+    k = C.classify_kernel("copy", ncu(duration_ns=180_000, sm=15, mem=82, dram=82, read=nbytes, write=nbytes,
+                                      grid=65536),
                           stage=Stage.MEMORY, gpu=H200, task_roofline=roof)
     assert k.classification.bound == "memory-bound"
     assert not k.classification.near_floor
@@ -198,7 +199,8 @@ def test_fallback_readings_classify_without_counters():
 
 def test_summary_names_dominant_kernel_and_shares():
     a = C.classify_kernel("big", ncu(duration_ns=900_000, sm=90, mem=20), stage=Stage.TILING, gpu=H200, time_share=0.9)
-    b = C.classify_kernel("small", ncu(duration_ns=100_000, sm=10, mem=80), stage=Stage.TILING, gpu=H200, time_share=0.1)
+    b = C.classify_kernel("small", ncu(duration_ns=100_000, sm=10, mem=80), stage=Stage.TILING, gpu=H200,
+                          time_share=0.1)
     text = C.summarize([b, a], None)
     assert text.startswith("big (90% of kernel time): compute-bound")
     assert "small memory-bound 10%" in text

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.analysis.roofline import compute_type_for
+from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.profiling.metrics import ALL_METRICS
 from egg_mcp.profiling.ncu_csv import parse_details_page, parse_ncu_output
 from egg_mcp.profiling.report_build import build_ncu_report, resolve_gpu

@@ -32,7 +32,8 @@ def test_stage_specific_metrics():
     assert {"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "smsp__sass_data_bytes_mem_global_op_ld.sum",
             "lts__t_sector_hit_rate.pct"} <= memory
     mapping = set(metrics_for_stage("PARALLEL_MAPPING"))
-    assert {"launch__grid_size", "launch__waves_per_multiprocessor", "sm__warps_active.avg.pct_of_peak_sustained_active",
+    assert {"launch__grid_size", "launch__waves_per_multiprocessor",
+            "sm__warps_active.avg.pct_of_peak_sustained_active",
             "sm__maximum_warps_per_active_cycle_pct"} <= mapping
     # the table stays small: fewer metrics means fewer replay passes
     assert all(len(v) <= 40 for v in STAGE_METRICS.values())

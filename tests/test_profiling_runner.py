@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.contract import EvalOptions, ErrorReport, JobOutcome
+from egg_mcp.contract import ErrorReport, EvalOptions, JobOutcome
 from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.profiling import classify, ncu_command
@@ -130,7 +130,8 @@ def test_the_report_states_the_sandbox_the_profiled_worker_ran_in(fake_ncu):
 
 
 def test_counter_permission_error_falls_back_without_a_second_job(fake_ncu):
-    log = "==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters on the target device 0.\n"
+    log = ("==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access "
+           "NVIDIA GPU Performance Counters on the target device 0.\n")
     ev = FakeEvaluator([(log, JobOutcome(ok=True, result=TARGET_RESULT))])
     report = profile(ev)
     assert len(ev.calls) == 1
@@ -164,7 +165,8 @@ def test_unmatched_kernel_names_are_retried_with_the_launched_names(fake_ncu):
     ev = FakeEvaluator([("==WARNING== No kernels were profiled.\n", JobOutcome(ok=True, result=renamed)),
                         (softmax_log(), JobOutcome(ok=True, result=renamed))])
     report = profile(ev)
-    assert ev.calls[1]["wrapper_argv"][ev.calls[1]["wrapper_argv"].index("-k") + 1] == "regex:^(softmax_row_kernel_0d1d)"
+    argv = ev.calls[1]["wrapper_argv"]
+    assert argv[argv.index("-k") + 1] == "regex:^(softmax_row_kernel_0d1d)"
     assert report.source == "ncu"
 
 

@@ -112,8 +112,8 @@ def test_seed_next_step_counts_correct_seeds_and_briefs_count_commits(tmp_path):
 
 
 def test_seed_brief_describes_the_timing_verify_takes(tmp_path):
-    from egg_mcp.expertise.seeds import judging_rules
     from egg_mcp.contract import STRICT_FP32
+    from egg_mcp.expertise.seeds import judging_rules
 
     speed = next(r for r in judging_rules(STRICT_FP32, None, 5) if r.startswith("Speed"))
     assert "L2 flushed between runs" not in speed

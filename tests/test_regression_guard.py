@@ -119,7 +119,8 @@ def test_a_later_commit_slower_beyond_the_noise_band_is_refused_within_it_accept
     async def scenario():
         tid = await _to_algorithm(None)(service)
         slow = await service.verify(tid, src("slow"))
-        with pytest.raises(WorkflowError, match=r"slower than the committed SEEDS kernel .* beyond the 2.0% noise band"):
+        with pytest.raises(WorkflowError,
+                           match=r"slower than the committed SEEDS kernel .* beyond the 2.0% noise band"):
             await service.commit_stage(tid, slow.candidate_id, DECISION)
         near = await service.verify(tid, src("near"))
         return await service.commit_stage(tid, near.candidate_id, DECISION)

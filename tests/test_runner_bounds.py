@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.evaluation import bounds
 from egg_mcp.contract import EvalOptions
+from egg_mcp.evaluation import bounds
 from egg_mcp.evaluation.engine import WorkerEvaluator
 from egg_mcp.problems.builtin import builtin_source
 from egg_mcp.sandbox import spawn_prefix

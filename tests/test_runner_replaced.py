@@ -3,8 +3,8 @@ under load and the honest candidate got a harness fault); a second death is stil
 
 import pytest
 
-from egg_mcp.evaluation import judge as judge_mod
 from egg_mcp.contract import ErrorReport, EvalOptions
+from egg_mcp.evaluation import judge as judge_mod
 from egg_mcp.evaluation.runner_process import RunnerGone
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from egg_mcp.sandbox import SandboxReport, kill_descendants, probe, runner_env, spawn_prefix
-from egg_mcp.sandbox.host import TELL_ARG
 from egg_mcp.sandbox import _sys as S
 from egg_mcp.sandbox.env import PACKAGE_PARENT, private_paths
+from egg_mcp.sandbox.host import TELL_ARG
 
 REPO = Path(__file__).resolve().parent.parent
 LINUX = sys.platform == "linux"

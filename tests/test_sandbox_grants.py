@@ -3,7 +3,6 @@ workspace or the user's allowed folders, wherever the toolchain is found (issue 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from egg_mcp.config import PROTECT_VAR
+from egg_mcp.evaluation.tool_confine import injection_roots, tool_root
 from egg_mcp.sandbox import _sys as S
 from egg_mcp.sandbox import landlock
-from egg_mcp.evaluation.tool_confine import injection_roots, tool_root
 
 REPO = Path(__file__).resolve().parent.parent
 ABI = S.landlock_abi() if sys.platform == "linux" else None

@@ -7,6 +7,7 @@ import importlib.util
 from tests.conftest import REPO
 
 _spec = importlib.util.spec_from_file_location("size_check", REPO / "tools" / "size_check.py")
+assert _spec is not None and _spec.loader is not None
 size_check = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(size_check)
 

@@ -73,7 +73,8 @@ def _bad_values(kind: str, node: dict[str, Any]) -> list[Any]:
     if kind == "boolean":
         return [1, 0, 1.0, "true", "false", None, "yes"]
     if kind in ("sizes", "size_lists"):
-        bad: list[dict[str, Any]] = [{"batch_size": v} for v in (True, "8", 0, -3, 8.0, 8.5, 10**30, limits.MAX_SIZE_VALUE + 1)]
+        bad: list[dict[str, Any]] = [{"batch_size": v} for v in (True, "8", 0, -3, 8.0, 8.5, 10**30,
+                                                                 limits.MAX_SIZE_VALUE + 1)]
         if kind == "size_lists":  # a list constant's override: a non-empty list of sizes, each checked the same way
             bad += [{"layer_sizes": v} for v in ([], [8, 0], [8, True], [8, "4"], [8.5], [1] * 65, [[8]])]
         else:

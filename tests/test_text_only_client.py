@@ -40,7 +40,8 @@ def test_a_text_only_client_reaches_done_from_the_text_alone(tmp_path):
             started = await text_of(client, "start_task", reference="softmax", k_seeds=2)
             tid = TASK.search(started).group(1)
             brief = guidance(started)
-            assert "SEEDS · Code" in brief and "ModelNew" in brief and "## Return" in brief  # what to write, how to return it
+            # what to write, how to return it
+            assert "SEEDS · Code" in brief and "ModelNew" in brief and "## Return" in brief
             seeds = guidance(await text_of(client, "generate_seeds", task_id=tid))
             assert "paradigm" in seeds.lower() and len(seeds) > 500
             ids = []

@@ -4,8 +4,8 @@ GPU that drifts between readings, and each residual is named (clock, A/A noise, 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import importlib.util
+import statistics
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -55,7 +55,8 @@ def test_abba_cancels_a_drifting_gpu_that_one_trial_then_one_verify_does_not():
     assert calls == ["trial", "trial", "verify", "verify", "trial"]  # warm-up, then ABBA
     assert got["warmup"]["ms"] == pytest.approx(0.2436) and got["order"] == list(agreement.ORDER)
     assert got["ratio"] == pytest.approx(1.0) and got["within_1pct"] and got["verdict"].startswith("agree")
-    assert got["trial_readings_ms"] == pytest.approx([0.2472, 0.258]) and got["trial_drift"] == pytest.approx(0.258 / 0.2472)
+    assert got["trial_readings_ms"] == pytest.approx([0.2472,
+                                                      0.258]) and got["trial_drift"] == pytest.approx(0.258 / 0.2472)
     assert got["trial_cv"] == 0.01 and got["verify_cv"] == 0.01 and got["same_method"]
 
 

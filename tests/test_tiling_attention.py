@@ -15,8 +15,8 @@ from egg_mcp.hardware import GPU_TABLE
 from egg_mcp.tiling.attention import attention_smem
 from egg_mcp.tiling.dims import normalize_dims
 from egg_mcp.tiling.model import estimate
-from egg_mcp.tiling.tiling_types import KernelCall
 from egg_mcp.tiling.space import extract_space
+from egg_mcp.tiling.tiling_types import KernelCall
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))

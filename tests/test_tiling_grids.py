@@ -184,7 +184,8 @@ def test_a_persistent_grids_program_count_is_said_to_be_set_at_run_time():
     sizes = {"M": 4096, "N": 4096, "K": 512}
     source = _source("gemm_persistent")
     proposal = asyncio.run(propose_tiling(_NoGpu(), reference_source=REFERENCE, candidate_source=source,
-                                          options=EvalOptions(size_overrides={**sizes}), gpu=H200, dims=sizes, kind="gemm",
+                                          options=EvalOptions(size_overrides={**sizes}), gpu=H200, dims=sizes,
+                                          kind="gemm",
                                           launches=_probe(source, sizes)))
     warning = next(w for w in proposal.warnings if w.startswith("matmul_persistent: a persistent grid"))
     assert "set at run time" in warning and "launched 4 programs" in warning and "assumes 132" in warning

@@ -62,7 +62,8 @@ def test_predictions_below_the_tasks_floor_are_flagged():
 
     row = lambda ms, cfg: SimpleNamespace(predicted_ms=ms, config=SimpleNamespace(values=cfg))  # noqa: E731
     proposal = SimpleNamespace(dims={"n_rows": 1, "n_cols": 393216},
-                               ranked=[row(0.327, {"BLOCK": 1024}), row(3.4, {"BLOCK": 2048}), row(None, {"BLOCK": 64})])
+                               ranked=[row(0.327, {"BLOCK": 1024}), row(3.4, {"BLOCK": 2048}), row(None,
+                                                                                                   {"BLOCK": 64})])
     text = below_floor_warning(proposal, {"floor_ms": 3.0, "compute_type": "fp32"})
     assert text is not None
     assert "1 config(s) below the task's floor 3 ms" in text and "0.327" in text and "'n_rows': 1" in text

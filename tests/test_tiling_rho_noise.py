@@ -11,6 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import tiling_rho_noise as noise  # noqa: E402
+
 from egg_mcp.tiling.kernel_calls import spearman  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "tiling_h200"

@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import tiling_rank_replay as replay  # noqa: E402
+
 from egg_mcp.hardware import GPU_TABLE  # noqa: E402
 from egg_mcp.tiling.plan import config_key  # noqa: E402
 
@@ -68,6 +69,7 @@ def test_tf32x3_operand_registers_limit_gemm_occupancy():
     accumulator + hi/lo operands (~160 registers) leave one program per SM, so nothing hides a shallow pipeline;
     counted without the operands (96) two programs were resident and 2 stages looked as good as 3."""
     import tiling_search as ts
+
     from egg_mcp.tiling.dims import normalize_dims
     from egg_mcp.tiling.kernel_calls import kernel_calls
     from egg_mcp.tiling.model import estimate

@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import tiling_rank_replay as replay  # noqa: E402
+
 from egg_mcp.hardware import GPU_TABLE  # noqa: E402
 from egg_mcp.tiling import costs  # noqa: E402
 from egg_mcp.tiling.costs import _LIVE_PER_ELEMENT_LOOPING, _ctas_per_sm, _round_up  # noqa: E402
@@ -122,7 +123,8 @@ def test_a_norm_takes_its_square_root_once_per_row():
         canonical = normalize_dims(kind, dims)
         space = extract_space((replay.KERNELS / f"{file}.py").read_text(), kind=kind, dims=canonical)
         configs, _, _ = enumerate_configs(space)
-        before = [e.predicted_ms for e in estimate_all(configs, space, gpu=H200, dims=canonical, kind=kind, dtype=dtype)]
+        before = [e.predicted_ms for e in estimate_all(configs, space, gpu=H200, dims=canonical, kind=kind,
+                                                       dtype=dtype)]
         assert any(drop in c for kn in space.kernels for c in kn.tl_calls)
         for kn in space.kernels:
             kn.tl_calls = [c for c in kn.tl_calls if drop not in c]

@@ -157,7 +157,8 @@ def test_timed_calls_must_launch_what_checked_calls_launched():
 
 def test_the_physical_limit_is_the_output_write_at_the_datasheet_peak():
     peak = timed_checks.dram_peak_bytes_per_s("NVIDIA H200")
-    assert peak / timed_checks.PHYSICAL_MARGIN > 4.8e12  # a time under the bound means writing faster than the datasheet
+    # a time under the bound means writing faster than the datasheet
+    assert peak / timed_checks.PHYSICAL_MARGIN > 4.8e12
     limit = timed_checks.physical_limit_ms(int(peak / 1e3), 60 << 20, peak)  # 1 ms of writes
     assert abs(limit - 1.0) < 1e-9
     assert timed_checks.physical_findings(0.9, limit, int(peak / 1e3), "x") == []
@@ -212,7 +213,8 @@ def test_with_the_audit_seeds_used_up_nothing_is_kept_and_nothing_fails():
 def test_a_sample_spans_every_column_of_a_large_output(monkeypatch):
     monkeypatch.setattr(timed_audit, "FULL_LEAF_BYTES", 64)
     monkeypatch.setattr(timed_audit, "SAMPLE_ELEMENTS", 64)
-    out = torch.arange(1024 * 16, dtype=torch.float32).reshape(1024, 16)  # rows of 16: a stride of 16 would see one column
+    out = torch.arange(1024 * 16, dtype=torch.float32).reshape(1024,
+                                                               16)  # rows of 16: a stride of 16 would see one column
     for seed in range(20):
         audit = timed_audit.TimedCallAudit(fresh, [seed], rng=random.Random(seed))
         audit.keep(seed, out, "timed call 1")

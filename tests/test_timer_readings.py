@@ -1,4 +1,5 @@
-"""The timer's own readings. The estimate that picks the timing method is the call's GPU time: each sample's call is enqueued behind a spin
+"""The timer's own readings. The estimate that picks the timing method is the call's GPU time: each sample's call is
+enqueued behind a spin
 kernel sized from the host's enqueue time, so launch gaps (host jitter) cannot flip a 0.1 ms call between a CUDA
 graph and per-call events (on the H200 a two-kernel softmax read 0.11-0.38 ms without the spin, 0.100-0.103 ms
 with it). Faked CUDA entry points here (no GPU)."""

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from egg_mcp.evaluation import timing
 from egg_mcp.contract import TimingStats
+from egg_mcp.evaluation import timing
 
 
 class _Nvml:

@@ -19,7 +19,8 @@ def _add_task(ws: Workspace) -> str:
 def _add_candidate(ws: Workspace, tid: str, status: str, owner: str) -> str:
     cid = new_id("c")
     with ws.transaction() as db:
-        db.execute("INSERT INTO candidates (id,task_id,stage,source_sha,created_at,status,owner) VALUES (?,?,?,?,?,?,?)",
+        db.execute("INSERT INTO candidates (id,task_id,stage,source_sha,created_at,status,owner) "
+                   "VALUES (?,?,?,?,?,?,?)",
                    (cid, tid, "SEEDS", ws.put_text(cid), 0, status, owner))
     return cid
 

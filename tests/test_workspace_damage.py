@@ -138,7 +138,8 @@ def test_a_v3_workspace_moves_quick_check_sizes_from_the_note_to_their_column(tm
             PRAGMA user_version=3;
         """)
     opened = Workspace(ws)
-    rows = {r["id"]: (r["quick_sizes"], r["note"]) for r in opened.query("SELECT id, quick_sizes, note FROM candidates")}
+    rows = {r["id"]: (r["quick_sizes"],
+                      r["note"]) for r in opened.query("SELECT id, quick_sizes, note FROM candidates")}
     assert rows == {"c-1": ('{"dim": [8, 100]}', "try A"), "c-2": ('{"batch_size": 4}', None),
                     "c-3": (None, "[quick check at nothing")}
     assert opened.query("PRAGMA user_version")[0][0] == SCHEMA_VERSION == 4

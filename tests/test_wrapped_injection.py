@@ -13,7 +13,12 @@ from egg_mcp.evaluation.tool_confine import injection_roots
 from egg_mcp.profiling.profile_job import ncu_injection_failure, profile_candidate
 from egg_mcp.stages import Stage
 from tests.test_profiling_runner import (  # noqa: F401  (fake_ncu is a fixture)
-    H200, SOFTMAX_CANDIDATE, SOFTMAX_REFERENCE, TARGET_RESULT, FakeEvaluator, fake_ncu,
+    H200,
+    SOFTMAX_CANDIDATE,
+    SOFTMAX_REFERENCE,
+    TARGET_RESULT,
+    FakeEvaluator,
+    fake_ncu,
 )
 
 LD_ERROR = ("ERROR: ld.so: object '/opt/nvidia/nsight-compute/2025.3.1/target/linux-desktop-glibc_2_11_3-x64/./"
@@ -70,7 +75,8 @@ def test_profile_falls_back_without_counters_when_ncu_fails_under_the_sandbox(fa
 
 def test_injection_libraries_mapped_into_the_process_count_even_when_the_environment_names_none(tmp_path):
     # ncu 2025.3.1 on the H200: its preload library had removed LD_PRELOAD before Python started
-    lib = tmp_path / "nsight-compute" / "2025.3.1" / "target" / "linux-desktop-glibc_2_11_3-x64" / "libcuda-injection.so"
+    lib = (tmp_path / "nsight-compute" / "2025.3.1" / "target" / "linux-desktop-glibc_2_11_3-x64"
+           / "libcuda-injection.so")
     lib.parent.mkdir(parents=True)
     lib.write_bytes(b"")
     other = tmp_path / "lib" / "libtorch_cuda.so"

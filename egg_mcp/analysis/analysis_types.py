@@ -88,7 +88,8 @@ class ReferenceAnalysis(BaseModel):
     flops: int = 0
     tensor_core_flops: int = Field(default=0, description="GEMM / conv / attention FLOPs (tensor-core eligible)")
     min_bytes: int = Field(default=0, description="inputs read once + outputs written once + parameters once")
-    unfused_bytes: int = Field(default=0, description="DRAM traffic of the eager op sequence (every op reads and writes)")
+    unfused_bytes: int = Field(default=0, description="DRAM traffic of the eager op sequence (every op reads and "
+                                                      "writes)")
     arithmetic_intensity: float = Field(default=0.0, description="flops / min_bytes")
     input_shapes: list[list[int]] = Field(default_factory=list)
     input_dtypes: list[str] = Field(default_factory=list)
@@ -97,7 +98,8 @@ class ReferenceAnalysis(BaseModel):
     param_bytes: int = Field(default=0, description="parameters and buffers")
     dtype: str = "float32"
     floor: RooflineFloor | None = Field(default=None, description="None without ceilings: see floor_unavailable")
-    floor_unavailable: str | None = Field(default=None, description="why there is no floor: 'no GPU' or 'unknown GPU ...'")
+    floor_unavailable: str | None = Field(default=None, description="why there is no floor: 'no GPU' or 'unknown GPU "
+                                                                    "...'")
     floors_ms: dict[str, float] = Field(
         default_factory=dict, description="floor under each compute type this dtype could use (e.g. fp32 vs tf32)"
     )
@@ -105,7 +107,8 @@ class ReferenceAnalysis(BaseModel):
         default_factory=list, description="per compute path, its error against the fp64 truth at the reference's "
                                           "output, or per GEMM where that could not run (analysis.precision.PathError; "
                                           "the ladder is built from them)")
-    precision_method: str = Field(default="", description="how precision_errors were measured: sizes used, or why per GEMM")
+    precision_method: str = Field(default="", description="how precision_errors were measured: sizes used, or why per "
+                                                          "GEMM")
     size_overrides: dict[str, int | list[int]] = Field(default_factory=dict)
     traced_on: str = Field(default="meta", description="meta (shapes only), cuda or cpu")
     notes: list[str] = Field(default_factory=list)

@@ -145,7 +145,8 @@ class _Scan(ast.NodeVisitor):
             parts.append(node.attr)
             node = node.value
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
-                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value,
+                                                                                                  str):
             base = self.dotted(node.args[0])
             return ".".join([base, node.args[1].value, *reversed(parts)]) if base else None
         if not isinstance(node, ast.Name):
@@ -189,7 +190,8 @@ class _Scan(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         # getattr(<module>, <computed name>): a read the table cannot see
-        if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") and node.func.id not in self.bound \
+        if isinstance(node.func, ast.Name) and node.func.id in ("getattr",
+                                                                "hasattr") and node.func.id not in self.bound \
                 and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
             base = self.dotted(node.args[0]) if isinstance(node.args[0], (ast.Name, ast.Attribute)) else None
             if base is not None and base.split(".")[0] in ("os", "sys", "torch", *_MODULES):
@@ -217,7 +219,8 @@ def scan(source: str) -> list[Probe]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value,
+                                                                                                    str):
                 node.body = node.body[1:] or [ast.Pass()]
     s.visit(tree)
     seen, out = set(), []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from egg_mcp.analysis.analysis_types import OP_CLASSES
+from egg_mcp.analysis.analysis_types import OP_CLASSES, OpClass
 
 # FLOPs charged per element for ops the torch flop counter ignores (it counts GEMM/conv/attention
 # only). Rough on purpose: these ops are memory-bound and only the order of magnitude matters.
@@ -83,7 +83,7 @@ def _has_tag(func: Any, tag_name: str) -> bool:
     return tag is not None and tag in getattr(func, "tags", ())
 
 
-def classify_op(func: Any, tensor_inputs: list[Any], outputs: list[Any]) -> str:
+def classify_op(func: Any, tensor_inputs: list[Any], outputs: list[Any]) -> OpClass:
     """Op class of one aten call ("other" for creation, views and ops outside the vocabulary)."""
     name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
     base = name.rstrip("_") if name not in _CREATION else name

@@ -21,7 +21,8 @@ three tf32 products lo*hi + hi*lo + hi*hi with lo truncated by the hardware; bf1
 fp8 with a per-tensor scale), accumulates in fp32, and is compared with the fp32 product computed in
 fp64. Truncation is the conservative reading (its error is ~2x round-to-nearest's; on the H200 the
 tensor-core TF32 error at K=768 was 4x the round-to-nearest emulation's, see
-tests/gpu/test_precision_gpu.py); `TF32_ROUNDING` = "rn" gives the round-to-nearest emulation beside it. A path is admissible when its worst
+tests/gpu/test_precision_gpu.py); `TF32_ROUNDING` = "rn" gives the round-to-nearest emulation beside it. A path is
+admissible when its worst
 error uses at most 1/SAFETY of the policy's atol + rtol*|ref| (margin for the GPU's other
 accumulation order and for errors compounding across chained ops).
 """
@@ -40,7 +41,8 @@ PATHS: dict[str, tuple[str, str]] = {
     "tf32x3": ("tf32x3", 'tl.dot(a, b, input_precision="tf32x3") on fp32 inputs (3 TF32 tensor-core products)'),
     "tf32": ("tf32", 'tl.dot(a, b, input_precision="tf32") on fp32 inputs (Triton\'s default)'),
     "bf16": ("bf16", "cast a, b to tl.bfloat16 before tl.dot; accumulate fp32"),
-    "fp16": ("fp16", "cast a, b to tl.float16 before tl.dot; accumulate fp32 (only if |values| < 65504: range is not emulated)"),
+    "fp16": ("fp16", "cast a, b to tl.float16 before tl.dot; accumulate fp32 (only if |values| < 65504: range is not "
+                     "emulated)"),
     "fp8": ("fp8", "scale and cast a, b to tl.float8e4nv before tl.dot; accumulate fp32"),
 }
 """Compute paths, slowest (most exact) first."""
@@ -80,10 +82,13 @@ class PathError(BaseModel):
         default_factory=list, description="at the output: (|err|, |truth|) pairs that bound the max share at any "
                                           "atol, rtol from above (every element is matched by a pair with no smaller "
                                           "err and no larger truth)")
-    share_tol: tuple[float, float] | None = Field(default=None, description="(atol, rtol) the shares below were computed at")
+    share_tol: tuple[float, float] | None = Field(default=None, description="(atol, rtol) the shares below were "
+                                                                            "computed at")
     max_share_measured: float | None = Field(default=None, description="max |err| / (atol + rtol*|truth|) at share_tol")
-    p99_share: float | None = Field(default=None, description="99th percentile of |err| / (atol + rtol*|truth|) at share_tol")
-    mismatched: int = Field(default=0, description="output elements whose non-finite or integer value differs from the truth")
+    p99_share: float | None = Field(default=None, description="99th percentile of |err| / (atol + rtol*|truth|) at "
+                                                              "share_tol")
+    mismatched: int = Field(default=0, description="output elements whose non-finite or integer value differs from the "
+                                                   "truth")
 
     def measured_at(self, atol: float, rtol: float) -> bool:
         """Whether the shares were computed at this tolerance (else the max share is the frontier's bound)."""

@@ -344,8 +344,8 @@ def measure_output_errors(source: str, dtype: str, overrides: dict[str, Any], at
     import torch
 
     from egg_mcp.analysis.reference_build import build_model, load_reference_module
-    from egg_mcp.problems.problem import apply_size_overrides
     from egg_mcp.problems.loader import module_int_constants
+    from egg_mcp.problems.problem import apply_size_overrides
 
     module = load_reference_module(source, overrides)
     start = {k: int(getattr(module, k)) for k, v in module_int_constants(source).items()

@@ -15,6 +15,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from egg_mcp.analysis.analysis_types import ReferenceAnalysis
+from egg_mcp.analysis.op_classes import TENSOR_CORE_CLASSES, _dtype_name
+from egg_mcp.analysis.precision import gemm_fallback
+from egg_mcp.analysis.reference_build import build_model, load_reference_module
 from egg_mcp.analysis.roofline import (
     admissible_compute_type,
     candidate_compute_types,
@@ -24,13 +27,9 @@ from egg_mcp.analysis.roofline import (
     fmt_shape,
     roofline_floor,
 )
-from egg_mcp.analysis.precision import gemm_fallback
-from egg_mcp.analysis.reference_build import build_model, load_reference_module
+from egg_mcp.analysis.trace import AnalysisError, _chains, _collapse, _ordered_classes, _trace
 from egg_mcp.contract import TolerancePolicy
 from egg_mcp.hardware import NO_GPU, GpuSpec, gpu_status, spec_for, unknown_gpu_message
-
-from egg_mcp.analysis.op_classes import TENSOR_CORE_CLASSES, _dtype_name
-from egg_mcp.analysis.trace import AnalysisError, _chains, _collapse, _ordered_classes, _trace
 
 
 def analyze_model(

@@ -1,7 +1,8 @@
 """Tracing a reference forward: every aten op it runs, classified, with FLOPs, bytes and attributes;
 consecutive ops collapsed, and the chains a kernel could fuse (pure; torch imported where needed).
 
-`analysis.reference` turns this into a `ReferenceAnalysis` (floor, summary) and runs it in a worker; `op_classes` classifies
+`analysis.reference` turns this into a `ReferenceAnalysis` (floor, summary) and runs it in a worker; `op_classes`
+classifies
 each op (class, attributes, FLOPs the torch counter ignores).
 """
 

@@ -20,7 +20,8 @@ BELOW_FLOOR_FRACTION = 1.05
 class RooflineVerdict(BaseModel):
     status: Literal["no_floor", "untimed", "below_floor", "at_roof", "headroom"]
     floor_ms: float | None = None
-    compute_path: str | None = Field(default=None, description="the compute path the floor assumes (fastest admissible)")
+    compute_path: str | None = Field(default=None,
+                                     description="the compute path the floor assumes (fastest admissible)")
     measured_ms: float | None = None
     fraction_of_floor: float | None = Field(default=None, description="floor / measured (1.0 = at the floor)")
     text: str
@@ -44,11 +45,13 @@ def roofline_verdict(measured_ms: float | None, floor_ms: float | None, compute_
         return RooflineVerdict(status="untimed", floor_ms=floor_ms, compute_path=compute_path,
                                text=f"floor {_ms(floor_ms)} ({path}); no measured time")
     frac = floor_ms / measured_ms
-    base: dict[str, Any] = dict(floor_ms=floor_ms, compute_path=compute_path, measured_ms=measured_ms, fraction_of_floor=frac)
+    base: dict[str, Any] = dict(floor_ms=floor_ms, compute_path=compute_path, measured_ms=measured_ms,
+                                fraction_of_floor=frac)
     if frac > BELOW_FLOOR_FRACTION:
         return RooflineVerdict(status="below_floor", **base, text=(
             f"{_ms(measured_ms)} is below the floor {_ms(floor_ms)} of the fastest admissible compute path "
-            f"({compute_path or 'its name unknown'}): check the FLOP/byte counts, that the kernel does all the work, or that it computes in a "
+            f"({compute_path or 'its name unknown'}): check the FLOP/byte counts, that the kernel does all the work, "
+            "or that it computes in a "
             "precision the tolerance admits only on these inputs"))
     if frac >= AT_ROOF_FRACTION:
         return RooflineVerdict(status="at_roof", **base, text=(

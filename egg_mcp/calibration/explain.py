@@ -108,7 +108,8 @@ def explain(entry: dict[str, Any], peak_clock_mhz: float | None, load: dict[str,
     if pipe_ok and float(pipe["busy_pct"]) > 0:
         busy = float(pipe["busy_pct"]) / 100
         predicted = clock_share * busy
-        text = (f"{cause} x {pipe.get('pipe', 'tensor')} pipe {busy:.0%} busy (ncu) predicts {predicted:.0%} of the peak, "
+        text = (f"{cause} x {pipe.get('pipe', 'tensor')} pipe {busy:.0%} busy (ncu) predicts {predicted:.0%} of the "
+                "peak, "
                 f"measured {share:.0%}")
         if abs(share / predicted - 1) <= 1 - WITHIN:
             tail = "the rest is the kernel, not the chip" if busy < WITHIN else "the clock accounts for the gap"
@@ -140,11 +141,14 @@ def explain_copy(copy: dict[str, Any], read: dict[str, Any] | None) -> dict[str,
     return {"reason": "unexplained: neither the copy nor a pure read reaches 90 % of the peak", "explained": False}
 
 
-L2_PEAK_SOURCE = ("ncu's peak for the L2 slices' SM-read path: 32 B x lts__t_sectors_srcunit_tex_op_read.sum.per_second "
-                  "/ its .pct_of_peak_sustained_elapsed, of the L2 probe's own launch under ncu (ncu's sustained peak at "
+L2_PEAK_SOURCE = ("ncu's peak for the L2 slices' SM-read path: 32 B x "
+                  "lts__t_sectors_srcunit_tex_op_read.sum.per_second "
+                  "/ its .pct_of_peak_sustained_elapsed, of the L2 probe's own launch under ncu (ncu's sustained peak "
+                  "at "
                   "that launch's L2 clock; not a datasheet figure)")
 L2_TBYTES_PEAK_SOURCE = ("ncu's peak for lts__t_bytes (bytes through the L2 slices' tag stage, all sources): "
-                         "lts__t_bytes.sum.per_second / lts__t_bytes.sum.pct_of_peak_sustained_elapsed of the L2 probe's "
+                         "lts__t_bytes.sum.per_second / lts__t_bytes.sum.pct_of_peak_sustained_elapsed of the L2 "
+                         "probe's "
                          "own launch under ncu (at that launch's clocks; not a datasheet figure; this ncu gave no "
                          "SM-read path reading)")
 L2_LAYOUTS = ("on the H200, 72 layouts of the probe (block, programs per SM, warps, loads in flight) plateau at 7.84 "
@@ -192,7 +196,8 @@ def explain_l2(row: dict[str, Any], dram_read: dict[str, Any] | None) -> dict[st
     reading = row.get("ncu_l2") or {}
     peak, value = row.get("peak"), row["value"]
     if not peak:
-        why = f"ncu's L2 reading failed: {reading['error'][:200]}" if reading.get("error") else "nothing to compare with"
+        why = f"ncu's L2 reading failed: {reading['error'][:200]}" if reading.get("error") else ("nothing to compare "
+                                                                                                 "with")
         return {"reason": f"no peak figure for this unit: {why}", "explained": False}
     sm = reading.get("sm_read") or {}
     unit = "the L2 slices' SM-read path" if sm.get("peak") else "lts__t_bytes"
@@ -210,14 +215,16 @@ def explain_l2(row: dict[str, Any], dram_read: dict[str, Any] | None) -> dict[st
     if sm.get("peak"):
         fallback = "; ncu gave no busy share of the slices' return path (lts__lts2xbar_cycles_active)"
     seen = (f"ncu read {unit} at {float(sm.get('pct_of_peak') or reading.get('pct_of_peak') or 0):.0f} % of that "
-            f"peak in the profiled launch ({float(sm.get('bytes_per_s') or reading.get('bytes_per_s') or 0) / 1e12:.2f} "
+            "peak in the profiled launch "
+            f"({float(sm.get('bytes_per_s') or reading.get('bytes_per_s') or 0) / 1e12:.2f} "
             f"TB/s)")
     dram_rate = (dram_read or {}).get("value")
     if not (dram_bytes is not None and dram_rate and amount):
         return {"reason": f"unexplained: {share:.0%} of ncu's peak for {unit}; {seen}; no DRAM reading to weigh "
                           f"the first pass with{fallback}", "explained": False}
     dram_bytes = min(float(dram_bytes), float(amount))
-    predicted = float(amount) / (dram_bytes / float(dram_rate) + (float(amount) - dram_bytes) / float(peak)) / float(peak)
+    predicted = (float(amount) / (dram_bytes / float(dram_rate) + (float(amount) - dram_bytes) / float(peak))
+                 / float(peak))
     text = (f"the first pass from DRAM ({dram_bytes / 2 ** 20:.0f} MiB per ncu, at the measured DRAM read ceiling "
             f"{float(dram_rate) / 1e12:.2f} TB/s) and the rest at ncu's peak predict {predicted:.0%} of ncu's peak for "
             f"{unit}, measured {share:.0%}")

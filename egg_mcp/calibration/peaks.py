@@ -34,7 +34,8 @@ DATASHEET_CLOCK_SOURCE = {
             "(132 SMs x 4096 FLOP/clk x 1830 MHz = 989.4 TFLOP/s bf16)",
     "H100": "H100 whitepaper Table 3: peak rates at the 1830 MHz tensor-core boost clock "
             "(132 SMs x 4096 FLOP/clk x 1830 MHz = 989.4 TFLOP/s bf16)",
-    "A100": "A100 whitepaper: peak rates at the 1410 MHz boost clock (108 SMs x 2048 FLOP/clk x 1410 MHz = 312 TFLOP/s)",
+    "A100": ("A100 whitepaper: peak rates at the 1410 MHz boost clock "
+             "(108 SMs x 2048 FLOP/clk x 1410 MHz = 312 TFLOP/s)"),
 }
 
 
@@ -49,7 +50,8 @@ def datasheet_entry(name: str | None) -> tuple[str, dict[str, float]] | None:
 
 
 def device_peaks(facts: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """{ceiling key: {"value", "source"[, "clock_mhz", "clock_source"]}} (the SM clock the peak assumes) for the device described by `facts` (see probes.device_facts)."""
+    """{ceiling key: {"value", "source"[, "clock_mhz", "clock_source"]}} (the SM clock the peak assumes) for the
+    device described by `facts` (see probes.device_facts)."""
     peaks: dict[str, dict[str, Any]] = {}
     sms, clock = facts.get("sm_count"), facts.get("sm_clock_max_mhz")
     if sms and clock:
@@ -75,7 +77,8 @@ def device_peaks(facts: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 peaks[ceiling] = {"value": sheet[unit], "source": f"{key} datasheet, dense {unit} tensor core", **at}
         if "tf32" in sheet:
             peaks["mm_tf32x3"] = {"value": sheet["tf32"] / 3,
-                                  "source": f"{key} datasheet dense TF32 / 3 (three TF32 products per fp32 product)", **at}
+                                  "source": f"{key} datasheet dense TF32 / 3 (three TF32 products per fp32 product)",
+                                  **at}
         if "dram" in sheet and "dram_copy" not in peaks:
             for ceiling in ("dram_copy", "dram_read"):
                 peaks[ceiling] = {"value": sheet["dram"], "source": f"{key} datasheet memory bandwidth"}

@@ -18,11 +18,11 @@ import triton
 
 from egg_mcp.calibration.explain import relabel
 from egg_mcp.calibration.fma import fma_probe, fp32_fma_peak, sample_clock
-from egg_mcp.calibration.probe_kernels import _gemm_tf32x3, _l2_reread, _read_reduce  # noqa: F401 - tests reach them here
-from egg_mcp.calibration.matmul import matmul_probes
 from egg_mcp.calibration.matmul import best_ms as _best_ms
 from egg_mcp.calibration.matmul import entry as _entry
+from egg_mcp.calibration.matmul import matmul_probes
 from egg_mcp.calibration.peaks import FP32_LANES_PER_SM, device_peaks
+from egg_mcp.calibration.probe_kernels import _gemm_tf32x3, _l2_reread, _read_reduce  # noqa: F401 - tests reach them here
 from egg_mcp.calibration.sampler import nvml_reader
 
 MiB = 1 << 20
@@ -144,7 +144,8 @@ def run_probes(payload: dict) -> dict:
     dst = torch.empty_like(src)
     best, med = _best_ms(timer, lambda dst=dst, src=src: dst.copy_(src), runs)  # (bound now: both are deleted below)
     ceilings.append(_entry("dram_copy", "bytes", 2.0 * big, best, med,
-                           f"torch.Tensor.copy_ {big // MiB} MiB -> {big // MiB} MiB (read+write bytes), best of {runs}",
+                           f"torch.Tensor.copy_ {big // MiB} MiB -> {big // MiB} MiB (read+write bytes), "
+                           f"best of {runs}",
                            peaks, "a copy reaches ~90 % of the pin bandwidth (read/write turnaround)"))
     del dst
     block, n = 4096, src.numel()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from egg_mcp.contract import Evaluator
 from egg_mcp.hardware import calibration_store as store
 from egg_mcp.hardware.calibration_record import Calibration
-from egg_mcp.contract import Evaluator
 
 TARGET = "egg_mcp.calibration.probes:run_probes"
 TIMEOUT_S = 240.0
@@ -102,14 +102,16 @@ def _l2_text(t: dict, amount: float) -> str:
 
         busy = (f", return path (lts2xbar) {sm['busy_pct']:.1f} % busy" if sm.get("busy_pct") is not None else
                 ", no return-path busy share") + per_slice(sm)
-        parts.append(f"L2 SM-read path {sm['bytes_per_s'] / 1e12:.2f} TB/s = {sm['pct_of_peak']:.1f} % of its sustained "
+        parts.append(f"L2 SM-read path {sm['bytes_per_s'] / 1e12:.2f} TB/s = {sm['pct_of_peak']:.1f} % of its "
+                     "sustained "
                      f"peak ({sm['peak'] / 1e12:.2f} TB/s" + (f" at L2 clock {sm['l2_clock_mhz']:.0f} MHz"
                                                             if sm.get("l2_clock_mhz") else "") + f"){busy}")
     elif t.get("sm_read_missing"):
         parts.append(f"no SM-read path reading ({t['sm_read_missing']})")
     if t.get("bytes_per_s") and t.get("peak"):
         counted = (f", {t['bytes_per_s'] * seconds / amount:.2f}x the probe's bytes" if seconds and amount else "")
-        parts.append(f"lts__t_bytes {t['bytes_per_s'] / 1e12:.2f} TB/s = {t['pct_of_peak']:.1f} % of its sustained peak "
+        parts.append(f"lts__t_bytes {t['bytes_per_s'] / 1e12:.2f} TB/s = {t['pct_of_peak']:.1f} % of its sustained "
+                     "peak "
                      f"({t['peak'] / 1e12:.2f} TB/s){counted}")
     if t.get("other_units"):
         parts.append("other units " + ", ".join(f"{k} {v:.1f} %" for k, v in t["other_units"].items()))

@@ -1,5 +1,6 @@
 """Where evaluators are built: `build_evaluator` (what `serve` and `bench` evaluate with: a plain engine, a pool
-of this host's GPU lanes, or Ray lanes); `cluster.lanes.build_engine` (one engine, no lanes: the server's analysis engine,
+of this host's GPU lanes, or Ray lanes); `cluster.lanes.build_engine` (one engine, no lanes: the server's analysis
+engine,
 `calibrate`, each lane's own engine). `build_engine` is the package's one call of the `WorkerEvaluator`
 constructor."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from egg_mcp.cluster.lanes import LanePool, build_engine, engine_settings, local_lanes, visible_gpus
 

@@ -18,7 +18,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from egg_mcp.contract import (
-    BaselineResult, ErrorReport, EvalOptions, EvalResult, JobOutcome, ProgressFn,
+    BaselineResult,
+    ErrorReport,
+    EvalOptions,
+    EvalResult,
+    JobOutcome,
+    ProgressFn,
 )
 
 KINDS = ("evaluate", "baselines", "memcheck", "run_job")

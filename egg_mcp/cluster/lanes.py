@@ -28,7 +28,12 @@ from typing import Any, Callable, Literal, Protocol, Sequence
 from egg_mcp.cluster import job_specs
 from egg_mcp.config import cuda_visible_devices
 from egg_mcp.contract import (
-    BaselineResult, EvalOptions, EvalResult, JobOutcome, Placement, ProgressFn,
+    BaselineResult,
+    EvalOptions,
+    EvalResult,
+    JobOutcome,
+    Placement,
+    ProgressFn,
 )
 
 log = logging.getLogger(__name__)
@@ -164,7 +169,8 @@ class LanePool:
 
     async def run_job(self, target: str, payload: dict[str, Any], *, timeout_s: float, uses_gpu: bool,
                       wrapper_argv: list[str] | None = None) -> JobOutcome:
-        spec = job_specs.run_job_spec(target, payload, timeout_s=timeout_s, uses_gpu=uses_gpu, wrapper_argv=wrapper_argv)
+        spec = job_specs.run_job_spec(target, payload, timeout_s=timeout_s, uses_gpu=uses_gpu,
+                                      wrapper_argv=wrapper_argv)
         ref = payload.get("reference_source") if isinstance(payload, dict) else None
         return await self._dispatch(spec, reference_key(ref) if isinstance(ref, str) else None, None)
 
@@ -247,7 +253,8 @@ class LanePool:
         worker: the engine cannot see this queue (it gets one job at a time), so it is told."""
         return sum(1 for future, key, served in self._waiters
                    if served and not future.done()
-                   and (self._affinity.get(key, lane.device_model) if key is not None else lane.device_model) == lane.device_model)
+                   and (self._affinity.get(key, lane.device_model) if key is not None
+                        else lane.device_model) == lane.device_model)
 
     async def _acquire(self, key: str | None, spare_served: bool = False) -> tuple[Lane | None, str | None]:
         """Wait (FIFO) for an idle lane of the task's model; None when no lane is left at all."""

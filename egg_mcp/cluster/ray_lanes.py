@@ -155,7 +155,8 @@ def connect(address: str, *, force_interpreter: bool = False, pythonpath: str | 
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         except Exception as exc:
             raise ClusterError(f"cannot join the Ray cluster at {address!r}: {exc}. Start one with `ray start "
-                               "--head` (and `ray start --address HEAD:6379` on each node) or pass its address") from exc
+                               "--head` (and `ray start --address HEAD:6379` on each node) or pass its "
+                               "address") from exc
     actor_cls = ray.remote(NodeLane)
     runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}} if pythonpath else None
     pending = []
@@ -214,5 +215,6 @@ def describe_cluster() -> dict[str, Any]:
         if res.get("GPU"):
             by_model[label] = by_model.get(label, 0) + res["GPU"]
     free = ray.available_resources()
-    return {"nodes_alive": sum(1 for n in nodes if n.get("Alive")), "nodes_dead": sum(1 for n in nodes if not n.get("Alive")),
+    return {"nodes_alive": sum(1 for n in nodes if n.get("Alive")),
+            "nodes_dead": sum(1 for n in nodes if not n.get("Alive")),
             "gpus_by_model": by_model, "gpus_free": free.get("GPU", 0.0), "cpus_free": free.get("CPU", 0.0)}

@@ -24,13 +24,19 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from egg_mcp.config import ServerConfig
+from egg_mcp.contract import Evaluator
 from egg_mcp.e2e.bench_items import BenchError, BenchItem, discover, eval_options, pending, problem_sha
 from egg_mcp.e2e.bench_progress import Progress, per_hour
 from egg_mcp.e2e.bench_report import render_markdown, write_outputs
 from egg_mcp.e2e.bench_results import (
-    BenchSummary, ProblemResult, aggregate, append_result, fingerprint, load_results, ratio,
+    BenchSummary,
+    ProblemResult,
+    aggregate,
+    append_result,
+    fingerprint,
+    load_results,
+    ratio,
 )
-from egg_mcp.contract import Evaluator
 
 BaselineCache = dict[tuple[str, str | None], tuple[float | None, float | None, str | None]]
 """(problem sha, GPU model) -> (eager ms, compile ms, compile error): two GPU models never share a baseline."""
@@ -50,7 +56,8 @@ async def evaluate_item(evaluator: Evaluator, item: BenchItem, *, interpreter: b
     t0 = time.monotonic()
     problem_source = Path(item.problem_path).read_text()
     mode = "interpreter" if interpreter else "gpu"
-    base: dict[str, Any] = dict(key=item.key, level=item.level, name=item.name, mode=mode, problem_sha=problem_sha(problem_source))
+    base: dict[str, Any] = dict(key=item.key, level=item.level, name=item.name, mode=mode,
+                                problem_sha=problem_sha(problem_source))
     if item.solution_path is None:
         return ProblemResult(**base, verdict="missing", summary="no solution file",
                              fingerprint=fingerprint(problem_source, None, mode))
@@ -91,7 +98,8 @@ async def evaluate_items(evaluator: Evaluator, items: Sequence[BenchItem], resul
                          baseline_cache: BaselineCache | None = None, concurrency: int = 1) -> list[ProblemResult]:
     """Evaluate the items, `concurrency` at a time (a `LanePool` gives every candidate an idle device of
     its own; one lane: one at a time), appending each result as it finishes."""
-    cache = baseline_cache if baseline_cache is not None else baseline_cache_from(load_results(results_path.parent).values())
+    cache = (baseline_cache if baseline_cache is not None
+             else baseline_cache_from(load_results(results_path.parent).values()))
     locks: dict = {}
     gate = asyncio.Semaphore(max(1, concurrency))
     out: list[ProblemResult] = []
@@ -152,7 +160,8 @@ def run_bench(problems_dir: Path, solutions_dir: Path, out_dir: Path, *, config:
     todo = pending(items, load_results(out_dir), interpreter=interpreter)
     notes = []
     if interpreter:
-        notes.append("CPU interpreter: correctness only at the problems' QUICK_SIZES (or sizes derived from their constants); timings and fast_p need a GPU")
+        notes.append("CPU interpreter: correctness only at the problems' QUICK_SIZES (or sizes derived from their "
+                     "constants); timings and fast_p need a GPU")
     skipped = len(items) - len(todo)
     if skipped:
         notes.append(f"{skipped} problem(s) reused from an earlier run in {out_dir} (unchanged problem and solution)")

@@ -9,8 +9,8 @@ from typing import Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
-from egg_mcp.e2e.bench_results import LEVEL_DIR, ProblemResult, fingerprint
 from egg_mcp.contract import EvalOptions, default_tolerance
+from egg_mcp.e2e.bench_results import LEVEL_DIR, ProblemResult, fingerprint
 from egg_mcp.problems.loader import derive_quick_sizes, module_int_constants, quick_sizes
 
 FLAT_LEVEL = "all"
@@ -73,7 +73,8 @@ def discover(problems_dir: Path, solutions_dir: Path, levels: Iterable[str] = ()
         if wanted and level not in wanted:
             continue
         name = path.stem
-        sol = next((c for c in (solutions_dir / level / f"{name}.py", solutions_dir / f"{name}.py") if c.is_file()), None)
+        sol = next((c for c in (solutions_dir / level / f"{name}.py", solutions_dir / f"{name}.py") if c.is_file()),
+                   None)
         if sol is not None:
             used.add(sol.resolve())
         key = name if level == FLAT_LEVEL else f"{level}/{name}"
@@ -82,7 +83,8 @@ def discover(problems_dir: Path, solutions_dir: Path, levels: Iterable[str] = ()
     if not items:
         raise BenchError(f"no problems under {problems_dir} in levels {sorted(wanted)}")
     orphans = sorted(str(p) for p in solutions_dir.rglob("*.py")
-                     if p.resolve() not in used and not p.name.startswith("_") and (not wanted or _level_ok(p, solutions_dir, wanted)))
+                     if p.resolve() not in used and not p.name.startswith("_")
+                     and (not wanted or _level_ok(p, solutions_dir, wanted)))
     return items, orphans
 
 
@@ -101,7 +103,8 @@ def eval_options(problem_source: str, *, interpreter: bool) -> tuple[EvalOptions
         if not overrides:
             overrides = derive_quick_sizes(module_int_constants(problem_source))
             notes.append(f"no QUICK_SIZES in the problem: interpreted at sizes derived from its constants {overrides}"
-                         if overrides else "no QUICK_SIZES in the problem and no size to shrink: interpreted at full size")
+                         if overrides else "no QUICK_SIZES in the problem and no size to shrink: interpreted at full "
+                                           "size")
     options = EvalOptions(dtype="float32", tolerance=default_tolerance("float32"), size_overrides=overrides,
                           device="interpreter" if interpreter else "auto", timing=not interpreter)
     return options, notes

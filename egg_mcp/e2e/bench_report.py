@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from egg_mcp.e2e.bench_results import FAST_P_THRESHOLDS, BenchSummary, _level_order, _natural, _p, geomean
+from egg_mcp.e2e.bench_results import FAST_P_THRESHOLDS, BenchSummary, _p, geomean
 from egg_mcp.e2e.task_report import pyplot
 
 
@@ -28,7 +28,8 @@ def render_markdown(summary: BenchSummary) -> str:
     for name, g in groups:
         lines.append(f"| {name} | {g.n} | {g.correct} ({_pct(g.correctness_rate)}) | {g.missing} | "
                      + " | ".join(_pct(g.fast_p[_p(p)]) for p in FAST_P_THRESHOLDS)
-                     + f" | {_f(g.geomean_speedup_vs_eager, '{:.3f}x')} | {_f(g.geomean_speedup_vs_compile, '{:.3f}x')} |")
+                     + f" | {_f(g.geomean_speedup_vs_eager, '{:.3f}x')} | "
+                       f"{_f(g.geomean_speedup_vs_compile, '{:.3f}x')} |")
     lines += ["", "fast_p: fraction of all problems that are correct and faster than p x PyTorch eager "
               "(KernelBench); a problem without a solution counts as not correct. Geomeans over correct problems.",
               "", "| problem | verdict | time ms | eager ms | torch.compile ms | vs eager | vs torch.compile | note |",

@@ -32,7 +32,8 @@ class ProblemResult(BaseModel):
     timing_unavailable_reason: str | None = None
     integrity: list[str] = Field(default_factory=list)
     fingerprint: str = Field(default="", description="hash of problem, solution and mode: a change re-runs the problem")
-    problem_sha: str = Field(default="", description="hash of the problem source (baselines are reused across solutions)")
+    problem_sha: str = Field(default="", description="hash of the problem source (baselines are reused across "
+                                                     "solutions)")
     mode: str = Field(default="", description="'gpu' or 'interpreter'")
     device: str | None = None
     ran_on: str | None = Field(default=None, description="host, GPU index, model and lane the solution was verified on")

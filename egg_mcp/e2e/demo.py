@@ -35,7 +35,6 @@ from egg_mcp.e2e.demo_plan import (
     set_constant,
 )
 
-
 # -- the scripted client ----------------------------------------------------------------------------
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)
@@ -188,6 +187,7 @@ async def _start(d: _Driver, problem: str, plan: DemoPlan, transport: str, log) 
 async def _seeds(d: _Driver, problem: str, plan: DemoPlan, log) -> tuple[dict[str, Any], dict[str, Any]]:
     """SEEDS: the baselines, every seed verified, the best one committed; (the commit's reply, the committed seed)."""
     report = d.report
+    assert report is not None  # _start made it
     log("SEEDS: generate_seeds")
     seeds = await d.call("generate_seeds", task_id=d.task_id)
     base = seeds.get("baselines") or {}
@@ -195,7 +195,8 @@ async def _seeds(d: _Driver, problem: str, plan: DemoPlan, log) -> tuple[dict[st
     report.compile_ms = (base.get("compiled") or {}).get("median_ms")
     if base.get("compile_error"):
         report.notes.append(f"torch.compile baseline failed: {base['compile_error']}")
-    verified = [await d.verify("SEEDS", f, kernel_source(problem, f), f"seed: {paradigm}") for f, paradigm in plan.seeds]
+    verified = [await d.verify("SEEDS", f, kernel_source(problem, f), f"seed: {paradigm}") for f,
+                paradigm in plan.seeds]
     best = _best(verified, d.timing)
     if best is None:
         raise DemoError("no seed verified correct: " + "; ".join(v["summary"] for v in verified))
@@ -217,6 +218,7 @@ async def _later_stage(d: _Driver, problem: str, step: Step, commit: dict[str, A
     """One stage after SEEDS: its kernels verified (and tuned), the best committed; (the commit's reply, the
     committed candidate)."""
     report = d.report
+    assert report is not None  # _start made it
     status = await d.call("task_status", task_id=d.task_id)
     if status["stage"] != step.stage:
         raise DemoError(f"expected stage {step.stage}, the task is in {status['stage']}")
@@ -261,7 +263,8 @@ async def _stage_kernels(d: _Driver, problem: str, step: Step, committed_source:
             for name, values in step.gpu_variants.items():
                 for value in values:
                     verified.append(await d.verify(step.stage, f"{file} {name}={value}",
-                                                   set_constant(source, name, value), f"{step.summary} ({name}={value})"))
+                                                   set_constant(source, name, value),
+                                                   f"{step.summary} ({name}={value})"))
     return verified
 
 
@@ -269,6 +272,7 @@ async def _tiling(d: _Driver, step: Step, verified: list[dict[str, Any]], extra:
                   changes: list[str], summary: str, log) -> tuple[list[dict[str, Any]], str]:
     """propose_tiling on the stage's best kernel and its recommendation verified; (the verified list, the summary)."""
     report = d.report
+    assert report is not None  # _start made it
     first = _best(verified, d.timing)
     t = None
     if first is not None:

@@ -40,7 +40,8 @@ def stage_gains(history: list[CommittedStage]) -> list[float | None]:
     gains: list[float | None] = []
     prev: float | None = None
     for i, c in enumerate(history):
-        gains.append(None if i == 0 or prev is None or c.time_ms is None or c.time_ms <= 0 else round(prev / c.time_ms, 4))
+        gains.append(None if i == 0 or prev is None or c.time_ms is None or c.time_ms <= 0 else round(prev / c.time_ms,
+                                                                                                      4))
         prev = c.time_ms
     return gains
 
@@ -86,7 +87,8 @@ def render_task_report(status: TaskStatus | dict[str, Any], *, kernel_path: str 
              f"rtol {opts.tolerance.rtol:g}), {opts.correctness_trials} correctness trials",
              f"- measured on: {opts.gpu_name or 'CPU interpreter (no timings)'}"]
     if opts.size_overrides:
-        lines.append("- sizes overridden for evaluation: " + ", ".join(f"{k}={v}" for k, v in opts.size_overrides.items()))
+        lines.append("- sizes overridden for evaluation: " + ", ".join(f"{k}={v}" for k,
+                                                                       v in opts.size_overrides.items()))
     lines.append(f"- baselines: PyTorch eager {_ms(st.eager_ms)} ms, torch.compile {_ms(st.compile_ms)} ms")
     if kernel_path:
         lines.append(f"- final kernel: `{kernel_path}`")
@@ -116,7 +118,8 @@ def render_task_report(status: TaskStatus | dict[str, Any], *, kernel_path: str 
         lines.append("")
     if st.reports:
         lines += ["## Reports", ""]
-        lines += [f"- {r.get('kind')} `{r.get('id')}` on {r.get('candidate_id')} ({r.get('stage')})" for r in st.reports]
+        lines += [f"- {r.get('kind')} `{r.get('id')}` on {r.get('candidate_id')} ({r.get('stage')})"
+                  for r in st.reports]
         lines.append("")
     notes = list(notes)
     if notes:
@@ -162,7 +165,8 @@ def stage_time_chart(status: TaskStatus | dict[str, Any], path: Path) -> Path | 
         ax.axhline(st.compile_ms, color="#55A868", linestyle=":", linewidth=1.2,
                    label=f"torch.compile {st.compile_ms:.3g} ms")
     ax.set_ylabel("time (ms)")
-    ax.set_title(f"{st.problem}: time after each committed stage" + (f" ({st.options.gpu_name})" if st.options.gpu_name else ""))
+    ax.set_title(f"{st.problem}: time after each committed stage"
+                 + (f" ({st.options.gpu_name})" if st.options.gpu_name else ""))
     if st.eager_ms is not None or st.compile_ms is not None:
         ax.legend(fontsize=8, loc="upper right", framealpha=0.9)
     ax.set_ylim(0, max(times + [st.eager_ms or 0, st.compile_ms or 0]) * 1.3)

@@ -103,7 +103,8 @@ class CandidateSide:
         self.candidate_active = False
         self.previous_outputs: list[torch.Tensor] = []
         self.kept: list | None = None
-        self.exchange: OutputExchange | None = None  # the judge's shared region for large outputs (exchange.py)
+        # the judge's shared region for large outputs (exchange.py)
+        self.exchange: OutputExchange | DeviceExchange | None = None
         self.candidate_path: str | None = None
         self.timer = None
         self.sandbox: dict[str, Any] | None = None

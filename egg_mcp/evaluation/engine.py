@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from egg_mcp.config import judge_setting
-from egg_mcp.evaluation import confinement
 from egg_mcp.contract import BaselineResult, EvalOptions, EvalResult, JobOutcome, ProgressFn
+from egg_mcp.evaluation import confinement
 from egg_mcp.evaluation.engine_drive import JobDriver, _JobState
 from egg_mcp.evaluation.engine_judges import JudgePool, judge_mode_from
 from egg_mcp.evaluation.engine_pool import JUDGE_POOL, RUNNER_POOL, EngineSettings, WorkerPool

@@ -28,8 +28,8 @@ from pathlib import Path
 import egg_mcp
 from egg_mcp.config import PROTECT_VAR, REQUIRED_VAR, SERVER_PID_VAR, environment_copy
 from egg_mcp.evaluation import confinement
-from egg_mcp.evaluation.tool_confine import wrapped_worker_env
 from egg_mcp.evaluation.engine_results import LogCapture
+from egg_mcp.evaluation.tool_confine import wrapped_worker_env
 
 PACKAGE_PARENT = str(Path(egg_mcp.__file__).resolve().parent.parent)
 """Put on the workers' PYTHONPATH: they import egg_mcp from where the server has it, installed or not."""

@@ -94,7 +94,8 @@ def evaluation_result(outcome: JobOutcome, state, options: EvalOptions) -> EvalR
     error = outcome.error or ErrorReport(kind="unknown", message="no result")
     if error.kind == "oom":
         verdict = "oom"
-        summary = f"The worker ran out of memory ({error.message}). Use less memory (smaller tiles, no huge temporaries)."
+        summary = (f"The worker ran out of memory ({error.message}). Use less memory (smaller tiles, no huge "
+                   "temporaries).")
     elif error.kind in ("exit", "signal"):
         verdict = "runtime_error"
         summary = (

@@ -51,7 +51,9 @@ class OutputExchange:
             return self._registered
         try:
             ptr = self.base().data_ptr()
-            self._registered = int(torch.cuda.cudart().cudaHostRegister(ptr, self.size, 0)) == 0
+            cudart = torch.cuda.cudart()
+            assert cudart is not None  # CUDA is available (checked above)
+            self._registered = int(cudart.cudaHostRegister(ptr, self.size, 0)) == 0
         except Exception:  # noqa: BLE001 - a pageable copy is slower, never wrong
             self._registered = False
         return self._registered
@@ -73,7 +75,9 @@ class OutputExchange:
 
         if self._registered:
             with contextlib.suppress(Exception):
-                torch.cuda.cudart().cudaHostUnregister(self.base().data_ptr())
+                cudart = torch.cuda.cudart()
+                assert cudart is not None  # registered, so CUDA is available
+                cudart.cudaHostUnregister(self.base().data_ptr())
             self._registered = False
         self._base = None
         with contextlib.suppress(BufferError, ValueError):  # a view still alive keeps the mapping; the fd goes
@@ -122,7 +126,7 @@ class DeviceExchange:
 class Placer:
     """Runner side: where the next output leaf goes in the region (None when it does not fit: the socket)."""
 
-    def __init__(self, exchange: OutputExchange | None):
+    def __init__(self, exchange: OutputExchange | DeviceExchange | None):
         self.exchange = exchange
         self.used = 0
 

@@ -13,7 +13,6 @@ from egg_mcp.contract import EnvInfo, ErrorReport
 from egg_mcp.evaluation.bounds import over_bound_note
 from egg_mcp.evaluation.errors import exception_chain
 
-
 # ------------------------------------------------------------------------------- environment
 
 def env_info(interpreter: bool) -> EnvInfo:

@@ -20,7 +20,6 @@ from egg_mcp.evaluation.failures import env_info
 from egg_mcp.problems.modules import import_source
 from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
 
-
 # ------------------------------------------------------------------------------- loading
 
 def load_module(source: str, path: Path, name: str):

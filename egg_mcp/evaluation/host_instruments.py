@@ -261,7 +261,8 @@ def make_profiler(audit: HostAudit, native_ok: dict[int, bool], cffi: str | None
             if category(frame.f_code.co_filename) in candidate_code and (
                     excluded(python_key) or stack_len() == 0):
                 report(frame, "dispatch_escape", "dispatch state", "candidate code ran torch ops without the "
-                       "harness's dispatch mode (_DisableTorchDispatch, a dispatch key guard, an emptied mode stack, or a thread it "
+                       "harness's dispatch mode (_DisableTorchDispatch, a dispatch key guard, an emptied mode stack, "
+                       "or a thread it "
                        "started): they escaped the op checks")
         elif event == "call":
             code = frame.f_code
@@ -287,7 +288,7 @@ def quiet_triton_launches(audit: HostAudit) -> None:
     and the GPU launch path ~20 us of Python. The audit hook and the Tensor wrappers stay on there."""
     import triton.runtime.jit as jit
 
-    classes = [jit.JITFunction]
+    classes: list[type] = [jit.JITFunction]
     try:
         from triton.runtime.interpreter import InterpretedFunction
 

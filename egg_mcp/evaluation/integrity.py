@@ -9,7 +9,8 @@
   harness modules, taken before the candidate runs; any that changed afterwards is monkeypatching.
 
 All of this lives in the same process as the candidate (the runner): it raises the bar (and catches
-the known public exploits), it is evidence for the judge, never a verdict, and it is not a sandbox. See tests/adversarial/ for the exploit each check catches.
+the known public exploits), it is evidence for the judge, never a verdict, and it is not a sandbox. See
+tests/adversarial/ for the exploit each check catches.
 """
 
 from __future__ import annotations
@@ -200,7 +201,8 @@ class LaunchCounter:
             info["grid"] = list(grid)
         metadata = getattr(kernel, "metadata", None)
         if metadata is not None:
-            for key, field in (("num_warps", "num_warps"), ("num_stages", "num_stages"), ("shared", "shared_mem_bytes")):
+            for key, field in (("num_warps", "num_warps"), ("num_stages", "num_stages"), ("shared",
+                                                                                          "shared_mem_bytes")):
                 value = getattr(metadata, key, None)
                 if value is not None:
                     info[field] = int(value)

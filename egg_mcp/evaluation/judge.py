@@ -206,7 +206,9 @@ class Judge(Verdicts):
     # -- the runner conversation -------------------------------------------------------------------
     def _ask_ready(self) -> None:
         """A runner that dies before `ready` ran no candidate code (a started spare killed by the host's OOM killer
-        under load, say): it is replaced once (another started runner, else a fresh one), and the judge says so; a second death is a fault."""
+        under load, say): it is replaced once (another started runner, else a fresh one), and the judge says so; a
+        second death is a fault."""
+        assert self.runner is not None  # _run took one
         for attempt in (1, 2):
             try:
                 self.runner.wait_ready()
@@ -215,14 +217,17 @@ class Judge(Verdicts):
                 if attempt == 2:
                     raise Rejected(self._harness_fault(f"the sandboxed runner did not start ({gone.report.message})"))
                 self.runner.kill()
-                self.judge_info["runner_replaced"] = f"a started runner died before it was ready: {gone.report.message}"[:300]
+                self.judge_info["runner_replaced"] = (
+                    f"a started runner died before it was ready: {gone.report.message}"[:300])
                 self.runner = take(self.runner.mode)  # another started spare if one is alive, else a fresh runner
             except wire.WireError as exc:
                 raise Rejected(self._protocol(str(exc)))
         self.judge_info.update({f"runner_{k}": v for k, v in getattr(self.runner, "warmup", {}).items()})
 
-    def _ask(self, header: dict[str, Any], expect: str, max_blob_bytes: int = 0, fds: list[int] | None = None):
-        """One command and its reply; the reply's findings are collected; failures end the evaluation."""
+    def _ask(self, header: dict[str, Any], expect: str, max_blob_bytes: int = 0, fds: list[int] | None = None) -> Any:
+        """One command and its reply (with its blobs when `max_blob_bytes`); the reply's findings are collected;
+        failures end the evaluation."""
+        assert self.runner is not None  # _run took one
         try:
             message, blobs = self.runner.request(header, max_blob_bytes, fds)
         except RunnerGone as gone:
@@ -246,7 +251,7 @@ class Judge(Verdicts):
                                                f"{str(message.get('message'))[:300]}", str(message.get("traceback"))))
         if kind != expect:
             raise Rejected(self._protocol(f"expected a '{expect}' message, got {str(kind)[:40]!r}"))
-        return kind
+        return expect
 
     def _collect(self, findings: Any) -> None:
         if not isinstance(findings, list) or len(findings) > 500:
@@ -317,6 +322,7 @@ class Judge(Verdicts):
         if not self.exchange_offered:  # the reference's outputs size the shared region before the first trial
             first = self._expected(seed)
             self._offer_exchange(first[1])
+        assert self.runner is not None  # _run took one
         self.runner.send({"type": "trial", "trial": trial, "stage": stage, **cmd})
         expected, leaves = first if first is not None else self._expected(seed)  # meanwhile
         limit = 2 * sum(e.numel() * e.element_size() for e in leaves if isinstance(e, torch.Tensor)) + (1 << 20)
@@ -416,7 +422,8 @@ class Judge(Verdicts):
             self._ask({"type": "calls", "seed": self.seed(), "n": RECHECK_CALLS}, "done")
         mismatch = self._trial({"seed": self.seed()}, self.trials_run, "re-check")
         if mismatch is not None:
-            return self._incorrect_or_memory(mismatch, "when re-checked on fresh inputs after repeated calls (the kernel "
+            return self._incorrect_or_memory(mismatch, "when re-checked on fresh inputs after repeated calls (the "
+                                                       "kernel "
                                    "goes wrong after several calls: state kept between calls?)", 1)
         refill = self.seed()
         mismatch = self._trial({"seed": refill, "use_kept": True, "refill_seed": refill}, self.trials_run,

@@ -176,7 +176,8 @@ class Verdicts:
             text = f"Correct on {n}/{n} trials (+ re-check) in the Triton interpreter; no timing without a GPU."
         else:
             retaken = (f"; taken again after {timing.remeasured} disturbed reading(s) at CV "
-                       f"{', '.join(f'{100 * c:.1f}%' for c in timing.disturbed_cvs or [])}" if timing.remeasured else "")
+                       f"{', '.join(f'{100 * c:.1f}%' for c in timing.disturbed_cvs or [])}"
+                       if timing.remeasured else "")
             text = (f"Correct on {n}/{n} trials; {timing.median_ms:.4f} ms median (CV {100 * (timing.cv or 0):.2f}%, "
                     f"{timing.method}{retaken}).")
             if timing.graph_fallback:

@@ -64,15 +64,19 @@ class MemcheckResult(BaseModel):
     summary: str
     errors: list[MemoryAccessError] = Field(default_factory=list)
     error_count: int = 0
-    error: ErrorReport | None = Field(default=None, description="over_bound: the bound (kind 'oom' or 'resource_limit')")
+    error: ErrorReport | None = Field(default=None,
+                                      description="over_bound: the bound (kind 'oom' or 'resource_limit')")
     tool: str | None = None
     wall_s: float = 0.0
     sandbox: dict[str, Any] | None = None
-    bounds: str | None = Field(default=None, description="the runner's resource bounds (as verify's result.judge.bounds)")
+    bounds: str | None = Field(default=None, description="the runner's resource bounds (as verify's "
+                                                         "result.judge.bounds)")
     runner_peak: str | None = Field(default=None, description="the most memory and tasks the judge's watchdog saw")
-    fault: str | None = Field(default=None, description="'harness' when no report came back: the tool or egg-mcp, not the "
+    fault: str | None = Field(default=None, description="'harness' when no report came back: the tool or egg-mcp, not "
+                                                        "the "
                               "candidate")
-    report_source: str | None = Field(default=None, description="'log_file' or 'tool_output': where the report was read")
+    report_source: str | None = Field(default=None,
+                                      description="'log_file' or 'tool_output': where the report was read")
     tool_output_tail: str = Field(default="", description="the end of the tool's stdout/stderr (diagnosis)")
     runner_exit: int | None = None
 
@@ -124,7 +128,8 @@ def result_from_report(text: str, tool: str, wall_s: float, sandbox: dict | None
     if count is None and not errors and tool_output:
         errors, count = parse_report(tool_output)
         source = "tool_output"
-    common: dict[str, Any] = dict(tool=tool, wall_s=wall_s, sandbox=sandbox, tool_output_tail=tail, runner_exit=runner_exit)
+    common: dict[str, Any] = dict(tool=tool, wall_s=wall_s, sandbox=sandbox, tool_output_tail=tail,
+                                  runner_exit=runner_exit)
     if count is None and not errors:
         said = " ".join(tail.strip().splitlines()[-6:])[-600:] or "nothing"
         return MemcheckResult(

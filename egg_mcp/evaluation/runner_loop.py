@@ -1,7 +1,8 @@
 """The runner's command loop: one judge command in, one answer out (data only), until `exit`.
 
 Kept apart from candidate_side.py (what each command does) so the protocol is readable on one screen:
-`trial` and `time` answer with outputs as bytes (time: the audited timed calls'), the other commands with a header, a candidate's failure with
+`trial` and `time` answer with outputs as bytes (time: the audited timed calls'), the other commands with a header, a
+candidate's failure with
 `failed`, a runner-side bug with `runner_error`. `launchers` is the one command never answered: the judge
 sends it to a waiting spare (launchers.py) and reads no reply.
 """
@@ -31,7 +32,8 @@ def _close(fds: list[int]) -> None:
 
 def serve(sock: socket.socket, side: Any) -> None:
     """Answer the judge's commands until `exit` (or until the judge goes away)."""
-    handlers = {"confine": side.confine, "load": side.load, "calls": side.calls, "report": side.report, "guard": side.guard}
+    handlers = {"confine": side.confine, "load": side.load, "calls": side.calls, "report": side.report,
+                "guard": side.guard}
     while True:
         fds: list[int] = []  # descriptors come only from the judge, only with `exchange` (exchange.py)
         try:
@@ -67,7 +69,8 @@ def serve(sock: socket.socket, side: Any) -> None:
         except BaseException as exc:  # noqa: BLE001 - a runner-side bug: reported as such, not as the candidate's
             if over_bound_note(exc) is not None:  # a bound the candidate's use ran into, wherever it surfaced
                 wire.send(sock, {"type": "failed", **_failure("runtime_error", exc, side.candidate_path,
-                                                              "The candidate's runner"), "findings": side.new_findings()})
+                                                              "The candidate's runner"),
+                                                              "findings": side.new_findings()})
                 continue
             if error_kind(exc) == "oom":  # the GPU (or host) filled up in harness code: the run did not fit, say so
                 wire.send(sock, {"type": "failed", **_failure(

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from egg_mcp.evaluation import bounds as bounds_mod
-from egg_mcp.evaluation import confinement, launchers, wire
 from egg_mcp.config import environment_copy, sandbox_protect
 from egg_mcp.contract import ErrorReport
+from egg_mcp.evaluation import bounds as bounds_mod
+from egg_mcp.evaluation import confinement, launchers, wire
 
-SIGNAL_NAMES = {
+SIGNAL_NAMES: dict[int, str] = {
     signal.SIGSEGV: "segmentation fault (SIGSEGV)", signal.SIGBUS: "bus error (SIGBUS)",
     signal.SIGILL: "illegal instruction (SIGILL)", signal.SIGFPE: "floating-point exception (SIGFPE)",
     signal.SIGABRT: "abort (SIGABRT)", signal.SIGKILL: "killed (SIGKILL)", signal.SIGTERM: "terminated (SIGTERM)",
@@ -70,7 +70,8 @@ class RunnerProcess:
         argv = [*prefix, *(wrapper or []), sys.executable, "-m", "egg_mcp.evaluation.runner",
                 "--fd", str(theirs.fileno()), "--private", str(self.private), "--mode", mode,
                 # under a launcher or a wrapper, that process is the runner's parent, not the judge
-                "--judge", "0" if (wrapper or prefix) else str(os.getpid())] + (["--tool", wrapper[0]] if wrapper else []
+                "--judge", "0" if (wrapper or prefix) else str(os.getpid())] + (["--tool",
+                                                                                 wrapper[0]] if wrapper else []
                 ) + (["--allowlisted"] if allowlisted else []) + (
                     ["--protect", protect] if protect else [])
         sink = open(output, "ab") if output is not None else None  # noqa: SIM115 - closed below, the child keeps it
@@ -131,7 +132,7 @@ class RunnerProcess:
         except OSError:
             raise RunnerGone(self._death()) from None
 
-    def recv(self, max_blob_bytes: int = 0) -> tuple[dict, list[bytes]]:
+    def recv(self, max_blob_bytes: int = 0) -> tuple[dict, list[bytearray]]:
         """The next message. RunnerGone when the runner died; wire.WireError when it sent garbage."""
         while True:
             self._check_bounds()
@@ -149,7 +150,7 @@ class RunnerProcess:
                     raise RunnerGone(self._death())
 
     def request(self, header: dict[str, Any], max_blob_bytes: int = 0,
-                fds: list[int] | None = None) -> tuple[dict, list[bytes]]:
+                fds: list[int] | None = None) -> tuple[dict, list[bytearray]]:
         self.send(header, fds)
         return self.recv(max_blob_bytes)
 
@@ -184,7 +185,8 @@ class RunnerProcess:
         if code < 0:
             name = SIGNAL_NAMES.get(-code, f"signal {-code}")
             if -code == signal.SIGXFSZ:  # candidate code restored SIGXFSZ's default and wrote past the bound
-                limit = f" ({bounds_mod.size(self.bounds.file_bytes)}, RLIMIT_FSIZE)" if self.bounds else " (RLIMIT_FSIZE)"
+                limit = (f" ({bounds_mod.size(self.bounds.file_bytes)}, RLIMIT_FSIZE)" if self.bounds
+                         else " (RLIMIT_FSIZE)")
                 return ErrorReport(kind="resource_limit", message="the candidate's runner process was killed by "
                                    f"SIGXFSZ: a file reached the runner's file-size bound{limit}")
             if -code == signal.SIGKILL:

@@ -52,7 +52,8 @@ def _describe(sig: tuple) -> str:
     counts: dict[tuple, int] = {}
     for item in sig:
         counts[item] = counts.get(item, 0) + 1
-    return ", ".join(f"{name}{list(grid)}" + (f" x{n}" if n > 1 else "") for (name, grid), n in list(counts.items())[:6])
+    return ", ".join(f"{name}{list(grid)}" + (f" x{n}" if n > 1 else "") for (name, grid),
+                     n in list(counts.items())[:6])
 
 
 def launch_findings(checked: set[tuple], timed_calls: Any) -> tuple[list[IntegrityFinding], str | None]:

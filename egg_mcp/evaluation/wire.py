@@ -318,7 +318,8 @@ def decode_values(specs: Any, blobs: list, exchange: Any = None, device: Any = N
             if nbytes == 0:
                 out.append(torch.empty(shape, dtype=torch_dtype))
             else:
-                blob = blobs[index] if isinstance(blobs[index], bytearray) else bytearray(blobs[index])  # recv's own buffer
+                blob = blobs[index] if isinstance(blobs[index],
+                                                  bytearray) else bytearray(blobs[index])  # recv's own buffer
                 out.append(torch.frombuffer(blob, dtype=torch_dtype).reshape(shape))
         else:
             raise WireError(f"output {i}: unknown kind {kind!r}")

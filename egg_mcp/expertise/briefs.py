@@ -18,8 +18,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from egg_mcp.analysis.analysis_types import ReferenceAnalysis
-from egg_mcp.analysis.verdict import roofline_verdict
 from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_tol
+from egg_mcp.analysis.verdict import roofline_verdict
 from egg_mcp.contract import TolerancePolicy
 from egg_mcp.hardware import ceiling, lookup
 from egg_mcp.stages import STAGE_ORDER, Stage
@@ -61,7 +61,8 @@ class BriefFacts(BaseModel):
     commits: int = Field(default=0, description="stages committed so far (a commit without timing still counts)")
     compute_path: str | None = Field(default=None, description="the fastest compute path the precision ladder admits "
                                                        "(the floor's compute type)")
-    has_dots: bool | None = Field(default=None, description="False: the problem has no matmul/conv, so no dot precision "
+    has_dots: bool | None = Field(default=None, description="False: the problem has no matmul/conv, so no dot "
+                                                            "precision "
                                                     "rule applies")
 
     @classmethod
@@ -229,7 +230,8 @@ def render_brief(stage: Stage, role: Literal["code", "profile", "debug"], facts:
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
     if stage is Stage.DONE:
-        return "# DONE\nThe task is finished: call export_kernel to write the final ModelNew, or start_task for a new problem.\n"
+        return ("# DONE\nThe task is finished: call export_kernel to write the final ModelNew, or start_task for a new "
+                "problem.\n")
     values = _values(stage, role, facts)
     _, body = _split_description(_read(_brief_file(stage, role)))
     values["header"] = Template(_read("_header.md")).safe_substitute(values).rstrip()

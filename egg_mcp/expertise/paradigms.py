@@ -207,7 +207,8 @@ _POOLING = (
        "(static loops), max/avg in registers",
        "any pooling; simple and coalesced along the output's last dim",
        "overlapping windows (stride < kernel) re-read inputs (mostly L1/L2 hits)",
-       "for kh in tl.static_range(KH): for kw in tl.static_range(KW): v = tl.load(..., other=-inf); acc = tl.maximum(acc, v)"),
+       "for kh in tl.static_range(KH): for kw in tl.static_range(KW): v = tl.load(..., other=-inf); acc = "
+       "tl.maximum(acc, v)"),
     _p("pooling", "row_tile_reuse", "2-D output tile with the input halo loaded once",
        "each program owns a [BLOCK_H, BLOCK_W] output tile per (n, c), loads the covering input region once "
        "and reduces windows from registers",

@@ -16,7 +16,7 @@ from egg_mcp.analysis.precision import precision_ladder
 from egg_mcp.analysis.roofline import admissible_compute_type, fmt_bytes, fmt_ms, fmt_shape, fmt_tol, roofline_floor
 from egg_mcp.contract import BaselineResult, EvalOptions, TolerancePolicy
 from egg_mcp.expertise.paradigms import FUSION_SCOPES, PARADIGMS, Paradigm
-from egg_mcp.hardware import NO_GPU, GpuSpec, ceiling
+from egg_mcp.hardware import NO_GPU, GpuSpec
 
 """TF32 dot products err ~1e-3 relative (10-bit mantissa): fails a 1e-4 check."""
 
@@ -164,7 +164,8 @@ def _why_on_rows(p: Paradigm, op: OpInfo, name: str, sms: int, dtype: str) -> tu
         "blocked_scan_with_carry": (3, "streams rows of any length"),
         "row_per_program": (3 if not few_rows else 1, "enough rows to fill the SMs" if not few_rows
                             else "too few rows to fill the SMs alone"),
-        "multi_row_tile": (2.5 if length < 1024 or "dim" in op.attrs and op.attrs["dim"] != [len(op.input_shapes[0]) - 1]
+        "multi_row_tile": (2.5 if length < 1024
+                           or "dim" in op.attrs and op.attrs["dim"] != [len(op.input_shapes[0]) - 1]
                            else 1.2, "short or strided rows"),
         "split_row_two_pass": (3.5 if few_rows else 1.3, "few rows: split each row across SMs" if few_rows
                                else "rows already fill the SMs; splitting adds a pass"),
@@ -327,7 +328,8 @@ def precision_notes(analysis: ReferenceAnalysis, tolerance: TolerancePolicy, dty
     GEMM where the analysis says why not), what each runs at on this GPU (with provenance), what the fastest buys."""
     compute = admissible_compute_type(dtype, tolerance, analysis.precision_errors, gpu)
     has_dots = bool(analysis.tensor_core_flops)
-    head = f"Task dtype {dtype}, tolerance policy {tolerance.name} (atol={fmt_tol(tolerance.atol)}, rtol={fmt_tol(tolerance.rtol)})"
+    head = (f"Task dtype {dtype}, tolerance policy {tolerance.name} (atol={fmt_tol(tolerance.atol)}, "
+            f"rtol={fmt_tol(tolerance.rtol)})")
     notes = [f"{head}: the fastest admissible compute path for dots is {compute}." if has_dots
              else f"{head}: no dots in this problem, so no tensor-core precision path applies."]
     if has_dots and analysis.precision_errors:
@@ -388,9 +390,11 @@ def _render(brief: SeedBrief, analysis: ReferenceAnalysis, baselines: BaselineRe
         bound = f"**Floor.** none: {analysis.floor_unavailable or NO_GPU}."
     else:
         bound = (f"**Floor.** {fmt_ms(floor.floor_ms)} on {floor.gpu_name} ({floor.compute_type}, {floor.bound}-bound: "
-                 f"compute {fmt_ms(floor.compute_ms)}, memory {fmt_ms(floor.memory_ms)}; ceilings {floor.spec_source}).")
+                 f"compute {fmt_ms(floor.compute_ms)}, memory {fmt_ms(floor.memory_ms)}; "
+                 f"ceilings {floor.spec_source}).")
     if floor is not None and baselines is not None and baselines.eager:
-        bound += f" Eager {fmt_ms(baselines.eager.median_ms)} = {baselines.eager.median_ms / floor.floor_ms:.1f}x the floor."
+        bound += (f" Eager {fmt_ms(baselines.eager.median_ms)} = "
+                  f"{baselines.eager.median_ms / floor.floor_ms:.1f}x the floor.")
     lines += ["", bound, "", "## Paradigms (one seed each; differ in structure, not constants)"]
     for i, p in enumerate(brief.paradigms, 1):
         lines += [

@@ -23,26 +23,32 @@ class MeasuredCeiling(BaseModel):
     peak_clock_mhz: float | None = Field(default=None, description="the SM clock the peak figure assumes")
     peak_clock_source: str | None = None
     clock_under_load: dict[str, Any] | None = Field(
-        default=None, description="what NVML reported while the probe ran (fp32_fma and the matmuls): SM clock median/min/"
+        default=None, description="what NVML reported while the probe ran (fp32_fma and the matmuls): SM clock "
+                                  "median/min/"
                           "max MHz, samples, clocks-event (throttle) reasons; the matmuls' sustained burst also "
                           "power median/max W, its source, and the enforced power limit")
     clock_adjusted_peak: float | None = Field(default=None, description="peak x clock under load / peak_clock_mhz")
     ratio_to_clock_adjusted_peak: float | None = Field(
         default=None, description="the sustained rate (best-of-N value where there is no burst) / clock_adjusted_peak")
     sustained: dict[str, Any] | None = Field(
-        default=None, description="matmuls: the kept shape run back to back for ~0.5 s (rate, ms per launch, launches): "
+        default=None, description="matmuls: the kept shape run back to back for ~0.5 s (rate, ms per launch, "
+                                  "launches): "
                           "the rate that belongs to clock_under_load")
     shape: int | None = Field(default=None, description="matmuls: the square size the sweep kept (the fastest)")
     shapes: list[dict[str, Any]] = Field(default_factory=list, description="matmuls: every size swept, rate or error")
     tensor_pipe: dict[str, Any] | None = Field(
-        default=None, description="`calibrate --ncu`: ncu's tensor-pipe busy % and SM clock for the kept GEMM, or its error")
+        default=None, description="`calibrate --ncu`: ncu's tensor-pipe busy % and SM clock for the kept GEMM, or its "
+                                  "error")
     ncu_l2: dict[str, Any] | None = Field(
-        default=None, description="`calibrate --ncu`, l2_read only: the probe's launch under ncu: sm_read (the L2 slices' "
+        default=None, description="`calibrate --ncu`, l2_read only: the probe's launch under ncu: sm_read (the L2 "
+                                  "slices' "
                           "SM-read rate, share and peak, the return path's busy share and per-slice spread, the L2 "
                           "clock) or sm_read_missing; lts__t_bytes rate, share and peak (context); other units' "
                           "shares; the DRAM bytes read; or its error")
-    reason: str | None = Field(default=None, description="why the ceiling sits where it does, from the measurements above")
-    explained: bool | None = Field(default=None, description="within 10 % of the peak, or the measured factors account for "
+    reason: str | None = Field(default=None, description="why the ceiling sits where it does, from the measurements "
+                                                         "above")
+    explained: bool | None = Field(default=None, description="within 10 % of the peak, or the measured factors account "
+                                                             "for "
                                                      "the gap within 10 %; None in records from before the label")
     layouts: list[dict[str, Any]] = Field(default_factory=list, description="every grid the probe tried")
 

@@ -6,8 +6,8 @@ parser (ncu_csv), the classifier (classify, its rules in bottleneck) and the occ
 Worker side: `target.run_forward`, run through `Evaluator.run_job`.
 """
 
-from egg_mcp.profiling.profile_report import ProfileReport
 from egg_mcp.profiling.ncu_command import find_ncu
 from egg_mcp.profiling.profile_job import ProfileError, profile_candidate
+from egg_mcp.profiling.profile_report import ProfileReport
 
 __all__ = ["ProfileError", "ProfileReport", "find_ncu", "profile_candidate"]

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from egg_mcp.analysis.verdict import AT_ROOF_FRACTION, roofline_verdict
 from egg_mcp.hardware import GpuSpec, ceiling
 from egg_mcp.profiling.metrics import STALL_REASONS, spec, stall_metric
-from egg_mcp.profiling.profile_report import Bound, Evidence, MetricSource, Roofline
 from egg_mcp.profiling.occupancy import OccupancyEstimate
+from egg_mcp.profiling.profile_report import Bound, Evidence, MetricSource, Roofline
 from egg_mcp.stages import Stage
 
 if TYPE_CHECKING:
@@ -108,7 +108,8 @@ def distance_to_floor(r: Readings, gpu: GpuSpec | None, task_roofline: Roofline 
     dram_frac = None
     if gpu and r.dram_bytes is not None and dur_ns:
         dram_frac = (r.dram_bytes / (dur_ns * 1e-9)) / gpu.dram_bytes_per_s
-        found.evidence.append(evidence(r, "computed.dram_bandwidth_of_peak", value=100 * dram_frac, unit="%", source="computed",
+        found.evidence.append(evidence(r, "computed.dram_bandwidth_of_peak", value=100 * dram_frac, unit="%",
+                                       source="computed",
                                        why=f"{fmt_bytes(r.dram_bytes)} moved in {dur_ms:.3g} ms vs the "
                                            f"DRAM ceiling of {gpu.name}: {ceiling(gpu, 'dram').label()}"))
     if task_roofline is not None and task_roofline.floor_ms is not None and dur_ms:
@@ -124,9 +125,12 @@ def distance_to_floor(r: Readings, gpu: GpuSpec | None, task_roofline: Roofline 
                     + ("; the excess is re-reads or spills" if excess > 1.2 else ""),
             ))
             if excess > 1.5:
-                found.moves.add({_A}, f"moves {excess:.1f}x the minimum DRAM bytes: fuse or reorder so each byte is read once")
-                found.moves.add({_T}, f"moves {excess:.1f}x the minimum DRAM bytes: larger tiles raise reuse of each load")
-                found.moves.add({_M}, f"moves {excess:.1f}x the minimum DRAM bytes: reorder programs (grouped pid) for L2 reuse")
+                found.moves.add({_A}, f"moves {excess:.1f}x the minimum DRAM bytes: fuse or reorder so each byte is "
+                                      "read once")
+                found.moves.add({_T}, f"moves {excess:.1f}x the minimum DRAM bytes: larger tiles raise reuse of each "
+                                      "load")
+                found.moves.add({_M}, f"moves {excess:.1f}x the minimum DRAM bytes: reorder programs (grouped pid) for "
+                                      "L2 reuse")
     elif dram_frac is not None:
         distance = f"at {100 * dram_frac:.0f}% of DRAM peak for the bytes it moves"
     return distance, near_floor
@@ -149,9 +153,12 @@ def launch_bound(r: Readings, dur_ns: float, found: Findings) -> tuple[Bound, st
     headline = f"{dur_ns / 1e3:.2g} us per launch, comparable to the ~3 us launch overhead"
     found.evidence.append(evidence(r, r.duration_metric, value=dur_ns, unit="ns",
                                    why="a kernel this short is dominated by launch overhead, not by its own work"))
-    found.moves.add({_S, _A}, f"fuse this kernel with its neighbours: at {dur_ns / 1e3:.2g} us it is mostly launch overhead")
-    found.moves.add({_P}, "give each program more work (fewer, larger programs or a persistent loop) and fewer launches")
-    found.moves.add({_T, _M}, "tuning tiles or memory will not help a launch-bound kernel: reduce launches (fusion, CUDA graphs)")
+    found.moves.add({_S, _A}, f"fuse this kernel with its neighbours: at {dur_ns / 1e3:.2g} us it is mostly launch "
+                              "overhead")
+    found.moves.add({_P},
+                    "give each program more work (fewer, larger programs or a persistent loop) and fewer launches")
+    found.moves.add({_T, _M}, "tuning tiles or memory will not help a launch-bound kernel: reduce launches (fusion, "
+                              "CUDA graphs)")
     return "launch-bound", headline
 
 
@@ -207,7 +214,8 @@ def occupancy_limit(r: Readings, occupancy_estimate: OccupancyEstimate | None, f
     blocks_per_sm = None
     if ncu_limits:
         blocks_per_sm = min(ncu_limits.values())
-        occ_limiter = min(ncu_limits, key=lambda k: (ncu_limits[k], ("warps", "blocks", "registers", "shared_mem").index(k)))
+        occ_limiter = min(ncu_limits, key=lambda k: (ncu_limits[k], ("warps", "blocks", "registers",
+                                                                     "shared_mem").index(k)))
         occ_limiter = {"shared_mem": "shared_memory"}.get(occ_limiter, occ_limiter)
     elif occupancy_estimate is not None:
         blocks_per_sm = occupancy_estimate.blocks_per_sm
@@ -216,9 +224,11 @@ def occupancy_limit(r: Readings, occupancy_estimate: OccupancyEstimate | None, f
     occ = Occupancy(theoretical=theoretical, limiter=occ_limiter, blocks_per_sm=blocks_per_sm)
     if theoretical is not None and (occ.low or (achieved is not None and achieved < 0.6 * theoretical)):
         src: MetricSource = "ncu" if r.get("sm__maximum_warps_per_active_cycle_pct") is not None else "computed"
-        found.evidence.append(Evidence(metric="sm__maximum_warps_per_active_cycle_pct" if src == "ncu" else "computed.theoretical_occupancy",
+        found.evidence.append(Evidence(metric="sm__maximum_warps_per_active_cycle_pct" if src == "ncu"
+                                       else "computed.theoretical_occupancy",
                                        value=theoretical, unit="%", source=src,
-                                       why=f"theoretical occupancy limited by {occ_limiter or 'unknown'}: fewer warps to hide latency"))
+                                       why=f"theoretical occupancy limited by {occ_limiter or 'unknown'}: fewer warps "
+                                           "to hide latency"))
         if achieved is not None:
             found.evidence.append(evidence(r, "sm__warps_active.avg.pct_of_peak_sustained_active", unit="%"))
     return occ
@@ -243,22 +253,29 @@ def register_and_shared_moves(r: Readings, occ: Occupancy, found: Findings) -> N
     spilling = (spills_n or 0) > 0 or (local or 0) > 0
     if spilling:
         if local:
-            found.evidence.append(Evidence(metric="l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum+st", value=local, unit="byte",
+            found.evidence.append(Evidence(metric="l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum+st", value=local,
+                                           unit="byte",
                                            source="ncu", why="local-memory traffic from register spills"))
         if spills_n:
-            found.evidence.append(evidence(r, r.spills_metric, unit="register", why="registers the compiler spilled to local memory"))
+            found.evidence.append(evidence(r, r.spills_metric, unit="register", why="registers the compiler spilled to "
+                                                                                    "local memory"))
         regs_text = f"registers {regs:.0f}" if regs is not None else "registers at the cap"
-        found.moves.add({_T}, f"{regs_text} with spills: smaller BLOCK_N/BLOCK_K or fewer num_stages (or more num_warps to spread the tile)")
-        found.moves.add({_M}, f"register spills cause local-memory traffic ({fmt_bytes(local) if local else f'{spills_n:.0f} spilled'}): shorten live ranges or shrink tiles")
+        found.moves.add({_T}, f"{regs_text} with spills: smaller BLOCK_N/BLOCK_K or fewer num_stages (or more "
+                              "num_warps to spread the tile)")
+        found.moves.add({_M}, "register spills cause local-memory traffic "
+                              f"({fmt_bytes(local) if local else f'{spills_n:.0f} spilled'}): shorten live ranges or "
+                              "shrink tiles")
         found.moves.add({_S, _A}, "the kernel spills registers: keep less live state per program (smaller blocks)")
     if regs is not None and (regs >= 128 or spilling):
         found.evidence.append(evidence(r, r.registers_metric, unit="register/thread"))
     if occ.limiter == "registers" and occ.low and not spilling:
-        found.moves.add({_T}, f"registers {regs:.0f}/thread cap occupancy at {occ.theoretical:.0f}%: smaller tiles or fewer live values"
+        found.moves.add({_T}, f"registers {regs:.0f}/thread cap occupancy at {occ.theoretical:.0f}%: smaller tiles or "
+                              "fewer live values"
                         if regs is not None else "registers cap occupancy: smaller tiles")
     smem = r.shared_bytes
     if occ.limiter == "shared_memory" and occ.low and smem:
-        found.moves.add({_T, _M}, f"shared memory {smem / 1024:.0f} KiB/block allows {occ.blocks_per_sm:.0f} block(s)/SM: "
+        found.moves.add({_T, _M}, f"shared memory {smem / 1024:.0f} KiB/block allows {occ.blocks_per_sm:.0f} "
+                                  "block(s)/SM: "
                         "fewer num_stages or a smaller BLOCK_K")
         found.evidence.append(Evidence(metric="launch__shared_mem_per_block", value=smem, unit="byte",
                                        source=r.shared_source, why="shared memory per block is the occupancy limiter"))
@@ -270,8 +287,10 @@ def grid_moves(r: Readings, sms: int | None, found: Findings) -> None:
     if sms and grid is not None and grid < sms:
         idle = 100 * (1 - grid / sms)
         found.evidence.append(evidence(r, r.grid_metric, unit="block",
-                                       why=f"{grid:.0f} blocks for {sms} SMs: {idle:.0f}% of the SMs have nothing to do"))
-        found.moves.add({_P}, f"grid {grid:.0f} blocks < {sms} SMs: {idle:.0f}% of the GPU idle; split another dimension across "
+                                       why=f"{grid:.0f} blocks for {sms} SMs: {idle:.0f}% of the SMs have "
+                                           "nothing to do"))
+        found.moves.add({_P}, f"grid {grid:.0f} blocks < {sms} SMs: {idle:.0f}% of the GPU idle; split another "
+                              "dimension across "
                         "programs (smaller BLOCK_M, split-K) so every SM gets work")
         found.moves.add({_T}, f"grid {grid:.0f} blocks < {sms} SMs: smaller tiles make more programs")
     waves = r.get("launch__waves_per_multiprocessor")
@@ -281,7 +300,8 @@ def grid_moves(r: Readings, sms: int | None, found: Findings) -> None:
             found.evidence.append(evidence(r, "launch__waves_per_multiprocessor", unit="wave",
                                            why=f"the last wave is {100 * (waves - math.floor(waves)):.0f}% full: "
                                                f"{100 * (1 - efficiency):.0f}% of SM time idles in the tail"))
-            found.moves.add({_P}, f"{waves:.2f} waves: the last wave is mostly empty; size the grid to whole waves or use a persistent grid")
+            found.moves.add({_P}, f"{waves:.2f} waves: the last wave is mostly empty; size the grid to whole waves or "
+                                  "use a persistent grid")
 
 
 def coalescing_moves(r: Readings, bound: Bound, found: Findings) -> None:
@@ -290,19 +310,24 @@ def coalescing_moves(r: Readings, bound: Bound, found: Findings) -> None:
     bps = r.bytes_per_sector
     if bps is not None:
         if bps < LOW_BYTES_PER_SECTOR:
-            found.evidence.append(Evidence(metric="computed.global_load_bytes_per_sector", value=bps, unit="byte/sector",
+            found.evidence.append(Evidence(metric="computed.global_load_bytes_per_sector", value=bps,
+                                           unit="byte/sector",
                                            source="computed",
-                                           why="useful bytes per 32-byte sector fetched: below 32 the loads are uncoalesced"))
-            found.moves.add({_M}, f"loads {bps:.1f} B/sector (32 is ideal): uncoalesced; make the innermost tl.arange walk the "
+                                           why="useful bytes per 32-byte sector fetched: below 32 the loads are "
+                                               "uncoalesced"))
+            found.moves.add({_M}, f"loads {bps:.1f} B/sector (32 is ideal): uncoalesced; make the innermost tl.arange "
+                                  "walk the "
                             "stride-1 dimension (or stage the tile through shared memory)")
             found.moves.add({_P}, f"loads {bps:.1f} B/sector: map adjacent program lanes to contiguous addresses")
     spr = r.sectors_per_request
     if bps is None and spr is not None and spr > UNCOALESCED_SECTORS_PER_REQUEST:
         # without the requested-bytes counter: a warp's load touching more sectors than even a
         # 16-byte-per-thread vector load needs (16) is scattered
-        found.evidence.append(Evidence(metric="computed.global_load_sectors_per_request", value=spr, unit="sector/request",
+        found.evidence.append(Evidence(metric="computed.global_load_sectors_per_request", value=spr,
+                                       unit="sector/request",
                                        source="computed",
-                                       why="32-byte sectors per warp-wide load: 4 (4 B/thread) to 16 (16 B/thread) when "
+                                       why="32-byte sectors per warp-wide load: 4 (4 B/thread) to 16 (16 B/thread) "
+                                           "when "
                                            "coalesced, 32 when every thread hits its own sector"))
         found.moves.add({_M}, f"loads touch {spr:.0f} sectors per request (4-16 when coalesced): uncoalesced; make the "
                         "innermost tl.arange walk the stride-1 dimension (or stage the tile through shared memory)")
@@ -316,15 +341,18 @@ def bound_moves(r: Readings, bound: Bound, near_floor: bool, admissible_path: st
     runs there, then what a memory or compute bound asks for."""
     tensor = r.tensor_pct
     idle_tensor = admissible_path in TENSOR_PATHS and (tensor is None or tensor < 30)
-    if idle_tensor and not near_floor:
-        found.moves.add({_S, _A, _T, _M}, f"dots off the tensor cores (tensor pipe {'unread' if tensor is None else f'{tensor:.0f}%'}) "
+    if idle_tensor and not near_floor and admissible_path is not None:  # (idle_tensor: a key of TENSOR_PATHS)
+        pipe = "unread" if tensor is None else f"{tensor:.0f}%"
+        found.moves.add({_S, _A, _T, _M}, f"dots off the tensor cores (tensor pipe {pipe}) "
                         f"while {admissible_path} passes this tolerance: tl.dot(..., {TENSOR_PATHS[admissible_path]}) "
                         "changes the class before any traffic work")
     if bound == "memory-bound" and not near_floor:
-        found.moves.add({_M}, f"memory-bound at {r.memory_pct or r.dram_pct or 0:.0f}% of peak: vectorised contiguous loads, "
+        found.moves.add({_M}, f"memory-bound at {r.memory_pct or r.dram_pct or 0:.0f}% of peak: vectorised contiguous "
+                              "loads, "
                         "more bytes in flight (num_stages, larger BLOCK), evict-first hints on streamed data")
         if not idle_tensor:
-            found.moves.add({_A, _S}, "memory-bound: only less traffic helps now (fuse producers/consumers, lower precision I/O)")
+            found.moves.add({_A, _S}, "memory-bound: only less traffic helps now (fuse producers/consumers, lower "
+                                      "precision I/O)")
     if bound == "compute-bound" and not near_floor:
         if tensor is not None:
             found.evidence.append(Evidence(metric="tensor pipe", value=tensor, unit="%", source="ncu",
@@ -333,7 +361,8 @@ def bound_moves(r: Readings, bound: Bound, near_floor: bool, admissible_path: st
             found.moves.add({_S, _A, _T}, f"SM busy but the tensor pipe at {tensor:.0f}%: put the math on tl.dot "
                             "(fp16/bf16, or tf32 where the tolerance allows)")
         found.moves.add({_T}, "compute-bound: larger BLOCK_M/BLOCK_N (more MMA per load), num_warps 8, num_stages 3-4")
-        found.moves.add({_M}, "compute-bound: memory changes will not help; check instruction mix (fewer integer/index ops)")
+        found.moves.add({_M}, "compute-bound: memory changes will not help; check instruction mix (fewer integer/index "
+                              "ops)")
 
 
 def stall_moves(r: Readings, bound: Bound, found: Findings) -> None:
@@ -348,16 +377,21 @@ def stall_moves(r: Readings, bound: Bound, found: Findings) -> None:
                         "(num_stages+1, prefetch the next tile) or more warps")
         found.moves.add({_P}, "warps wait on memory: more resident warps/programs per SM to hide the latency")
     elif top == "barrier":
-        found.moves.add({_A, _T}, f"barrier stalls ({value:.1f} cycles/issue): fewer block-wide reductions per tile, more work between them")
+        found.moves.add({_A, _T}, f"barrier stalls ({value:.1f} cycles/issue): fewer block-wide reductions per tile, "
+                                  "more work between them")
     elif top in ("mio_throttle", "short_scoreboard"):
-        found.moves.add({_M, _T}, f"{top} stalls ({value:.1f} cycles/issue): shared-memory pressure; fewer shared round trips, wider accesses")
+        found.moves.add({_M, _T}, f"{top} stalls ({value:.1f} cycles/issue): shared-memory pressure; fewer shared "
+                                  "round trips, wider accesses")
     elif top == "lg_throttle":
-        found.moves.add({_M}, f"lg_throttle stalls ({value:.1f} cycles/issue): too many narrow loads; vectorise (contiguous BLOCK, 16 B per thread)")
+        found.moves.add({_M}, f"lg_throttle stalls ({value:.1f} cycles/issue): too many narrow loads; vectorise "
+                              "(contiguous BLOCK, 16 B per thread)")
     elif top == "wait":
-        found.moves.add({_T}, f"wait stalls ({value:.1f} cycles/issue): more independent work per thread (ILP), e.g. larger BLOCK per program")
+        found.moves.add({_T}, f"wait stalls ({value:.1f} cycles/issue): more independent work per thread (ILP), e.g. "
+                              "larger BLOCK per program")
 
 
 def occupancy_moves(bound: Bound, limiter: str | None, occ: Occupancy, found: Findings) -> None:
     """A latency bound from register-limited occupancy: fewer warps or smaller tiles per program."""
-    if bound == "latency-or-occupancy-bound" and limiter and limiter.startswith("occupancy") and occ.limiter == "registers":
+    if (bound == "latency-or-occupancy-bound" and limiter and limiter.startswith("occupancy")
+            and occ.limiter == "registers"):
         found.moves.add({_P}, "occupancy is limited by registers: fewer warps per program or smaller per-program tiles")

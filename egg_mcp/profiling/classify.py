@@ -18,6 +18,7 @@ from egg_mcp.analysis.verdict import roofline_verdict
 from egg_mcp.hardware import GpuSpec
 from egg_mcp.profiling import bottleneck as rules
 from egg_mcp.profiling.metrics import STALL_REASONS, stall_metric
+from egg_mcp.profiling.occupancy import OccupancyEstimate
 from egg_mcp.profiling.profile_report import (
     Classification,
     Evidence,
@@ -26,7 +27,6 @@ from egg_mcp.profiling.profile_report import (
     MetricSource,
     Roofline,
 )
-from egg_mcp.profiling.occupancy import OccupancyEstimate
 from egg_mcp.stages import Stage
 
 # Names of readings that do not come from ncu (fallback path and cross-checks).
@@ -75,7 +75,8 @@ class Readings:
 
     @property
     def local_bytes(self) -> float | None:
-        ld, st = self.get("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"), self.get("l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum")
+        ld = self.get("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum")
+        st = self.get("l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum")
         return None if ld is None and st is None else (ld or 0.0) + (st or 0.0)
 
     @property
@@ -259,7 +260,8 @@ def summarize(kernels: list[KernelProfile], roof: Roofline | None) -> str:
     share = f" ({100 * top.time_share:.0f}% of kernel time)" if top.time_share is not None and len(kernels) > 1 else ""
     text = f"{top.name}{share}: {top.classification.headline}."
     if len(kernels) > 1:
-        rest = ", ".join(f"{k.name} {k.classification.bound}" + (f" {100 * k.time_share:.0f}%" if k.time_share is not None else "")
+        rest = ", ".join(f"{k.name} {k.classification.bound}"
+                         + (f" {100 * k.time_share:.0f}%" if k.time_share is not None else "")
                          for k in ranked[1:4])
         text += f" Other kernels: {rest}."
     if roof is not None:

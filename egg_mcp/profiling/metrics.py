@@ -58,25 +58,30 @@ _ALL: list[MetricSpec] = [
        "busiest memory unit (DRAM, L2, L1) as % of peak: high means memory-bound"),
     _m("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput", "sol",
        "DRAM bandwidth as % of peak: the roof of a streaming kernel"),
-    _m("dram__bytes_read.sum", "DRAM bytes read", "dram", "traffic actually read from HBM; compare with the task's minimum"),
+    _m("dram__bytes_read.sum", "DRAM bytes read", "dram", "traffic actually read from HBM; compare with the task's "
+                                                          "minimum"),
     _m("dram__bytes_write.sum", "DRAM bytes written", "dram", "traffic actually written to HBM"),
     # occupancy
     _m("sm__warps_active.avg.pct_of_peak_sustained_active", "achieved occupancy", "occupancy",
        "warps resident per cycle as % of the SM maximum: latency hiding actually obtained"),
     _m("sm__maximum_warps_per_active_cycle_pct", "theoretical occupancy", "occupancy",
        "the most warps the launch configuration allows: bounded by registers, shared memory, block count"),
-    _m("launch__occupancy_limit_registers", "block limit: registers", "occupancy", "blocks per SM allowed by registers"),
+    _m("launch__occupancy_limit_registers", "block limit: registers", "occupancy",
+       "blocks per SM allowed by registers"),
     _m("launch__occupancy_limit_shared_mem", "block limit: shared memory", "occupancy",
        "blocks per SM allowed by shared memory"),
-    _m("launch__occupancy_limit_blocks", "block limit: blocks", "occupancy", "blocks per SM allowed by the hardware block cap"),
+    _m("launch__occupancy_limit_blocks", "block limit: blocks", "occupancy", "blocks per SM allowed by the hardware "
+                                                                             "block cap"),
     _m("launch__occupancy_limit_warps", "block limit: warps", "occupancy", "blocks per SM allowed by the warp cap"),
     # launch configuration
     _m("launch__registers_per_thread", "registers per thread", "launch",
        "register pressure: 255 is the cap, beyond it values spill to local memory"),
-    _m("launch__shared_mem_per_block_static", "static shared memory per block", "launch", "shared memory the kernel declares"),
+    _m("launch__shared_mem_per_block_static", "static shared memory per block", "launch", "shared memory the kernel "
+                                                                                          "declares"),
     _m("launch__shared_mem_per_block_dynamic", "dynamic shared memory per block", "launch",
        "Triton's shared memory (tiles, pipelining buffers): num_stages multiplies it"),
-    _m("launch__grid_size", "grid size (blocks)", "launch", "programs launched: fewer than the SM count leaves SMs idle"),
+    _m("launch__grid_size", "grid size (blocks)", "launch",
+       "programs launched: fewer than the SM count leaves SMs idle"),
     _m("launch__block_size", "block size (threads)", "launch", "32 x num_warps"),
     _m("launch__waves_per_multiprocessor", "waves per SM", "launch",
        "grid / (SMs x blocks per SM): a small fractional last wave is a tail effect"),
@@ -86,7 +91,8 @@ _ALL: list[MetricSpec] = [
     _m("l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum", "local-memory store bytes", "spills", "register spills written"),
     # caches and coalescing
     _m("l1tex__t_sector_hit_rate.pct", "L1 hit rate", "cache", "reuse captured in L1"),
-    _m("lts__t_sector_hit_rate.pct", "L2 hit rate", "cache", "reuse captured in L2: low with re-reads means DRAM traffic"),
+    _m("lts__t_sector_hit_rate.pct", "L2 hit rate", "cache", "reuse captured in L2: low with re-reads means DRAM "
+                                                             "traffic"),
     _m("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "global load sectors", "coalescing",
        "32-byte sectors fetched by global loads"),
     _m("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "global load requests", "coalescing",

@@ -27,7 +27,8 @@ _US_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$")
 _EU_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(\.\d{3}){2,}(,\d+)?$")
 _SI = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _TIME_NS = {"second": 1e9, "msecond": 1e6, "usecond": 1e3, "nsecond": 1.0, "s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
-_SCALABLE = {"byte", "sector", "request", "inst", "warp", "cycle", "block", "thread", "hz", "Hz", "register", "wavefront"}
+_SCALABLE = {"byte", "sector", "request", "inst", "warp", "cycle", "block", "thread", "hz", "Hz", "register",
+             "wavefront"}
 
 
 class NcuValue(BaseModel):
@@ -303,5 +304,7 @@ def render_raw_csv(launches: list[dict[str, object]], units: dict[str, str] | No
 
     rows = [line(header), line([""] * len(fixed) + [units.get(m, "") for m in metric_names])]
     for launch in launches:
-        rows.append(line([launch.get(c, defaults.get(c, "")) for c in fixed] + [launch.get(m, "n/a") for m in metric_names]))
+        rows.append(line([launch.get(c, defaults.get(c,
+                                                     "")) for c in fixed] + [launch.get(m,
+                                                                                        "n/a") for m in metric_names]))
     return "\n".join(rows) + "\n"

@@ -92,12 +92,14 @@ def ncu_injection_failure(outcome: JobOutcome, log_path: Path) -> str | None:
 
 def _candidate_failure(outcome: JobOutcome, timeout_s: float) -> ProfileError | None:
     if outcome.timed_out:
-        return ProfileError(f"profiling timed out after {timeout_s:.0f} s: raise timeout_s, or profile at smaller sizes "
+        return ProfileError(f"profiling timed out after {timeout_s:.0f} s: raise timeout_s, or profile at smaller "
+                            "sizes "
                             "(size_overrides) if the forward itself is slow")
     if outcome.error is not None:
         where = f" (candidate line {outcome.error.candidate_line})" if outcome.error.candidate_line else ""
         return ProfileError(f"the candidate failed in the profiling worker{where}: {outcome.error.kind}: "
-                            f"{outcome.error.message}. Run verify on it first; only a verified candidate can be profiled.")
+                            f"{outcome.error.message}. Run verify on it first; only a verified candidate can be "
+                            "profiled.")
     return None
 
 @dataclass

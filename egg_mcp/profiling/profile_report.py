@@ -95,6 +95,7 @@ class ProfileReport(BaseModel):
     ncu_command: list[str] | None = None
     ncu_wall_s: float | None = Field(default=None, description="wall time of the profiled worker job (ncu included)")
     wall_s: float = 0.0
-    sandbox: str | None = Field(default=None, description="the sandbox the profiled process ran in (level first), as it "
+    sandbox: str | None = Field(default=None, description="the sandbox the profiled process ran in (level first), as "
+                                                          "it "
                                 "reported before the candidate was imported; None when nothing ran")
     warnings: list[str] = Field(default_factory=list)

@@ -40,7 +40,8 @@ def aggregate_launches(launches: list[NcuLaunch]) -> dict[str, tuple[int, dict[s
         metrics: dict[str, tuple[float | None, str]] = {}
         names = list(dict.fromkeys(m for launch in group for m in launch.metrics))
         for metric in names:
-            readings = [(launch.metrics[metric].value, w) for launch, w in zip(group, weights) if metric in launch.metrics]
+            readings = [(launch.metrics[metric].value, w) for launch, w in zip(group,
+                                                                               weights) if metric in launch.metrics]
             unit = next(launch.metrics[metric].unit for launch in group if metric in launch.metrics)
             values = [(v, w) for v, w in readings if v is not None]
             if not values:
@@ -63,7 +64,8 @@ def _metadata_metrics(entry: dict[str, Any] | None) -> list[Metric]:
                             ("shared_mem_bytes", C.TRITON_SHARED, "byte"), ("num_warps", C.TRITON_NUM_WARPS, "warp"),
                             ("num_stages", C.TRITON_NUM_STAGES, "stage")):
         if entry.get(key) is not None:
-            out.append(Metric(name=name, label=f"Triton {key}", value=float(entry[key]), unit=unit, source="triton_metadata"))
+            out.append(Metric(name=name, label=f"Triton {key}", value=float(entry[key]), unit=unit,
+                              source="triton_metadata"))
     grid = entry.get("grid")
     if grid:
         blocks = 1
@@ -104,7 +106,9 @@ def resolve_gpu(gpu: GpuSpec | None, device: dict[str, Any] | None) -> tuple[Gpu
         warnings.append(f"{unknown_gpu_message(name)}: no roofline")
         return None, warnings
     spec_.name = name
-    for key, attr in (("sm_count", "sm_count"), ("regs_per_sm", "regs_per_sm"), ("max_threads_per_sm", "max_threads_per_sm"),
+    assert device is not None  # it named the GPU
+    for key, attr in (("sm_count", "sm_count"), ("regs_per_sm", "regs_per_sm"), ("max_threads_per_sm",
+                                                                                 "max_threads_per_sm"),
                       ("smem_per_block_optin", "smem_per_block_optin_bytes"), ("l2_bytes", "l2_bytes")):
         if device.get(key):
             setattr(spec_, attr, int(device[key]))
@@ -144,7 +148,7 @@ def build_ncu_report(
     kernels = []
     for name, (count, readings) in aggregated.items():
         metrics = [
-            Metric(name=m, label=(spec(m).label if spec(m) else m), value=v, unit=u, source="ncu")
+            Metric(name=m, label=(known.label if (known := spec(m)) else m), value=v, unit=u, source="ncu")
             for m, (v, u) in readings.items()
         ]
         metrics += _metadata_metrics(_match_entry(name, entries))
@@ -217,6 +221,7 @@ def build_fallback_report(
     else:
         summary = f"Fallback without counters ({reason}). " + C.summarize(kernels, roof)
     return ProfileReport(
-        source="fallback", stage=stage.value, gpu=gpu.name if gpu else NO_GPU, kernels=kernels, roofline=roof, summary=summary,
+        source="fallback", stage=stage.value, gpu=gpu.name if gpu else NO_GPU, kernels=kernels, roofline=roof,
+        summary=summary,
         sources=_sources_used(kernels, roof), fallback_reason=reason, warnings=warnings,
     )

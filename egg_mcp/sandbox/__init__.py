@@ -17,12 +17,12 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-if TYPE_CHECKING:
-    from egg_mcp.sandbox.landlock import confine, confine_dict
-    from egg_mcp.sandbox.env import runner_env
-    from egg_mcp.sandbox.host import probe, spawn_prefix
-    from egg_mcp.sandbox.procs import become_subreaper, descendants, kill_descendants, reap_zombies
-    from egg_mcp.sandbox.report import SandboxReport
+if TYPE_CHECKING:  # the names __getattr__ exports, for type checkers
+    from egg_mcp.sandbox.env import runner_env  # noqa: F401
+    from egg_mcp.sandbox.host import probe, spawn_prefix  # noqa: F401
+    from egg_mcp.sandbox.landlock import confine, confine_dict  # noqa: F401
+    from egg_mcp.sandbox.procs import become_subreaper, descendants, kill_descendants, reap_zombies  # noqa: F401
+    from egg_mcp.sandbox.report import SandboxReport  # noqa: F401
 
 
 def __getattr__(name: str):

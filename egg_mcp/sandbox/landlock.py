@@ -246,9 +246,9 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
                              signals_scoped=False, pid_namespace=False, no_new_privs=False, network_confined=False,
                              capabilities_dropped=False, unconfined_threads=0, abstract_sockets_scoped=False,
                              tcp_ports_allowed=[], notes=[])
-    report.env_allowlist, namespaces = _markers(env_allowlist, namespaces)  # type: ignore[assignment]
+    report.env_allowlist, in_force = _markers(env_allowlist, namespaces)
     guarded = protected_paths([*protect, *split_protect(take_sandbox_protect())])
-    report.pid_namespace = "pid" in namespaces
+    report.pid_namespace = "pid" in in_force
     if sys.platform != "linux":
         report.notes.append(f"{sys.platform}: no Landlock or namespaces; run the server in a Linux VM/container")
         return _finish(report)
@@ -263,7 +263,7 @@ def confine_dict(private_dir: Path, *, extra_read: Sequence[Path] = (), extra_wr
         report.notes.append(NO_LANDLOCK_NOTE)
         return _finish(report)
     attr, size, handled = _ruleset_attr(report, abi, network, scope_abstract_sockets)
-    rules = _path_rules(private_dir, abi, handled, guarded, namespaces, extra_read, extra_write)
+    rules = _path_rules(private_dir, abi, handled, guarded, in_force, extra_read, extra_write)
     ports, threads, flags = _restrict_self(attr, size, handled, rules, abi, tcp_ports, network)
     report.fs_confined = True
     _record_confinement(report, abi, scope_abstract_sockets, network, ports, threads, flags)
@@ -293,14 +293,15 @@ def _ruleset_attr(report, abi: int, network: bool, scope_abstract_sockets: bool)
     return attr, size, handled
 
 
-def _path_rules(private_dir: Path, abi: int, handled: int, guarded, namespaces: str, extra_read: Sequence[Path],
+def _path_rules(private_dir: Path, abi: int, handled: int, guarded, namespaces: set[str], extra_read: Sequence[Path],
                 extra_write: Sequence[Path]) -> list[tuple[str, int]]:
     """(path, rights) granted: the system and toolchain read-only, the devices read-write, the private dir
     (and a private /dev/shm, extra_write) with every handled right."""
     private = Path(private_dir).resolve()
     rules: list[tuple[str, int]] = []
     etc = [os.path.join("/etc", name) for name in ETC_READ]
-    rules += [(p, READ_EXEC) for p in (*SYSTEM_READ, *etc, *python_paths(), *_tool_paths(guarded), *_toolchain_paths(guarded),
+    rules += [(p, READ_EXEC) for p in (*SYSTEM_READ, *etc, *python_paths(), *_tool_paths(guarded),
+                                       *_toolchain_paths(guarded),
                                               *map(str, extra_read))]
     devices = [*DEVICE_RW, *[d for g in DEVICE_GLOBS for d in glob.glob(g)]]
     dev_rights = READ | S.FS_WRITE_FILE | (S.FS_IOCTL_DEV if abi >= 5 else 0) | (S.FS_TRUNCATE if abi >= 3 else 0)

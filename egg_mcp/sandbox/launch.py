@@ -5,7 +5,8 @@
 Stdlib only and no package imports, so it starts in milliseconds. The outer process L calls unshare(2),
 maps its uid/gid, and forks C, which is PID 1 of the new PID namespace: C mounts a private /proc (so the
 program sees only its own namespace) and a private /dev/shm, forks G which execs argv, reaps orphans,
-forwards signals to G, and reports G's wait status to L through a pipe. When G ends, C exits at once and the kernel kills every
+forwards signals to G, and reports G's wait status to L through a pipe. When G ends, C exits at once and the kernel
+kills every
 process left in the namespace (whatever a child of the candidate did); L then exits with G's status
 (or dies of G's signal). If L is killed, C gets SIGKILL (PR_SET_PDEATHSIG), which again ends the
 namespace. Exit status 125 with a message on stderr: no namespace could be created.

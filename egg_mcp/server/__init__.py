@@ -3,7 +3,8 @@
 Every tool takes and returns pydantic models (so every tool publishes an output schema). Each tool
 hands the SDK a `CallToolResult` built by `surface.summaries.tool_result`: structuredContent is the
 whole model (the SDK still validates it against the output model), the text block a short summary
-instead of the SDK's default JSON dump of the model (plus the guidance itself for the guidance tools). `surface.schemas.harden_tools` then makes the
+instead of the SDK's default JSON dump of the model (plus the guidance itself for the guidance tools).
+`surface.schemas.harden_tools` then makes the
 argument models refuse unknown names and publishes compact schemas. A failure
 the client can fix (wrong stage, unknown id, bad argument) is raised as `ToolError` with a message
 saying what to do next; a kernel that fails to compile or is wrong is a successful call whose
@@ -56,6 +57,7 @@ def create_server(
 ) -> MCPServer:
     """Build the server. `evaluator` defaults to the isolated worker engine."""
     config = config or ServerConfig()
+    assert config is not None  # (ServerConfig is built on first use: type checkers read it as unknown)
     workspace = Workspace(config.workspace, config.scratch_dir())
     auto_calibrate = evaluator is None and not config.force_interpreter
     analysis_evaluator = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.shared.exceptions import MCPError
@@ -33,7 +33,8 @@ def said_for(service: EggService):
     egg_mcp.surface.summaries), with the weak sandbox level the operator allowed (--unsafe-sandbox-floor)
     leading every text."""
 
-    def said(tool: str, result: BaseModel):
+    def said(tool: str, result: BaseModel) -> Any:
+        """Any: each tool is annotated with its model (the SDK's output schema) and returns this CallToolResult."""
         floor = service.sandbox_floor
         return tool_result(tool, result, floor.line() if floor.weak else None)
 

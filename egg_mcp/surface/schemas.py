@@ -42,7 +42,8 @@ def strict_arguments(arg_model: type, tool: str) -> type:
                 unknown = sorted(set(data) - set(allowed))
                 if unknown:
                     raise ValueError(
-                        f"unknown argument(s) {', '.join(unknown)} for {tool}; it takes: {', '.join(allowed) or 'none'}. "
+                        f"unknown argument(s) {', '.join(unknown)} for {tool}; it takes: "
+                        f"{', '.join(allowed) or 'none'}. "
                         "Remove them (nothing was run); egg://docs/tools describes every tool's arguments")
             return data
 

@@ -88,7 +88,8 @@ def start_task(r) -> str:
     return _lines(
         f"task {r.task_id} ({r.problem}, {r.origin}); stage {r.stage}; dtype {r.options.dtype}, tolerance "
         f"{r.options.tolerance.name} (atol={r.options.tolerance.atol:g}, rtol={r.options.tolerance.rtol:g})",
-        f"timing: {'GPU ' + (r.options.gpu_name or '') if r.timing_available else 'no GPU (Triton CPU interpreter, correctness only)'}"
+        "timing: " + ("GPU " + (r.options.gpu_name or "") if r.timing_available
+                      else "no GPU (Triton CPU interpreter, correctness only)")
         + (f"; evaluated at sizes {sizes}" if sizes else ""),
         f"analysis: {_clip(analysis, 400)}" if analysis else "analysis: none",
         *(f"note: {_clip(n, 250)}" for n in r.notes[:3]),
@@ -144,7 +145,8 @@ def verify(r) -> str:
     m = res.mismatch
     if m is not None:
         parts.append(f"mismatch: output {m.output_index}, {m.fraction_mismatched or 0:.2%} off, max abs "
-                     f"{m.max_abs_error if m.max_abs_error is not None else 'n/a'}, non-finite {m.nonfinite_count or 0}, "
+                     f"{m.max_abs_error if m.max_abs_error is not None else 'n/a'}, non-finite "
+                     f"{m.nonfinite_count or 0}, "
                      f"first bad {m.first_bad_indices[:3]}; hint: {_clip(m.hint, 220)}")
     e = res.error
     if e is not None:

@@ -70,8 +70,15 @@ def columns_redone(bn: int, w: int) -> float:
 def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, dims: dict[str, int], dtype: str,
               est: ConfigEstimate) -> list[tuple[str, str]]:
     from egg_mcp.tiling.costs import (
-        DTYPE_BYTES, GEMM_TILE_FIXED_S, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, _ctas_per_sm, _persistent,
-        compute_type, resident,
+        DTYPE_BYTES,
+        GEMM_TILE_FIXED_S,
+        L2_OVER_DRAM,
+        LAUNCH_OVERHEAD_S,
+        MAX_REGS,
+        _ctas_per_sm,
+        _persistent,
+        compute_type,
+        resident,
     )
 
     fired: list[tuple[str, str]] = []
@@ -89,7 +96,8 @@ def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, di
     est.smem_bytes = attention_smem(bm, bn, d, stages, wgmma, ctype) * nbytes
     if est.smem_bytes > gpu.smem_per_block_optin_bytes:
         fired.append(("smem", f"{tile}, D={d}, {k.names.get('stages', 'num_stages')}={stages} needs "
-                              f"{est.smem_bytes / 1024:.0f} KB shared memory > {gpu.smem_per_block_optin_bytes / 1024:.0f} KB"))
+                              f"{est.smem_bytes / 1024:.0f} KB shared memory > "
+                              f"{gpu.smem_per_block_optin_bytes / 1024:.0f} KB"))
     live = (bm * d + bm * bn) / (32 * w)  # output accumulator + the score tile
     if wgmma:
         split = 2 * bm * bn / (32 * w) if ctype == "tf32x3" else 0.0  # hi/lo of P

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from egg_mcp.hardware import GpuSpec
-from egg_mcp.tiling.tiling_types import CandidateSpace, ConfigEstimate
 from egg_mcp.tiling.space import persistent_programs
+from egg_mcp.tiling.tiling_types import CandidateSpace, ConfigEstimate
 
 KB = 1024
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}

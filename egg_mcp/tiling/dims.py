@@ -50,7 +50,8 @@ def normalize_dims(kind: str, dims: dict[str, int]) -> dict[str, int]:
         matches = [name for table in tables for name, aliases in table.items() if key == name or key.lower() in aliases]
         out[matches[0] if matches else key] = value
     if kind == "gemm" and not {"M", "N", "K"} <= out.keys():
-        raise ValueError(f"a GEMM needs dims M, N and K (got {sorted(dims)}); pass e.g. dims={{'M': 4096, 'N': 4096, 'K': 4096}}")
+        raise ValueError(f"a GEMM needs dims M, N and K (got {sorted(dims)}); pass e.g. "
+                         f"dims={{'M': 4096, 'N': 4096, 'K': 4096}}")
     if kind in ("softmax", "norm", "reduction") and "n_cols" not in out:
         raise ValueError(
             f"a {kind} needs dims n_rows and n_cols (the reduced axis; got {sorted(dims)}); "
@@ -60,8 +61,10 @@ def normalize_dims(kind: str, dims: dict[str, int]) -> dict[str, int]:
         raise ValueError(f"an elementwise kernel needs dims n (flat) or n_rows and n_cols (got {sorted(dims)})")
     if kind == "attention":
         if not {"T", "D"} <= out.keys():
-            raise ValueError(f"an attention kernel needs dims T (sequence) and D (head dim), optionally BH (batch x heads) "
-                             f"and S (keys; default T) (got {sorted(dims)}); pass e.g. dims={{'BH': 1024, 'T': 512, 'D': 64}}")
+            raise ValueError("an attention kernel needs dims T (sequence) and D (head dim), optionally BH (batch x "
+                             "heads) "
+                             f"and S (keys; default T) (got {sorted(dims)}); pass e.g. "
+                             f"dims={{'BH': 1024, 'T': 512, 'D': 64}}")
         out.setdefault("S", out["T"])
         out.setdefault("BH", 1)
     if kind in ("softmax", "norm", "reduction"):

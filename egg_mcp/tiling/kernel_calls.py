@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 
 from egg_mcp.tiling.dims import _ALIASES, axis_for, check_kind, next_pow2, normalize_dims
-from egg_mcp.tiling.tiling_types import CandidateSpace, KernelCall, KernelFacts, TunableParam
 from egg_mcp.tiling.source_index import role_of
+from egg_mcp.tiling.tiling_types import CandidateSpace, KernelCall, KernelFacts, TunableParam
 
 TRITON_DEFAULTS = {"num_warps": 4, "num_stages": 3}
 
@@ -198,7 +198,8 @@ def kernel_calls(space: CandidateSpace, kind: str, dims: dict[str, int],
                      "the ranking covers " + ", ".join(k.name for k in chosen))
     for fact in chosen or [None]:
         if fact is None:
-            calls.append(KernelCall(kernel="kernel", kind=kind, dims=dims, params={p.name: p.name for p in space.params}))
+            calls.append(KernelCall(kernel="kernel", kind=kind, dims=dims,
+                                    params={p.name: p.name for p in space.params}))
             continue
         fixed = {} if single else {o: TRITON_DEFAULTS[o] for o in ("num_warps", "num_stages") if o not in fact.bindings}
         calls.append(KernelCall(kernel=fact.name, kind=kind, dims=dims, params=_params_of(fact, space, single),

@@ -24,9 +24,10 @@ import traceback
 from pydantic import BaseModel, Field
 
 from egg_mcp.config import set_triton_cache_dir, set_triton_interpret, triton_cache_dir
+from egg_mcp.contract import KernelInfo
 from egg_mcp.tiling.compile_pool import compile_in_pool
-from egg_mcp.tiling.tiling_types import MeasuredConfig, TilingConfig
 from egg_mcp.tiling.plan import config_key, next_configs, round_sizes
+from egg_mcp.tiling.tiling_types import MeasuredConfig, TilingConfig
 from egg_mcp.tiling.trial_clock import TrialClock
 from egg_mcp.tiling.trial_problem import (
     TrialProblem,
@@ -73,7 +74,8 @@ class MeasurePayload(BaseModel):
     per_config_timeout_s: float = 120.0
 
 
-def _measure_one(problem: TrialProblem, clock: TrialClock, config: dict[str, int], path: str, index: int, warm: dict | None,
+def _measure_one(problem: TrialProblem, clock: TrialClock, config: dict[str, int], path: str, index: int,
+                 warm: dict | None,
                  payload: MeasurePayload) -> MeasuredConfig:
     torch = problem.torch
     result = MeasuredConfig(config=TilingConfig(values=config))
@@ -92,7 +94,7 @@ def _measure_one(problem: TrialProblem, clock: TrialClock, config: dict[str, int
             got = model(*problem.inputs)
             if problem.device == "cuda":
                 torch.cuda.synchronize()
-        result.kernels = compiled_kernels(module)
+        result.kernels = [KernelInfo(**k) for k in compiled_kernels(module)]
         expected = problem.expected()
         from egg_mcp.evaluation.compare import compare_outputs
 
@@ -103,7 +105,8 @@ def _measure_one(problem: TrialProblem, clock: TrialClock, config: dict[str, int
             result.max_abs_error = mismatch.max_abs_error
             result.error_kind = "incorrect"
             result.error = (f"{mismatch.path}: {mismatch.hint}"
-                            + (f" (max abs error {mismatch.max_abs_error:.3g}, atol={payload.atol}, rtol={payload.rtol})"
+                            + (f" (max abs error {mismatch.max_abs_error:.3g}, atol={payload.atol}, "
+                               f"rtol={payload.rtol})"
                                if mismatch.max_abs_error is not None else ""))[:600]
             return result
         result.max_abs_error = max_abs_error(got, expected)
@@ -114,7 +117,7 @@ def _measure_one(problem: TrialProblem, clock: TrialClock, config: dict[str, int
         result.error_kind, result.error, result.correct = trial_error_kind(exc), short_error(exc), False
         if not result.kernels:
             try:
-                result.kernels = compiled_kernels(module)
+                result.kernels = [KernelInfo(**k) for k in compiled_kernels(module)]
             except Exception:  # noqa: BLE001
                 pass
     finally:
@@ -190,6 +193,7 @@ class _Trials:
                 out.append(MeasuredConfig(config=TilingConfig(values=config), error_kind="timeout",
                                           error="not measured: the job's time budget was spent"))
                 continue
+            assert self.clock is not None  # made with the problem
             out.append(_measure_one(self.problem, self.clock, config, path, index, w, job))
         return out
 

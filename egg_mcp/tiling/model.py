@@ -24,13 +24,27 @@ import math
 from dataclasses import dataclass
 
 from egg_mcp.hardware import GpuSpec
+from egg_mcp.tiling.costs import (
+    ACC_SPILL_REGS,
+    DTYPE_BYTES,
+    GEMM_TILE_FIXED_S,
+    KB,
+    L2_OVER_DRAM,
+    LAUNCH_OVERHEAD_S,
+    MAX_REGS,
+    SMEM_BYTES_PER_CLK,
+    _ctas_per_sm,
+    _is_pow2,
+    _persistent,
+    _round_up,
+    compute_type,
+    dot_regs,
+    dot_step_parts,
+    resident,
+    rows_redone,
+)
 from egg_mcp.tiling.dims import next_pow2
 from egg_mcp.tiling.tiling_types import CandidateSpace, ConfigEstimate, KernelCall, TilingConfig, TunableParam
-
-from egg_mcp.tiling.costs import (
-    ACC_SPILL_REGS, DTYPE_BYTES, GEMM_TILE_FIXED_S, KB, L2_OVER_DRAM, LAUNCH_OVERHEAD_S, MAX_REGS, SMEM_BYTES_PER_CLK,
-    _ctas_per_sm, _is_pow2, _persistent, _round_up, compute_type, dot_regs, dot_step_parts, resident, rows_redone,
-)
 
 
 @dataclass

@@ -42,7 +42,8 @@ def apply_config(source: str, config: dict[str, int]) -> str:
     offsets = _Offsets(data)
     edits: list[tuple[int, int, str]] = []
     autotune_keys = {key for site in index.autotune for c in site.configs for key in c}
-    unknown = [n for n in config if n not in index.constants and n not in index.launch_literals and n not in autotune_keys]
+    unknown = [n for n in config
+               if n not in index.constants and n not in index.launch_literals and n not in autotune_keys]
     if unknown:
         known = sorted(set(index.constants) | set(index.launch_literals) | autotune_keys)
         raise ValueError(f"cannot set {', '.join(unknown)}: no module-level int constant, launch literal or autotune "
@@ -53,7 +54,8 @@ def apply_config(source: str, config: dict[str, int]) -> str:
         raise ValueError(f"cannot set {', '.join(varying)}: passed as different literals at several launch sites, so "
                          "one value for all would change what the launches compute")
     for name, value in config.items():
-        for node in index.constants.get(name, []) + (index.launch_literals.get(name, []) if name not in index.constants else []):
+        for node in index.constants.get(name, []) + (index.launch_literals.get(name, [])
+                                                     if name not in index.constants else []):
             edits.append((*offsets.span(node), str(value)))
     for site in index.autotune:
         keys = {k for c in site.configs for k in c}

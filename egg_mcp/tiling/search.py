@@ -11,11 +11,12 @@ from typing import Any
 
 from egg_mcp.contract import EvalOptions
 from egg_mcp.hardware import GpuSpec, gpu_status, spec_for
-
-STAND_IN_GPU = "H200"
 from egg_mcp.tiling.dims import check_kind, normalize_dims
-from egg_mcp.tiling.model import estimate_all, grid_notes, infer_kind
 from egg_mcp.tiling.kernel_calls import kernel_calls, spearman
+from egg_mcp.tiling.model import estimate_all, grid_notes, infer_kind
+from egg_mcp.tiling.plan import config_key
+from egg_mcp.tiling.rewrite import apply_config
+from egg_mcp.tiling.space import DEFAULT_MAX_CONFIGS, current_config, enumerate_configs, extract_space
 from egg_mcp.tiling.tiling_types import (
     ConfigEstimate,
     KernelSummary,
@@ -25,10 +26,8 @@ from egg_mcp.tiling.tiling_types import (
     TilingConfig,
     TilingProposal,
 )
-from egg_mcp.tiling.plan import config_key
-from egg_mcp.tiling.rewrite import apply_config
-from egg_mcp.tiling.space import DEFAULT_MAX_CONFIGS, current_config, enumerate_configs, extract_space
 
+STAND_IN_GPU = "H200"
 MEASURE_TARGET = "egg_mcp.tiling.measure:measure_configs"
 PROBE_TARGET = "egg_mcp.tiling.launches:probe_launches"
 
@@ -79,7 +78,8 @@ def _pruned_groups(estimates: list[ConfigEstimate]) -> list[PrunedGroup]:
     return [PrunedGroup(rule=rule, count=n, example=example[rule]) for rule, n in counts.most_common()]
 
 
-def _row(rank: int, est: ConfigEstimate | None, config: dict[str, int], measured: MeasuredConfig | None) -> RankedConfig:
+def _row(rank: int, est: ConfigEstimate | None, config: dict[str, int],
+         measured: MeasuredConfig | None) -> RankedConfig:
     row = RankedConfig(rank=rank, config=TilingConfig(values=config),
                        predicted_ms=est.predicted_ms if est else None)
     if est is not None:
@@ -135,8 +135,8 @@ async def propose_tiling(
         enumerated=len(configs), truncated=truncated, feasible_count=len(feasible),
         pruned_count=len(estimates) - len(feasible), pruned=_pruned_groups(estimates), warnings=warnings,
         kernels=[KernelSummary(kernel=c.kernel, kind=c.kind, dims=c.dims, dims_from=c.dims_from, precision=c.precision,
-                               parameters={k: v for k, v in c.params.items() if space.param(v) is not None
-                                           and space.param(v).applicable and len(space.param(v).choices) > 1})
+                               parameters={k: v for k, v in c.params.items() if (p := space.param(v)) is not None
+                                           and p.applicable and len(p.choices) > 1})
                  for c in space.calls],
     )
     by_key = {config_key(e.config.values): e for e in estimates}
@@ -196,6 +196,7 @@ def _target_gpu(gpu: GpuSpec | None) -> tuple[GpuSpec, str | None]:
         return gpu, None
     status = gpu_status()
     gpu = spec_for(STAND_IN_GPU)
+    assert gpu is not None  # the stand-in is in the table
     return gpu, (f"{status or 'no GPU ceilings'}: the analytic ranking targets the {gpu.name} datasheet leads as a "
                  "stand-in; on your GPU, run egg-mcp calibrate and measure the top configs")
 
@@ -221,10 +222,14 @@ def _rank_table(proposal: TilingProposal, measured: list[MeasuredConfig], feasib
     return ordered
 
 
-def _rank_correlation(proposal: TilingProposal, correct: list[MeasuredConfig], by_key: dict[tuple, ConfigEstimate]) -> None:
+def _rank_correlation(proposal: TilingProposal, correct: list[MeasuredConfig], by_key: dict[tuple,
+                                                                                            ConfigEstimate]) -> None:
     """Spearman correlation of predicted vs measured time over the correct measured configs."""
-    pairs = [(by_key[config_key(m.config.values)].predicted_ms, m.median_ms) for m in correct
-             if config_key(m.config.values) in by_key and by_key[config_key(m.config.values)].predicted_ms]
+    pairs: list[tuple[float, float]] = []
+    for m in correct:
+        e = by_key.get(config_key(m.config.values))
+        if e is not None and e.predicted_ms and m.median_ms is not None:
+            pairs.append((e.predicted_ms, m.median_ms))
     proposal.rank_correlation = spearman([p for p, _ in pairs], [t for _, t in pairs])
     proposal.rank_correlation_n = len(pairs)
     if proposal.rank_correlation is not None:
@@ -245,7 +250,8 @@ def _recommend(proposal: TilingProposal, evaluator: Any, measure: bool, measured
         proposal.recommended_reason = "nothing was measured (see note): no config is recommended over the current one"
     elif feasible:
         proposal.recommended = feasible[0].config
-        proposal.recommended_reason = "best predicted by the analytic model (not measured): verify it against the current config"
+        proposal.recommended_reason = ("best predicted by the analytic model (not measured): verify it against the "
+                                       "current config")
 
 
 def _recommend_measured(proposal: TilingProposal, correct: list[MeasuredConfig], base: MeasuredConfig | None,
@@ -265,6 +271,7 @@ def _recommend_measured(proposal: TilingProposal, correct: list[MeasuredConfig],
                                        f"ms, predicted rank {predicted_rank}); the current config was not measured")
         return
     band = _noise_band(best, base)
+    assert best.median_ms is not None and base.median_ms is not None  # both measured correct
     if best is not base and best.median_ms < base.median_ms * (1 - band):
         proposal.recommended = best.config
         proposal.recommended_reason = (
@@ -272,10 +279,11 @@ def _recommend_measured(proposal: TilingProposal, correct: list[MeasuredConfig],
             f"{base.median_ms:.4f} ms, beyond the {band:.1%} noise band; fastest of {len(correct)} correct "
             f"configs measured, predicted rank {predicted_rank})")
     else:
+        others = [m.median_ms for m in correct if m is not base and m.median_ms is not None]
         proposal.recommended_reason = (
             f"keep the current config: no measured config beat it beyond the {band:.1%} noise band (current "
-            f"{base.median_ms:.4f} ms, best other {min((m.median_ms for m in correct if m is not base), default=float('nan')):.4f} "
-            f"ms over {len(correct)} correct configs)")
+            f"{base.median_ms:.4f} ms, best other {min(others, default=float('nan')):.4f} ms over "
+            f"{len(correct)} correct configs)")
 
 
 def _noise_band(a: MeasuredConfig, b: MeasuredConfig) -> float:
@@ -307,7 +315,8 @@ async def _measure(evaluator, proposal: TilingProposal, feasible: list[ConfigEst
     if baseline:  # the current config first, from the unchanged source: what a winner has to beat
         payload["candidates"] = [{"config": baseline, "source": candidate_source}]
     total = min(max_trials, len(feasible))
-    await _report(progress, 0, total, f"compiling and timing up to {total} of {len(feasible)} feasible configs on the GPU")
+    await _report(progress, 0, total, f"compiling and timing up to {total} of {len(feasible)} feasible configs on the "
+                                      "GPU")
     asked = time.time()
     outcome = await evaluator.run_job(MEASURE_TARGET, payload, timeout_s=max(10.0, budget_s), uses_gpu=True)
     if not outcome.ok or not outcome.result:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from egg_mcp.tiling.tiling_types import KernelFacts, ParamRole
 
@@ -76,12 +77,12 @@ class SourceIndex:
     """Where every tunable value sits in the source."""
 
     tree: ast.Module
-    constants: dict[str, list[ast.AST]] = field(default_factory=dict)  # name -> int literal nodes
+    constants: dict[str, list[ast.expr]] = field(default_factory=dict)  # name -> int literal nodes
     tuning_space: dict[str, list[int]] | None = None
     tuning_space_line: int | None = None
     kernels: list[KernelFacts] = field(default_factory=list)
     autotune: list[AutotuneSite] = field(default_factory=list)
-    launch_literals: dict[str, list[ast.AST]] = field(default_factory=dict)  # param -> literal nodes
+    launch_literals: dict[str, list[ast.expr]] = field(default_factory=dict)  # param -> literal nodes
     launch_names: dict[str, set[str]] = field(default_factory=dict)  # kw -> module constants passed
     sites: list[tuple[str, dict[str, ast.AST]]] = field(default_factory=list)  # (kernel, kw -> value) per launch
     derived: dict[str, str] = field(default_factory=dict)
@@ -92,10 +93,12 @@ def _parse(source: str) -> ast.Module:
     try:
         return ast.parse(source)
     except SyntaxError as exc:
-        raise ValueError(f"candidate source does not parse (line {exc.lineno}: {exc.msg}); fix the syntax first") from exc
+        raise ValueError(f"candidate source does not parse (line {exc.lineno}: {exc.msg}); "
+                         "fix the syntax first") from exc
 
 
-def _autotune_site(kernel: str, call: ast.Call, top_level: dict[str, ast.AST], warnings: list[str]) -> AutotuneSite | None:
+def _autotune_site(kernel: str, call: ast.Call, top_level: Mapping[str, ast.AST],
+                   warnings: list[str]) -> AutotuneSite | None:
     node = next((kw.value for kw in call.keywords if kw.arg == "configs"), call.args[0] if call.args else None)
     if isinstance(node, ast.Name) and isinstance(top_level.get(node.id), ast.List):
         node = top_level[node.id]
@@ -105,7 +108,8 @@ def _autotune_site(kernel: str, call: ast.Call, top_level: dict[str, ast.AST], w
     configs, func = [], ""
     for element in node.elts:
         if not (isinstance(element, ast.Call) and dotted(element.func).split(".")[-1] == "Config" and element.args):
-            warnings.append(f"{kernel}: an autotune entry at line {element.lineno} is not triton.Config({{...}}); skipped")
+            warnings.append(f"{kernel}: an autotune entry at line {element.lineno} is not triton.Config({{...}}); "
+                            "skipped")
             continue
         try:
             values = ast.literal_eval(element.args[0])
@@ -185,9 +189,9 @@ def index_source(source: str) -> SourceIndex:
     return index
 
 
-def _index_module_constants(tree: ast.Module, index: SourceIndex) -> dict[str, ast.AST]:
+def _index_module_constants(tree: ast.Module, index: SourceIndex) -> dict[str, ast.expr]:
     """Module-level int constants and TUNING_SPACE into `index`; returns every top-level assignment's value."""
-    top_level: dict[str, ast.AST] = {}
+    top_level: dict[str, ast.expr] = {}
     for stmt in tree.body:
         targets, value = [], None
         if isinstance(stmt, ast.Assign):
@@ -195,7 +199,7 @@ def _index_module_constants(tree: ast.Module, index: SourceIndex) -> dict[str, a
         elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
             targets, value = [stmt.target], stmt.value
         for target in targets:
-            if not isinstance(target, ast.Name):
+            if not isinstance(target, ast.Name) or value is None:  # (value is None only without targets)
                 continue
             top_level[target.id] = value
             if int_literal(value) is not None:
@@ -224,7 +228,7 @@ def _tuning_space(value: ast.AST, lineno: int) -> dict[str, list[int]]:
     return {k: sorted(set(v)) for k, v in raw.items()}
 
 
-def _index_kernels(tree: ast.Module, index: SourceIndex, top_level: dict[str, ast.AST]) -> None:
+def _index_kernels(tree: ast.Module, index: SourceIndex, top_level: Mapping[str, ast.AST]) -> None:
     """The @triton.jit kernels and their @triton.autotune sites."""
     for stmt in tree.body:
         if not isinstance(stmt, ast.FunctionDef):
@@ -244,16 +248,17 @@ def _index_launches(tree: ast.Module, index: SourceIndex) -> None:
     """Each `kernel[grid](...)` site: its keywords as literals (tunable), module constants (tunable
     through the constant) or expressions (derived)."""
     kernel_names = {k.name: k for k in index.kernels}
-    launches = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)]
+    launches = [(node, node.func) for node in ast.walk(tree)
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)]
     # a launch option (num_warps=4) given as a literal at the sites of several kernels is one knob per kernel
     option_kernels: dict[str, set[str]] = {}
-    for node in launches:
-        kernel = kernel_names.get(dotted(node.func.value).split(".")[-1])
+    for node, func in launches:
+        kernel = kernel_names.get(dotted(func.value).split(".")[-1])
         for kw in node.keywords:
             if kernel is not None and kw.arg in LAUNCH_OPTIONS and int_literal(kw.value) is not None:
                 option_kernels.setdefault(kw.arg, set()).add(kernel.name)
-    for node in launches:
-        kernel = kernel_names.get(dotted(node.func.value).split(".")[-1])
+    for node, func in launches:
+        kernel = kernel_names.get(dotted(func.value).split(".")[-1])
         if kernel is not None:
             index.sites.append((kernel.name, {kw.arg: kw.value for kw in node.keywords if kw.arg}))
             kernel.launch_sites += 1

@@ -13,8 +13,8 @@ import math
 import random
 
 from egg_mcp.tiling.dims import axis_for, next_pow2, pow2_range
-from egg_mcp.tiling.tiling_types import CandidateSpace, ParamRole, TunableParam
 from egg_mcp.tiling.source_index import LAUNCH_OPTIONS, SourceIndex, index_source, int_literal, role_of
+from egg_mcp.tiling.tiling_types import CandidateSpace, ParamRole, ParamSource, TunableParam
 
 __all__ = ["DEFAULT_MAX_CONFIGS", "current_config", "enumerate_configs", "extract_space", "persistent_programs",
            "space_size"]
@@ -68,7 +68,8 @@ def _inferred_choices(name: str, role: ParamRole, current: int | None, axis: str
             lo, hi = min(64, extent), min(16384, extent)
         return pow2_range(lo, max(lo, hi)), f"powers of two up to {axis}={dims[axis]}"
     if role == "block" and current:
-        return pow2_range(max(1, current // 4), current * 4), "powers of two around the current value (no dimension known)"
+        return pow2_range(max(1, current // 4),
+                          current * 4), "powers of two around the current value (no dimension known)"
     return [current] if current is not None else [], "kept at its current value"
 
 
@@ -89,7 +90,7 @@ def extract_space(source: str, *, kind: str | None = None, dims: dict[str, int] 
     return CandidateSpace(params=list(params.values()), kernels=index.kernels, derived=index.derived, warnings=warnings)
 
 
-def _add(params: dict[str, TunableParam], name: str, source_kind: str, current: int | None, line: int | None,
+def _add(params: dict[str, TunableParam], name: str, source_kind: ParamSource, current: int | None, line: int | None,
          applicable: bool = True) -> None:
     """Record where a parameter was seen; its first known value is its current one."""
     param = params.get(name)
@@ -113,7 +114,8 @@ def _found_params(index: SourceIndex, declared: dict, warnings: list[str]) -> di
     for kw, nodes in index.launch_literals.items():
         values = {int_literal(n) for n in nodes}
         if len(values) > 1:  # a value that differs per launch is part of what each launch computes (a PHASE)
-            warnings.append(f"{kw} is passed as different literals at {len(nodes)} launch sites ({sorted(values)}): "
+            warnings.append(f"{kw} is passed as different literals at {len(nodes)} launch sites "
+                            f"({sorted(v for v in values if v is not None)}): "
                             "not tuned (one value for all of them would change what the launches compute); to tune "
                             "a block size used at several launches, give each launch its own module constant")
             continue

@@ -143,7 +143,8 @@ def _resource_rules(t: _Tile, k, space: CandidateSpace, gpu: GpuSpec, kind: str,
                       f"x {live:g} live values ~ {24 + per_thread * live:.0f} registers > {MAX_REGS}: spills"))
     if per_thread < 1 and any(p.role == "warps" and p.choices and min(p.choices) < w for p in space.params):
         fired.append(("idle_threads", f"{br * bc} elements per program for {32 * w} threads "
-                                      f"({k.names.get('warps', 'num_warps')}={w}): threads sit idle; fewer warps do the "
+                                      f"({k.names.get('warps', 'num_warps')}={w}): threads sit idle; fewer warps do "
+                                      "the "
                                       "same work"))
     threads = t.threads
     est.smem_bytes = br * w * 4 * 2 if _REDUCTIONS[kind] and w > 1 else 0

@@ -42,7 +42,8 @@ class KernelFacts(BaseModel):
     tl_calls: list[str] = Field(default_factory=list, description="tl.* functions it calls")
     autotuned: bool = False
     line: int | None = None
-    dot_precision: str | None = Field(default=None, description="input_precision of its tl.dot calls (None: Triton's default)")
+    dot_precision: str | None = Field(default=None, description="input_precision of its tl.dot calls (None: Triton's "
+                                                                "default)")
     n_dots: int = 0
     bindings: dict[str, str] = Field(
         default_factory=dict, description="constexpr / launch option (num_warps, num_stages) -> the parameter that "
@@ -116,7 +117,8 @@ class MeasuredConfig(BaseModel):
     config: TilingConfig
     median_ms: float | None = None
     correct: bool | None = None
-    error_kind: Literal["compile_error", "out_of_resources", "incorrect", "runtime_error", "timeout", "timed_output"] | None = None
+    error_kind: Literal["compile_error", "out_of_resources", "incorrect", "runtime_error", "timeout",
+                        "timed_output"] | None = None
     error: str | None = None
     max_abs_error: float | None = None
     kernels: list[KernelInfo] = Field(default_factory=list)
@@ -171,7 +173,8 @@ class TilingProposal(BaseModel):
     pruned: list[PrunedGroup] = Field(default_factory=list)
     ranked: list[RankedConfig] = Field(default_factory=list)
     recommended: TilingConfig | None = None
-    recommended_source: str | None = Field(default=None, description="the candidate with the recommended config applied")
+    recommended_source: str | None = Field(default=None,
+                                           description="the candidate with the recommended config applied")
     recommended_reason: str = ""
     measured: bool = False
     note: str = ""

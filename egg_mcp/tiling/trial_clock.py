@@ -28,7 +28,8 @@ class TrialClock:
     def time(self, model) -> tuple[float, float | None, str, int | None, list[str], int]:
         torch = self.problem.torch
         if self.problem.device != "cuda":
-            return cpu_wall_ms(lambda: model(*self.problem.inputs)) + (None, "cpu interpreter wall clock (not a GPU time)",
+            return cpu_wall_ms(lambda: model(*self.problem.inputs)) + (None, "cpu interpreter wall clock (not a GPU "
+                                                                             "time)",
                                                                          None, [], 3)
         if self.timer is None:
             from egg_mcp.evaluation.timing import GpuTimer

@@ -6,7 +6,7 @@ config, and the compiler's resource report of the kernels a module launched.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 
 class TimedMismatch(RuntimeError):
@@ -24,7 +24,8 @@ class TrialProblem:
     """The reference module, its inputs and its output, built once per process (loading rules shared
     with verify and profile_ncu: egg_mcp.problems.problem)."""
 
-    def __init__(self, reference_path: str, dtype: str, size_overrides: dict[str, int | list[int]], seed: int, device: str):
+    def __init__(self, reference_path: str, dtype: str, size_overrides: dict[str, int | list[int]], seed: int,
+                 device: str):
         import torch
 
         from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
@@ -74,7 +75,8 @@ def max_abs_error(got, expected) -> float:
     return worst
 
 
-def trial_error_kind(exc: BaseException) -> str:
+def trial_error_kind(exc: BaseException) -> Literal["timed_output", "out_of_resources", "compile_error",
+                                                   "runtime_error"]:
     """The shared classifier's kind (evaluation/errors.py); an OOM of one config is a runtime failure here."""
     if isinstance(exc, TimedMismatch):
         return "timed_output"

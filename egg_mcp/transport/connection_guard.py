@@ -85,6 +85,7 @@ class ConnectionGuard:
         self._ensure_sweeper()
         client = proto._egg_client
         lim = self.limits
+        assert lim.max_connections is not None  # resolved in __init__
         while self.per_client.get(client, 0) >= lim.max_per_client:
             if not self._evict(self.waiting_by_client.get(client)):
                 return self._refuse(proto, f"client {client} already has {lim.max_per_client} busy connections")
@@ -165,6 +166,7 @@ class ConnectionGuard:
                 proto._egg_timeout_body()
 
     def at_cap(self) -> bool:
+        assert self.limits.max_connections is not None  # resolved in __init__
         return self.open >= self.limits.max_connections
 
     def eviction_allowed(self) -> bool:
@@ -194,6 +196,7 @@ class ConnectionGuard:
 
     def full(self) -> bool:
         """At the cap with no waiting connection old enough to close: a new one would be refused."""
+        assert self.limits.max_connections is not None  # resolved in __init__
         return self.open >= self.limits.max_connections and not self._evictable(self.waiting)
 
     def _evictable(self, bucket) -> bool:

@@ -38,7 +38,7 @@ def guarded_protocol(guard: ConnectionGuard):
             # a reference cycle, so every closed connection stayed in memory until a full garbage
             # collection. Cut, it is freed at once.
             if getattr(self.transport, "_read_ready_cb", None) is not None:
-                self.transport._read_ready_cb = None
+                self.transport._read_ready_cb = None  # pyright: ignore[reportAttributeAccessIssue]  # (private)
 
         def handle_events(self):
             before = self.cycle
@@ -202,8 +202,9 @@ def serve_http(app, sock: socket.socket, limits: HttpLimits) -> None:
                 return
 
             def factory():
-                return config.http_protocol_class(config=config, server_state=self.server_state,
-                                                  app_state=self.lifespan.state)
+                # (uvicorn types http_protocol_class as asyncio.Protocol; its HTTP protocols take these)
+                return config.http_protocol_class(config=config, server_state=self.server_state,  # pyright: ignore[reportCallIssue]
+                                                  app_state=self.lifespan.state)  # pyright: ignore[reportCallIssue]
 
             self.acceptor = Acceptor(sock, factory, guard, logging.getLogger("egg_mcp.http"))
             self.acceptor.start()

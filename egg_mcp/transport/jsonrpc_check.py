@@ -41,7 +41,8 @@ def error_for_line(line: str) -> JSONRPCError | None:
         why = "params must be an object (named parameters), not " + type(raw["params"]).__name__
     elif "surrogate" in line or "\\ud" in line.lower():
         why = f"the message contains a lone surrogate or invalid value ({detail})"
-    return JSONRPCError(jsonrpc="2.0", id=req_id, error=ErrorData(code=INVALID_REQUEST, message=f"Invalid request: {why}"))
+    return JSONRPCError(jsonrpc="2.0", id=req_id, error=ErrorData(code=INVALID_REQUEST, message="Invalid request: "
+                                                                  f"{why}"))
 
 
 MAX_BODY_BYTES = 16 * 2**20

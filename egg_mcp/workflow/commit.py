@@ -8,11 +8,11 @@ from typing import Callable
 from egg_mcp.analysis.environment_probes import CHECK as PROBE_CHECK
 from egg_mcp.analysis.environment_probes import describe as describe_probes
 from egg_mcp.analysis.environment_probes import scan as scan_probes
+from egg_mcp.stages import NEXT_STEP, Stage, next_stage
 from egg_mcp.workflow import limits, memcheck_gate
 from egg_mcp.workflow.checks import evidence_mismatches
 from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check
 from egg_mcp.workflow.models import CommitResult, HandoffContext, StageDecision
-from egg_mcp.stages import NEXT_STEP, Stage, next_stage
 from egg_mcp.workspace.repo import CandidateRow, CommitConflict, CommitRow, TaskRow
 
 MIN_NOISE = 0.02
@@ -35,11 +35,7 @@ class Commits(ServiceCore):
         a stored commit (same stage, same candidate) returns the stored outcome; a commit for a stage
         the task is not in is refused. Racing commits are serialised by the repository's
         BEGIN IMMEDIATE transaction and the loser is told who won."""
-        _check(limits.check_text, "force_reason", force_reason, limits.MAX_FORCE_REASON)
-        _check(limits.check_text, "skip_memcheck", skip_memcheck, limits.MAX_FORCE_REASON)
-        if skip_memcheck is not None and not skip_memcheck.strip():
-            raise WorkflowError("skip_memcheck needs a reason (it is stored with the candidate); omit it to run memcheck")
-        _check_decision(decision)
+        _check_arguments(decision, force_reason, skip_memcheck)
         row = self._task_row(task_id)
         cand = self._candidate_row(task_id, candidate_id)
         try:
@@ -66,14 +62,16 @@ class Commits(ServiceCore):
             raise WorkflowError(f"candidate {candidate_id} was only checked at the quick-check sizes {quick}; verify "
                                 "the same source without size_overrides, then commit that candidate")
         if force and not (force_reason and force_reason.strip()):
-            raise WorkflowError("force=true needs a force_reason: say why the guard should be overridden (it is recorded)")
+            raise WorkflowError("force=true needs a force_reason: say why the guard should be overridden (it is "
+                                "recorded)")
         last = self._last_commit(task_id)
         warnings: list[str] = evidence_mismatches(decision.evidence, after_ms=cand.time_ms,
                                                   before_ms=last.time_ms if last else None, candidate_id=candidate_id)
         probes = scan_probes(self._source(cand))
         if probes:
             if not force:
-                raise WorkflowError(f"commit refused ({PROBE_CHECK}): candidate {candidate_id}: {describe_probes(probes)}. "
+                raise WorkflowError(f"commit refused ({PROBE_CHECK}): candidate {candidate_id}: "
+                                    f"{describe_probes(probes)}. "
                                     "Remove those reads and verify the source again, or pass force=true with a "
                                     "force_reason (recorded with the commit).")
             warnings.append(f"{PROBE_CHECK} overridden by force: {describe_probes(probes, limit=4)}")
@@ -88,7 +86,8 @@ class Commits(ServiceCore):
             n_correct = self.repo.count_correct(task_id, current.value)
             k = self._options(row).k_seeds
             if n_correct < k:
-                warnings.append(f"only {n_correct} correct seed(s) of the {k} asked for were verified; EGG's seed stage "
+                warnings.append(f"only {n_correct} correct seed(s) of the {k} asked for were verified; EGG's seed "
+                                "stage "
                                 "explores k structurally different algorithms before choosing")
         memcheck = await memcheck_gate.check_before_commit(self, row, cand, skip_memcheck)  # last: it is slow
         if memcheck.status in memcheck_gate.REFUSING:
@@ -111,7 +110,8 @@ class Commits(ServiceCore):
         if existing.candidate_id != candidate_id:
             raise WorkflowError(
                 f"stage {existing.stage} of task {row.id} is already committed with candidate {existing.candidate_id} "
-                f"(another or an earlier commit_stage call); the task is now in stage {row.stage}. Nothing was changed. "
+                f"(another or an earlier commit_stage call); the task is now in stage {row.stage}. Nothing was "
+                "changed. "
                 "Call task_status and continue from the current stage.")
         warnings = json.loads(existing.warnings_json or "[]")
         if existing.decision_json != decision.model_dump_json():
@@ -157,6 +157,16 @@ class Commits(ServiceCore):
     def _cv(self, cand: CandidateRow) -> float:
         result = self._result(cand)
         return (result.timing.cv or 0.0) if result and result.timing else 0.0
+
+
+def _check_arguments(decision: StageDecision, force_reason: str | None, skip_memcheck: str | None) -> None:
+    """commit_stage's arguments on their own, before any lookup: bounded texts and a well-formed decision."""
+    _check(limits.check_text, "force_reason", force_reason, limits.MAX_FORCE_REASON)
+    _check(limits.check_text, "skip_memcheck", skip_memcheck, limits.MAX_FORCE_REASON)
+    if skip_memcheck is not None and not skip_memcheck.strip():
+        raise WorkflowError("skip_memcheck needs a reason (it is stored with the candidate); omit it to run "
+                            "memcheck")
+    _check_decision(decision)
 
 
 def _check_decision(decision: StageDecision) -> None:

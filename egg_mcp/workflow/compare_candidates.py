@@ -24,7 +24,8 @@ class CompareResult(BaseModel):
     candidate_b: str
     verdict: Literal["faster", "slower", "inconclusive"] = Field(
         description="B vs A: 'faster' when B's median time is lower beyond noise with 95 % bootstrap confidence")
-    confidence: float | None = Field(default=None, description="bootstrap share of resampled medians on the verdict's side")
+    confidence: float | None = Field(default=None, description="bootstrap share of resampled medians on the verdict's "
+                                                               "side")
     median_ratio: float | None = Field(default=None, description="median over rounds of t_B / t_A (< 1: B faster)")
     ci_low: float | None = None
     ci_high: float | None = None

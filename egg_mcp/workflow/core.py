@@ -17,9 +17,9 @@ from typing import Any, Literal
 from egg_mcp.config import ServerConfig, derived_run_timeout
 from egg_mcp.contract import BaselineResult, EvalOptions, EvalResult, Evaluator, ProgressFn
 from egg_mcp.hardware import GpuSpec, spec_for
+from egg_mcp.stages import NEXT_STEP, Stage, allowed, refusal
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.models import CandidateSummary, CommittedStage, StageDecision, TaskOptions
-from egg_mcp.stages import NEXT_STEP, Stage, allowed, refusal
 from egg_mcp.workspace.damage import ArtifactError
 from egg_mcp.workspace.repo import CandidateRow, CommitRow, Repository, TaskRow
 from egg_mcp.workspace.scratch import pid_alive
@@ -126,7 +126,8 @@ class ServiceCore:
     def _result(self, cand: CandidateRow) -> EvalResult | None:
         if not cand.result_sha:
             return None
-        return EvalResult.model_validate_json(self._text(cand.result_sha, f"verification result of candidate {cand.id}"))
+        return EvalResult.model_validate_json(self._text(cand.result_sha,
+                                                         f"verification result of candidate {cand.id}"))
 
     def _floor_ms(self, analysis: dict[str, Any] | None) -> float | None:
         floor = (analysis or {}).get("floor") or {}

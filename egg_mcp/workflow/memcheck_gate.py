@@ -27,7 +27,8 @@ class MemcheckGate(BaseModel):
     status: Literal["clean", "memory_error", "over_bound", "unavailable", "skipped", "not_needed"]
     summary: str
     cached: bool = Field(default=False, description="read back from the workspace (run once per candidate)")
-    cost_s: float | None = Field(default=None, description="wall seconds of the memcheck job, measured here when it ran")
+    cost_s: float | None = Field(default=None,
+                                 description="wall seconds of the memcheck job, measured here when it ran")
     measured_at: float | None = Field(default=None, description="unix time the memcheck ran (or was skipped)")
     skip_reason: str | None = None
     errors: list[dict[str, Any]] = Field(default_factory=list, description="kernel, access, address, detail")

@@ -108,12 +108,14 @@ class VerifyResult(BaseModel):
     time_ms: float | None = None
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
-    speedup_vs_committed: float | None = Field(default=None, description="vs the kernel committed by the previous stage")
+    speedup_vs_committed: float | None = Field(default=None,
+                                               description="vs the kernel committed by the previous stage")
     best_in_stage: bool = False
     result: EvalResult
     debug_brief: str | None = Field(default=None, description="Debug-role brief when the candidate failed")
     next_step: str
-    sandbox: str | None = Field(default=None, description="the sandbox the candidate ran in (its runner's level), or why "
+    sandbox: str | None = Field(default=None, description="the sandbox the candidate ran in (its runner's level), or "
+                                                          "why "
                                 "candidates do not run; a weak level the operator allowed is said here")
     size_overrides: dict[str, int | list[int]] | None = Field(
         default=None, description="the quick-check sizes this result was taken at (None: the task's sizes)")
@@ -129,7 +131,8 @@ class CommitResult(BaseModel):
     brief: str = Field(description="brief for the next stage's Code role ('' when DONE)")
     context: HandoffContext
     next_step: str
-    memcheck: MemcheckGate | None = Field(default=None, description="the committed candidate's compute-sanitizer memcheck "
+    memcheck: MemcheckGate | None = Field(default=None, description="the committed candidate's compute-sanitizer "
+                                                                    "memcheck "
                                           "(GPU; run once per candidate before its commit; None on the CPU)")
 
 
@@ -142,7 +145,8 @@ class CandidateSummary(BaseModel):
     note: str | None
     ran_on: str | None = Field(default=None, description="where its verify ran: host, GPU index, model, lane")
     quick_sizes: dict[str, int | list[int]] | None = Field(
-        default=None, description="a quick check's sizes (its time is at these sizes, never the task's); None at the task's")
+        default=None, description="a quick check's sizes (its time is at these sizes, never the task's); None at the "
+                                  "task's")
 
 
 class TaskStatus(BaseModel):
@@ -161,7 +165,8 @@ class TaskStatus(BaseModel):
     reports: list[dict[str, Any]] = Field(default_factory=list)
     baselines_ran_on: str | None = Field(default=None, description="where the eager/compile baselines were measured")
     cluster: dict[str, Any] | None = Field(
-        default=None, description="the evaluation lanes (one per GPU; Ray nodes in cluster mode), GPUs by model, queue depth")
+        default=None, description="the evaluation lanes (one per GPU; Ray nodes in cluster mode), GPUs by model, queue "
+                                  "depth")
 
 
 class TaskSummary(BaseModel):
@@ -190,4 +195,5 @@ class CandidateDetail(BaseModel):
     candidate: CandidateSummary
     source: str
     result: EvalResult | None = None
-    memcheck: MemcheckGate | None = Field(default=None, description="its memcheck before commit, when one ran or was skipped")
+    memcheck: MemcheckGate | None = Field(default=None, description="its memcheck before commit, when one ran or was "
+                                                                    "skipped")

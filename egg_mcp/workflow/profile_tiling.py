@@ -94,7 +94,8 @@ def below_floor_warning(proposal, floor: dict[str, Any] | None) -> str | None:
     worst = min(low, key=lambda r: r.predicted_ms)
     return (f"the model predicts {len(low)} config(s) below the task's floor {floor_ms:.4g} ms "
             f"({(floor or {}).get('compute_type', '?')}; lowest {worst.predicted_ms:.4g} ms for "
-            f"{worst.config.values}): its dims {proposal.dims} or traffic do not describe this kernel; rank by measured "
+            f"{worst.config.values}): its dims {proposal.dims} or traffic do not describe this kernel; rank by "
+            "measured "
             "times, or pass dims")
 
 

@@ -7,10 +7,10 @@ from typing import Any, Literal
 
 from egg_mcp.contract import ProgressFn, TolerancePolicy, default_tolerance
 from egg_mcp.problems.loader import ProblemError, resolve_reference
+from egg_mcp.stages import NEXT_STEP, Stage
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check
 from egg_mcp.workflow.models import SeedsResult, StartTaskResult, TaskOptions
-from egg_mcp.stages import NEXT_STEP, Stage
 
 
 class TaskLifecycle(ServiceCore):
@@ -62,7 +62,8 @@ class TaskLifecycle(ServiceCore):
         if not timing and not overrides:
             overrides = await self._derived_quick_sizes(ref, dtype, tol, notes)
         opts = TaskOptions(k_seeds=k_seeds, dtype=dtype, tolerance=tol, size_overrides=overrides,
-                           correctness_trials=correctness_trials, gpu_name=self.gpu.name if timing and self.gpu else None)
+                           correctness_trials=correctness_trials,
+                           gpu_name=self.gpu.name if timing and self.gpu else None)
         if size_overrides:
             _check(limits.check_size_memory, (analysis or {}).get("min_bytes"), dict(ref.size_constants),
                    overrides, self.config.max_eval_bytes)
@@ -89,7 +90,8 @@ class TaskLifecycle(ServiceCore):
             brief=self._brief(row, Stage.SEEDS, "code"), next_step=NEXT_STEP[Stage.SEEDS],
         )
 
-    async def _derived_quick_sizes(self, ref, dtype: str, tol: TolerancePolicy, notes: list[str]) -> dict[str, int | list[int]]:
+    async def _derived_quick_sizes(self, ref, dtype: str, tol: TolerancePolicy,
+                                   notes: list[str]) -> dict[str, int | list[int]]:
         """No GPU and no QUICK_SIZES: small sizes derived from the reference's constants (problems.loader), kept
         only when the reference runs at them (its analysis there succeeds); the note says which were used."""
         from egg_mcp.problems.loader import derive_quick_sizes
@@ -112,7 +114,8 @@ class TaskLifecycle(ServiceCore):
         return {}
 
     async def _analyze(self, source: str, dtype: str, tolerance: TolerancePolicy,
-                       size_overrides: dict[str, int | list[int]] | None = None) -> tuple[dict[str, Any] | None, str | None]:
+                       size_overrides: dict[str, int | list[int]] | None = None) -> tuple[dict[str, Any] | None,
+                                                                                          str | None]:
         """Reference analysis in a worker (the reference is user code), at the problem's real sizes or at
         `size_overrides` (checked against the real-size analysis first: start_task)."""
         from egg_mcp.analysis.reference import AnalysisError, analyze_reference

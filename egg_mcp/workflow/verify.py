@@ -12,6 +12,7 @@ from egg_mcp.analysis.environment_probes import describe as describe_probes
 from egg_mcp.analysis.environment_probes import scan as scan_probes
 from egg_mcp.contract import ErrorReport, EvalResult, IntegrityFinding, ProgressFn
 from egg_mcp.problems.loader import ProblemError, check_candidate_contract
+from egg_mcp.stages import Stage
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.checks import reuse_blocker
 from egg_mcp.workflow.core import (
@@ -21,11 +22,10 @@ from egg_mcp.workflow.core import (
     _compile_ms,
     _eager_ms,
     _owner_alive,
-    quick_key,
     _ratio,
+    quick_key,
 )
 from egg_mcp.workflow.models import VerifyResult
-from egg_mcp.stages import Stage
 from egg_mcp.workspace.faults import StorageFault, plain_cause, storage_cause
 from egg_mcp.workspace.repo import CandidateRow, TaskRow
 
@@ -45,7 +45,8 @@ def floor_basis(floor: dict) -> str | None:
 class Verification(ServiceCore):
     # -- verify ---------------------------------------------------------------------------------
     async def verify(self, task_id: str, source: str, note: str | None = None,
-                     progress: ProgressFn | None = None, size_overrides: dict[str, int | list[int]] | None = None) -> VerifyResult:
+                     progress: ProgressFn | None = None,
+                     size_overrides: dict[str, int | list[int]] | None = None) -> VerifyResult:
         """Identical concurrent verifies share one evaluation: in this server through a future keyed by
         (task, source hash, sizes); across servers the running candidate row is the lock (polled until done).
         A quick check (size_overrides) is cached apart from the full-size result and never stands for it."""
@@ -133,7 +134,8 @@ class Verification(ServiceCore):
             # A quick check's time is at other sizes: kept in its result, never in the row guards compare.
             time_ms = result.timing.median_ms if result.timing and result.verdict == "correct" and sizes is None \
                 else None
-            # A harness fault (our side or the environment, not the candidate) is stored but never served from the cache.
+            # A harness fault (our side or the environment, not the candidate) is stored but never served from the
+            # cache.
             self.repo.finish_candidate(cand_id, result.verdict, time_ms, self.ws.put_text(result.model_dump_json()),
                                        status="harness_fault" if result.fault == "harness" else "done")
         except BaseException as exc:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from egg_mcp.cluster.build import describe as describe_lanes
+from egg_mcp.stages import STAGE_GOALS, tools_allowed
 from egg_mcp.workflow import limits, memcheck_gate
 from egg_mcp.workflow.core import ServiceCore, WorkflowError, _check, _compile_ms, _eager_ms, _safe, _summary
 from egg_mcp.workflow.export import ExportError, write_export
 from egg_mcp.workflow.models import CandidateDetail, ExportResult, HandoffContext, TaskList, TaskStatus, TaskSummary
-from egg_mcp.stages import STAGE_GOALS, tools_allowed
 from egg_mcp.workspace.damage import ArtifactError
 
 
@@ -47,7 +47,8 @@ class Views(ServiceCore):
             eager_ms=_eager_ms(base),
             compile_ms=_compile_ms(base),
             history=self._commits(task_id),
-            candidates_in_stage=[_summary(c, self._ran_on(c)) for c in self.repo.candidates_in_stage(task_id, stage.value)],
+            candidates_in_stage=[_summary(c, self._ran_on(c)) for c in self.repo.candidates_in_stage(task_id,
+                                                                                                     stage.value)],
             running_jobs=self.repo.running_count(task_id), reports=reports,
             baselines_ran_on=base.placement.label() if base is not None and base.placement else None,
             cluster=describe_lanes(self.evaluator),

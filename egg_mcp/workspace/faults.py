@@ -40,7 +40,8 @@ def storage_cause(exc: BaseException, root: Path | str) -> str | None:
                 return (f"file too large: a write in {root}{where} went over this server's file size limit "
                         "(ulimit -f); raise the limit and restart the server")
             if e.errno == errno.EROFS:
-                return f"the workspace {root} is on a read-only file system; remount it writable or pass another --workspace"
+                return (f"the workspace {root} is on a read-only file system; remount it writable or pass another "
+                        "--workspace")
             if e.errno in (errno.EACCES, errno.EPERM):
                 return f"permission denied writing in the workspace {root}{where}; fix its ownership or permissions"
             if e.errno == errno.EIO:

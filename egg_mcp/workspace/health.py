@@ -12,7 +12,8 @@ from egg_mcp.workspace.snapshots import RECOVERY_LOG, database_problem
 from egg_mcp.workspace.store import Workspace
 
 
-def workspace_health(root: Path, *, start_empty: bool = False, scratch: Path | None = None) -> list[tuple[str, str, str]]:
+def workspace_health(root: Path, *, start_empty: bool = False, scratch: Path | None = None) -> list[tuple[str, str,
+                                                                                                          str]]:
     """(status, what, detail) lines; status is 'ok', 'warn' or 'fail'."""
     lines: list[tuple[str, str, str]] = []
     root = Path(root).expanduser()
@@ -38,13 +39,15 @@ def workspace_health(root: Path, *, start_empty: bool = False, scratch: Path | N
         earlier = _recovery_log(root)
         if earlier and not ws.recovery_note:
             lines.append(("warn", "workspace db", f"restored from a snapshot {len(earlier)} time(s) before; the last: "
-                          f"{earlier[-1]} (the set-aside files are in {root / 'damaged'}; {root / RECOVERY_LOG} lists all)"))
+                          f"{earlier[-1]} (the set-aside files are in {root / 'damaged'}; {root / RECOVERY_LOG} lists "
+                          "all)"))
         pinned = sorted(ws.snapshots.glob("pinned-egg-*.sqlite3")) if ws.snapshots.is_dir() else []
         if pinned:
             lines.append(("warn", "snapshots", f"{len(pinned)} pinned snapshot(s) hold changes the database lost while "
                           f"open (it went back): {pinned[-1]}; compare and restore by hand if needed"))
         if ws.scratch_removed:
-            lines.append(("warn", "scratch", f"removed {len(ws.scratch_removed)} worker or runner folder(s) left by stopped "
+            lines.append(("warn", "scratch", f"removed {len(ws.scratch_removed)} worker or runner folder(s) left by "
+                                             "stopped "
                           f"servers under {ws.scratch}"))
         bad = ws.damaged_artifacts()
         referenced = _referenced(ws)

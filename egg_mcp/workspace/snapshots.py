@@ -22,6 +22,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from egg_mcp.workspace.damage import DatabaseDamaged
 
@@ -42,6 +43,11 @@ class SnapshotRecovery:
     snapshots: Path
     recovery_note: str | None
     _snap_cache: dict[tuple[str, int, int], tuple[bool, int | None]]
+
+    if TYPE_CHECKING:  # store.Workspace's
+        def _conn(self) -> sqlite3.Connection: ...
+
+        def close(self) -> None: ...
 
     def _check_database(self) -> None:
         problem = database_problem(self.db_path)
@@ -85,9 +91,11 @@ class SnapshotRecovery:
         """Why the database is older than its newest verified snapshot (a lost or cut write-ahead log),
         or None. The snapshots are read first: one taken while we look can only be older than what we read."""
         best = self._best_snapshot()
-        if best is None or best[1] is None:
+        if best is None:
             return None
         snap, snap_changes = best
+        if snap_changes is None:
+            return None
         db_changes = database_changes(self.db_path)
         if db_changes is None or db_changes >= snap_changes:
             return None

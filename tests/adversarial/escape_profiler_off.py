@@ -1,4 +1,5 @@
-"""Exploit: switch the harness's profiler off (sys.setprofile/threading.setprofile/sys.settrace), then reach the host through TensorBase.
+"""Exploit: switch the harness's profiler off (sys.setprofile/threading.setprofile/sys.settrace), then reach the host
+through TensorBase.
 
 expect: integrity_violation dispatch_escape
 """

@@ -36,5 +36,6 @@ class ModelNew(nn.Module):
         x = x.contiguous()
         y = torch.empty_like(x)
         os.system("true")  # stands for any program the candidate runs (a compiler, a helper binary)
-        softmax_kernel[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0), BLOCK=triton.next_power_of_2(x.shape[1]))
+        softmax_kernel[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0),
+                                      BLOCK=triton.next_power_of_2(x.shape[1]))
         return y

@@ -49,9 +49,9 @@ def timing_probe(payload: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from egg_mcp.evaluation.harness import load_module
-    from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
     from egg_mcp.evaluation.timing import GpuTimer
     from egg_mcp.problems.builtin import builtin_source
+    from egg_mcp.problems.problem import DTYPES, Problem, apply_size_overrides
 
     if not torch.cuda.is_available():
         raise RuntimeError("timing_probe needs a CUDA GPU")

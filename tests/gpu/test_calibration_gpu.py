@@ -17,9 +17,9 @@ pytestmark = [
 ]
 
 from egg_mcp import hardware  # noqa: E402
-from egg_mcp.hardware import calibration_store as store  # noqa: E402
 from egg_mcp.calibration.run import calibrate, describe  # noqa: E402
 from egg_mcp.evaluation.engine import WorkerEvaluator  # noqa: E402
+from egg_mcp.hardware import calibration_store as store  # noqa: E402
 
 EXPECTED = {"dram_copy", "dram_read", "l2_read", "fp32_fma", "mm_fp32_ieee", "mm_tf32", "mm_bf16", "mm_fp16"}
 

@@ -103,7 +103,8 @@ def evaluator_results(tmp_path_factory):
                 out[name + "_next"] = (await ev.evaluate(ref, CORRECT, opts.model_copy(update={"timing": False})), 0)
             for path in sorted(ADVERSARIAL.glob("*.py")):
                 out["adv_" + path.stem] = (await ev.evaluate(ref, path.read_text(), opts), 0)
-            out["full_size"] = (await ev.evaluate(ref, CORRECT, EvalOptions(timing_trials=100, isolated_timing=True)), 0)
+            out["full_size"] = (await ev.evaluate(ref, CORRECT, EvalOptions(timing_trials=100, isolated_timing=True)),
+                                0)
             probe = await ev.run_job(
                 "tests.doubles.jobs:timing_probe",
                 {"problem": "softmax", "sizes": [{"batch_size": 64, "dim": 256}, {"batch_size": 1024, "dim": 1024},

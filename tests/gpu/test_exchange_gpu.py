@@ -1,5 +1,6 @@
 """Large outputs through the judge's shared region on a real GPU (evaluation/exchange.py): GPU memory the runner maps
-from the judge's descriptor (gpu_share.py), so the outputs never leave the GPU; an honest 256 MiB ReLU is `correct`, a wrong one `incorrect`, through the engine.
+from the judge's descriptor (gpu_share.py), so the outputs never leave the GPU; an honest 256 MiB ReLU is `correct`, a
+wrong one `incorrect`, through the engine.
 
     python3 -m pytest tests/gpu/test_exchange_gpu.py -q -m gpu -s
 """

@@ -74,7 +74,8 @@ def test_emulated_error_and_admission_match_the_tensor_cores(m, n, k, kind):
         emu_abs, emu_need = _emulated(m, n, k, path, kind)
         rn_abs, _ = _emulated(m, n, k, path, kind, "rn")
         print(f"K={k} {kind} {path}: GPU max abs err {gpu_abs:.3g}, emulated {emu_abs:.3g} (truncating TF32, the "
-              f"ladder's) / {rn_abs:.3g} (round-to-nearest); GPU/trunc {gpu_abs / emu_abs:.2f}, GPU/rn {gpu_abs / rn_abs:.2f}")
+              f"ladder's) / {rn_abs:.3g} (round-to-nearest); GPU/trunc {gpu_abs / emu_abs:.2f}, GPU/rn "
+              f"{gpu_abs / rn_abs:.2f}")
         # the admission at fp32 1e-4 (what the seed brief says) is the same on the GPU as emulated
         assert (gpu_need <= 1e-4 / SAFETY) == (emu_need <= 1e-4 / SAFETY), (path, gpu_abs, emu_abs)
         if path == "tf32":  # the rounding model itself (the emulation samples 32x32 outputs, the GPU 512x512: its

@@ -14,8 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from egg_mcp.contract import EvalOptions  # noqa: E402
-from egg_mcp.profiling import ncu_command, profile_job  # noqa: E402
 from egg_mcp.evaluation.engine import WorkerEvaluator  # noqa: E402
+from egg_mcp.profiling import ncu_command, profile_job  # noqa: E402
 from egg_mcp.stages import Stage  # noqa: E402
 
 pytestmark = [

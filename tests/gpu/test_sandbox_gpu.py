@@ -84,7 +84,8 @@ _RUNNER = textwrap.dedent("""
         except OSError:
             denied[name] = True
     print(json.dumps({"ok": ok, "report": report.model_dump(), "denied": denied, "device": torch.cuda.get_device_name(),
-                      "pre_tids": pre[0], "pre_comms": pre[1], "pre_python_threads": pre[2], "main_tid": str(os.getpid()),
+                      "pre_tids": pre[0], "pre_comms": pre[1], "pre_python_threads": pre[2],
+                      "main_tid": str(os.getpid()),
                       "later_thread_denied": later.get("denied"),
                       "confine_s": t1 - t0 if early else None, "first_kernel_s": t3 - t2,
                       "threads": len(os.listdir("/proc/self/task"))}))

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from egg_mcp.contract import EvalOptions, ErrorReport, JobOutcome, default_tolerance  # noqa: E402
+from egg_mcp.contract import ErrorReport, EvalOptions, JobOutcome, default_tolerance  # noqa: E402
 from egg_mcp.hardware import GPU_TABLE  # noqa: E402
 from egg_mcp.tiling.dims import normalize_dims  # noqa: E402
 from egg_mcp.tiling.model import estimate  # noqa: E402

@@ -41,7 +41,8 @@ def test_workflow_on_gpu(tmp_path):
             prof = await call(client, "profile_ncu", task_id=tid, candidate_id=fast["candidate_id"])
             print("profile:", prof["report"]["source"], prof["report"]["summary"][:300])
             assert prof["report"]["kernels"]
-            online = [r for r in results if "online" in (r["result"]["kernels"][0]["name"] if r["result"]["kernels"] else "")]
+            online = [r for r in results
+                      if "online" in (r["result"]["kernels"][0]["name"] if r["result"]["kernels"] else "")]
             for kept_stage in ("ALGORITHM", "PARALLEL_MAPPING"):
                 await call(client, "commit_stage", task_id=tid, candidate_id=fast["candidate_id"],
                            decision=decision("kept"), stage=kept_stage)

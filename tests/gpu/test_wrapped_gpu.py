@@ -57,7 +57,9 @@ def test_an_ncu_wrapped_job_cannot_read_or_write_the_workspace(tmp_path):
     ws = tmp_path / "workspace"
     ws.mkdir()
     (ws / "tasks.json").write_text("{}")
-    argv = ncu_command.ncu_argv(ncu_command.find_ncu(), ["gpu__time_duration.sum"], "regex:.*", str(tmp_path / "ncu.csv"))
+    ncu = ncu_command.find_ncu()
+    assert ncu is not None  # (skipped without one)
+    argv = ncu_command.ncu_argv(ncu, ["gpu__time_duration.sum"], "regex:.*", str(tmp_path / "ncu.csv"))
     outcome = _with_evaluator(tmp_path, lambda ev: ev.run_job(
         "tests.doubles.jobs:reach", {"read": [str(ws / "tasks.json")], "write": [str(ws / "x"), "ok.txt"],
                                           "env": ["EGG_MCP_TOKEN"]}, timeout_s=120, uses_gpu=True,
