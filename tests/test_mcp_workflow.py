@@ -108,8 +108,9 @@ def over_stdio(tmp_path_factory) -> dict[str, BaseException | None]:
 
 def _raise_if_failed(outcomes: dict[str, BaseException | None], name: str) -> None:
     assert name in outcomes, f"the {name} scenario did not run (the server ended before it)"
-    if outcomes[name] is not None:
-        raise outcomes[name]
+    failure = outcomes[name]
+    if failure is not None:
+        raise failure
 
 
 def test_full_workflow_over_stdio(over_stdio):

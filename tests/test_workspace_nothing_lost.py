@@ -18,6 +18,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -186,7 +187,7 @@ def _disk_full_on_results(ws: Workspace) -> None:
     ws.put_text = put_text  # type: ignore[method-assign]
 
 
-async def _evaluating(fake: FakeEvaluator, n: int) -> None:
+async def _evaluating(fake: Any, n: int) -> None:  # a FakeEvaluator (the service types it as any Evaluator)
     """Until the fake evaluator has begun its n-th evaluation (a generous deadline, not a set sleep)."""
     deadline = asyncio.get_running_loop().time() + 60
     while fake.evaluated < n:

@@ -36,6 +36,7 @@ from typing import Any, Callable, TypedDict
 import torch
 
 from egg_mcp.contract import IsolatedTiming, TimingStats
+from egg_mcp.evaluation.nvml_probe import NvmlProbe
 
 GRAPH_BELOW_MS = 0.2
 """Calls whose GPU time (`GpuTimer.estimate_ms`: launch gaps hidden) is shorter than this are timed by CUDA-graph
@@ -87,13 +88,6 @@ except ImportError:  # pragma: no cover - torch builds without the profiler
     _profile = _ProfilerActivity = None
 ISOLATED_CALLS = 40
 
-THROTTLE_BITS = {
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-}
 
 
 def tensor_bytes(values: Any) -> int:
@@ -139,51 +133,6 @@ def disturbed(stats: TimingStats) -> bool:
         return False
     middle = (stats.iqr_ms or 0.0) / 1.349 / stats.median_ms
     return cv > TAIL_RATIO * middle
-
-
-class NvmlProbe:
-    """SM clock and throttle reasons of the GPU torch runs on (None fields when NVML is missing)."""
-
-    def __init__(self, device_index: int = 0):
-        self.handle = None
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self.nvml = pynvml
-            handle = None
-            uuid = getattr(torch.cuda.get_device_properties(device_index), "uuid", None)
-            if uuid is not None:
-                try:
-                    handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-                except Exception:
-                    handle = None
-            self.handle = handle or pynvml.nvmlDeviceGetHandleByIndex(device_index)
-            self.driver = pynvml.nvmlSystemGetDriverVersion()
-            if isinstance(self.driver, bytes):
-                self.driver = self.driver.decode()
-        except Exception:
-            self.handle = None
-            self.driver = None
-
-    def read(self) -> dict[str, Any]:
-        if self.handle is None:
-            return {}
-        nv = self.nvml
-        out: dict[str, Any] = {}
-        try:
-            out["sm_clock_mhz"] = int(nv.nvmlDeviceGetClockInfo(self.handle, nv.NVML_CLOCK_SM))
-        except Exception:
-            pass
-        reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
-        )
-        try:
-            bits = int(reasons_fn(self.handle)) if reasons_fn else 0
-            out["throttle_reasons"] = [name for bit, name in THROTTLE_BITS.items() if bits & bit]
-        except Exception:
-            pass
-        return out
 
 
 class GpuTimer:
