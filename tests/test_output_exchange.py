@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from pathlib import Path
 
 import pytest
 import torch
@@ -149,31 +150,13 @@ def test_a_gpu_region_is_used_only_where_the_measured_peak_leaves_room_for_it(mo
     assert said is not None and "6.0 GiB of outputs x 25" in said and "139.8 GiB" in said
 
 
-KERNEL = '''
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
+HONEST = (Path(__file__).parent / "adversarial" / "correct_row_softmax.py").read_text()
+ONE_PERCENT_OFF = HONEST + """
 
-
-@triton.jit
-def softmax_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=-float("inf"))
-    x = x - tl.max(x, axis=0)
-    e = tl.exp(x)
-    tl.store(y_ptr + row * y_stride + cols, e / tl.sum(e, axis=0), mask=mask)
-
-
-class ModelNew(nn.Module):
+class ModelNew(ModelNew):  # the honest kernel's output, 1 % off
     def forward(self, x):
-        y = torch.empty_like(x)
-        softmax_kernel[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0),
-                                      BLOCK=triton.next_power_of_2(x.shape[1]))
-        return y{tail}
-'''
+        return super().forward(x) * 1.01
+"""
 
 
 @pytest.fixture(scope="module")
@@ -185,9 +168,9 @@ def verdicts(tmp_path_factory):
             options = EvalOptions(size_overrides={"batch_size": 8, "dim": 100}, correctness_trials=2,
                                   run_timeout_s=120.0)
             reference = builtin_source("softmax")
-            honest = await evaluator.evaluate(reference, KERNEL.format(tail=""), options)
-            again = await evaluator.evaluate(reference, KERNEL.format(tail="  # again"), options)
-            wrong = await evaluator.evaluate(reference, KERNEL.format(tail=" * 1.01"), options)
+            honest = await evaluator.evaluate(reference, HONEST, options)
+            again = await evaluator.evaluate(reference, HONEST + "\n# again\n", options)
+            wrong = await evaluator.evaluate(reference, ONE_PERCENT_OFF, options)
             return honest, again, wrong
         finally:
             await evaluator.aclose()
