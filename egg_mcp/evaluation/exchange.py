@@ -21,8 +21,9 @@ from typing import Any, Callable
 ALIGN = 4096
 
 
-def aligned(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
+def aligned(n: int, step: int = ALIGN) -> int:
+    """n rounded up to a multiple of `step`."""
+    return (n + step - 1) // step * step
 
 
 class OutputExchange:
@@ -96,16 +97,13 @@ class DeviceExchange:
         from egg_mcp.evaluation.gpu_share import SharedGpuRegion, granularity
 
         step = granularity(device)
-        self.size = (max(int(nbytes), 1) + step - 1) // step * step
+        self.size = aligned(max(int(nbytes), 1), step)
         if fd is not None and nbytes != self.size:
             os.close(fd)
             raise ValueError(f"a shared GPU region of {nbytes} bytes is not a multiple of the {step}-byte granularity")
         self.region = SharedGpuRegion(self.size, device, fd)
         self.fd = self.region.fd
         self._base: Any = None
-
-    def register_for_gpu(self) -> bool:
-        return True
 
     def base(self):
         if self._base is None:
