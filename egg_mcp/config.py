@@ -53,6 +53,9 @@ EXTRA_JOB_TARGETS_VAR = "EGG_MCP_EXTRA_JOB_TARGETS"
 never ship, so only the test suite and the benchmarks that use one set it."""
 EXCHANGE_FROM_BYTES_VAR = "EGG_MCP_EXCHANGE_FROM_BYTES"
 """Outputs from this size go through shared memory (evaluation/exchange.py); tests set 1."""
+EXCHANGE_GPU_PEAK_VAR = "EGG_MCP_EXCHANGE_GPU_PEAK_PER_BYTE"
+"""The judge's and runner's GPU peak per output byte that decides whether the shared region can be GPU memory
+(evaluation/exchange.py's measured default); benchmarks set 0 to force the GPU region and measure the peak."""
 XDG_DATA_HOME_VAR = "XDG_DATA_HOME"
 TRITON_INTERPRET_VAR = "TRITON_INTERPRET"
 TRITON_CACHE_DIR_VAR = "TRITON_CACHE_DIR"
@@ -240,6 +243,12 @@ def output_exchange_from_bytes() -> int:
     """Reference outputs from this size go from runner to judge through shared memory (evaluation/exchange.py):
     $EGG_MCP_EXCHANGE_FROM_BYTES, else 64 MiB (tests lower it to send small outputs that way)."""
     return int(_env_float(EXCHANGE_FROM_BYTES_VAR, float(64 << 20)))
+
+
+def exchange_gpu_peak_per_byte(default: float) -> float:
+    """What the judge and the runner hold on the GPU at their peak per byte of output: $EGG_MCP_EXCHANGE_GPU_PEAK_PER_BYTE,
+    else `default` (exchange.GPU_PEAK_PER_OUTPUT_BYTE, measured on the H200)."""
+    return _env_float(EXCHANGE_GPU_PEAK_VAR, default)
 
 
 RUN_LIMIT_FACTOR = 100

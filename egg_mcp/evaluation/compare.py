@@ -12,6 +12,8 @@ from typing import Any
 import torch
 
 from egg_mcp.contract import MismatchReport
+from egg_mcp.evaluation import compare_chunks
+from egg_mcp.evaluation.gpu_cache import release_cached
 from egg_mcp.evaluation.mismatch_hints import location_hint, mismatch_hint
 from egg_mcp.evaluation.wire import MAX_DEPTH, path_str
 
@@ -225,6 +227,48 @@ def compare_tensor(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol:
         return None
     if not (expected.is_floating_point() or expected.is_complex()):
         return _compare_exact(got.detach(), expected.detach(), base)
+    if compare_chunks.applies(got, expected):
+        found = _chunked(got, expected, atol, rtol, path, notes, shares)
+        if found is None:
+            return None
+        try:  # a mismatch: the whole-tensor report below, whose pattern hints read the whole output
+            return _whole_report(got, expected, atol, rtol, base, path, notes)
+        except torch.cuda.OutOfMemoryError:
+            release_cached()
+            return _chunked_report(found, base)
+    return _whole_report(got, expected, atol, rtol, base, path, notes, shares)
+
+
+def _chunked(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, path: str,
+             notes: dict[str, str] | None, shares: dict[str, tuple[float, float]] | None
+             ) -> compare_chunks.ChunkedCheck | None:
+    """None when every element is within the tolerance (its share recorded), else what the chunked pass found."""
+    dtype = torch.float64 if got.dtype == torch.float64 else torch.float32
+    max_abs = compare_chunks.max_abs_finite(expected, dtype)
+    atol, _ = _effective_atol(max_abs, atol, rtol, path, notes)
+    found = compare_chunks.check(got, expected, atol, rtol, max_abs, max(1, expected.numel() // SHARE_SAMPLE), dtype)
+    if found.n_bad:
+        return found
+    if shares is not None:
+        shares[path] = found.share()
+    return None
+
+
+def _chunked_report(found: compare_chunks.ChunkedCheck, base: dict) -> MismatchReport:
+    """The report when the whole-tensor one does not fit in the judge's memory: where, not how much."""
+    assert found.bad is not None
+    n = found.bad.numel()
+    where = location_hint(found.bad)
+    return MismatchReport(
+        **base, fraction_mismatched=found.n_bad / n, first_bad_indices=torch.nonzero(found.bad)[:MAX_BAD_INDICES]
+        .tolist(), hint=f"{found.n_bad} of {n} elements are outside the tolerance" + (f"; {where}" if where else "")
+        + " (the output is too large for the error sizes and pattern hints in the judge's free GPU memory)")
+
+
+def _whole_report(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, base: dict, path: str,
+                  notes: dict[str, str] | None, shares: dict[str, tuple[float, float]] | None = None
+                  ) -> MismatchReport | None:
+    """The whole-tensor check (float and complex); its report says how much, where and in what pattern."""
     is_complex = expected.is_complex()
     g, e = got.detach(), expected.detach()
     if is_complex:  # the two parts side by side: the last dimension (size 2) is (real, imag)

@@ -177,9 +177,12 @@ def _too_big_for_gpu(total: int) -> str | None:
         capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     except Exception as exc:  # noqa: BLE001 - no device to ask: no GPU region
         return f"not made: {exc}"[:200]
-    if (GPU_PEAK_PER_OUTPUT_BYTE + 1) * total <= capacity:
+    from egg_mcp.config import exchange_gpu_peak_per_byte
+
+    peak = exchange_gpu_peak_per_byte(GPU_PEAK_PER_OUTPUT_BYTE)
+    if (peak + 1) * total <= capacity:
         return None
-    return (f"not used: {total / 2**30:.1f} GiB of outputs x {GPU_PEAK_PER_OUTPUT_BYTE + 1} (the peak per output byte "
+    return (f"not used: {total / 2**30:.1f} GiB of outputs x {peak + 1:g} (the peak per output byte "
             f"measured on the H200, plus the region) is over this GPU's {capacity / 2**30:.1f} GiB")
 
 
