@@ -246,8 +246,8 @@ def output_exchange_from_bytes() -> int:
 
 
 def exchange_gpu_peak_per_byte(default: float) -> float:
-    """What the judge and the runner hold on the GPU at their peak per byte of output: $EGG_MCP_EXCHANGE_GPU_PEAK_PER_BYTE,
-    else `default` (exchange.GPU_PEAK_PER_OUTPUT_BYTE, measured on the H200)."""
+    """What the judge and the runner hold on the GPU at their peak per byte of output:
+    $EGG_MCP_EXCHANGE_GPU_PEAK_PER_BYTE, else `default` (exchange.GPU_PEAK_PER_OUTPUT_BYTE, measured on the H200)."""
     return _env_float(EXCHANGE_GPU_PEAK_VAR, default)
 
 

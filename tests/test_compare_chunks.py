@@ -11,8 +11,8 @@ from egg_mcp.evaluation.compare import compare_tensor
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    """Chunks of 1000 elements and a 3000-element share sample (every third element): a 10,007-element output takes 11 chunks (the last
-    one partial), and the sample's stride does not divide the chunk size."""
+    """Chunks of 1000 elements and a 3000-element share sample (every third element): a 10,007-element output
+    takes 11 chunks (the last one partial), and the sample's stride does not divide the chunk size."""
     monkeypatch.setattr(compare_chunks, "CHUNK_ELEMENTS", 1000)
     monkeypatch.setattr(compare, "SHARE_SAMPLE", 3000)
 
@@ -94,5 +94,6 @@ def test_small_complex_and_strided_outputs_take_the_whole_tensor_path(small_chun
     e = torch.randn(50, 60)
     assert not compare_chunks.applies(e, e[:10])
     assert not compare_chunks.applies(e.t(), e.t())  # not contiguous
-    assert not compare_chunks.applies(torch.randn(2000, dtype=torch.complex64), torch.randn(2000, dtype=torch.complex64))
+    z = torch.randn(2000, dtype=torch.complex64)
+    assert not compare_chunks.applies(z, z)
     assert compare_chunks.applies(torch.randn(2000), torch.randn(2000))
