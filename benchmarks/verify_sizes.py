@@ -161,6 +161,7 @@ def call_row(structured: dict[str, Any], wall: float) -> dict[str, Any]:
             "overhead_s": round(wall - compile_s - gpu_s, 3), "median_ms": timing.get("median_ms"),
             "timing_method": timing.get("method"), "phase_s": phase, "output_exchange": judge.get("output_exchange"),
             "judge_gpu_peak_gib": judge.get("gpu_peak_reserved_gib"),
+            "judge_gpu_live_gib": judge.get("gpu_peak_allocated_gib"),
             "summary": structured["summary"][:300] if structured["verdict"] != "correct" else None}
 
 

@@ -31,6 +31,31 @@ def release_cached(min_bytes: int = RELEASE_ABOVE_BYTES) -> int:
     return cached
 
 
+JUDGE_ALLOCATOR = "expandable_segments:True"
+"""The judge's CUDA allocator grows one mapping instead of caching fixed segments: its large blocks (6 GiB reference
+outputs) and small ones (the comparison's 64 MiB chunks) then share memory, where fixed segments split the large
+cached blocks for the small and made a fresh segment for the next large one."""
+
+
+def use_judge_allocator() -> str:
+    """Before the judge's first CUDA allocation: the allocator setting above (what was set, or why not)."""
+    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None) or torch.cuda.memory._set_allocator_settings
+    try:
+        setter(JUDGE_ALLOCATOR)
+    except Exception as exc:  # noqa: BLE001 - an older torch or no CUDA build: the default allocator
+        return f"default ({str(exc)[:120]})"
+    return JUDGE_ALLOCATOR
+
+
+def phase_peaks_gib() -> dict[str, float]:
+    """The peaks since the last call (GiB): reserved (what the card lost to this process) and allocated (live
+    tensors; the gap is the allocator's cache and fragmentation). Resets them for the next phase."""
+    peaks = {"gpu_peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 1),
+             "gpu_peak_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1)}
+    torch.cuda.reset_peak_memory_stats()
+    return peaks
+
+
 def release_all() -> None:
     """Between jobs: collect reference cycles first (tensors in a cycle stay allocated until a collection: a full
     size reference timing's input sets reached the next job and ran its audit out of memory on the H200), then give

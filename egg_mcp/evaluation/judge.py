@@ -33,7 +33,7 @@ from egg_mcp.evaluation.compile_clock import runner_reports
 from egg_mcp.evaluation.errors import classify
 from egg_mcp.evaluation.exchange import OutputExchange, aligned, offer_region
 from egg_mcp.evaluation.failures import _failure, env_info
-from egg_mcp.evaluation.gpu_cache import release_cached
+from egg_mcp.evaluation.gpu_cache import phase_peaks_gib, release_cached, use_judge_allocator
 from egg_mcp.evaluation.judge_held import HeldReference
 from egg_mcp.evaluation.judge_reference import ReferenceFailed, load_reference
 from egg_mcp.evaluation.judge_verdicts import Rejected, Verdicts, timing_cross_check
@@ -96,9 +96,8 @@ class Judge(Verdicts):
             prev, start = self._phase_open
             self.phase_s[prev] = round(self.phase_s.get(prev, 0.0) + now - start, 4)
             if self.device == "cuda" and torch.cuda.is_initialized():  # what each phase held (large sizes: OOM)
-                peaks = self.judge_info.setdefault("gpu_peak_reserved_gib", {})
-                peaks[prev] = max(peaks.get(prev, 0.0), round(torch.cuda.max_memory_reserved() / 2**30, 1))
-                torch.cuda.reset_peak_memory_stats()
+                for key, gib in phase_peaks_gib().items():  # reserved (what the card lost) and allocated (live)
+                    self.judge_info.setdefault(key, {})[prev] = max(self.judge_info[key].get(prev, 0.0), gib)
         self._phase_open = (name, now) if name else None
 
     def seed(self) -> int:
@@ -440,6 +439,8 @@ class Judge(Verdicts):
 def evaluate(payload: dict[str, Any]) -> dict[str, Any]:
     """Worker target behind WorkerEvaluator.evaluate (harness.evaluate_job): a one-shot judge."""
     torch.set_grad_enabled(False)
+    if not triton_interpret():
+        use_judge_allocator()
     judge = Judge(payload)
     result = judge.run()
     if judge.exchange is not None:
