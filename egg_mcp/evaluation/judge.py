@@ -97,7 +97,8 @@ class Judge(Verdicts):
             self.phase_s[prev] = round(self.phase_s.get(prev, 0.0) + now - start, 4)
             if self.device == "cuda" and torch.cuda.is_initialized():  # what each phase held (large sizes: OOM)
                 for key, gib in phase_peaks_gib().items():  # reserved (what the card lost) and allocated (live)
-                    self.judge_info.setdefault(key, {})[prev] = max(self.judge_info[key].get(prev, 0.0), gib)
+                    peaks = self.judge_info.setdefault(key, {})
+                    peaks[prev] = max(peaks.get(prev, 0.0), gib)
         self._phase_open = (name, now) if name else None
 
     def seed(self) -> int:
@@ -439,8 +440,7 @@ class Judge(Verdicts):
 def evaluate(payload: dict[str, Any]) -> dict[str, Any]:
     """Worker target behind WorkerEvaluator.evaluate (harness.evaluate_job): a one-shot judge."""
     torch.set_grad_enabled(False)
-    if not triton_interpret():
-        use_judge_allocator()
+    _ = triton_interpret() or use_judge_allocator()  # before the judge's first CUDA allocation
     judge = Judge(payload)
     result = judge.run()
     if judge.exchange is not None:
