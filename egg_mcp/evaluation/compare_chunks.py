@@ -78,7 +78,7 @@ def check(g: torch.Tensor, e: torch.Tensor, atol: float, rtol: float, max_abs: f
         share = abs_err / (atol + rtol * e_abs)
         found.share_max = max(found.share_max, float(share.max()))
         first = (-start) % sample_step  # the whole tensor's sample is share[::sample_step]
-        found.samples.append(share[first::sample_step])
+        found.samples.append(share[first::sample_step].clone())  # a view would keep the chunk's share
     if found.bad is not None:
         found.bad = found.bad.reshape(e.shape)
     return found

@@ -148,7 +148,7 @@ def audit_findings(audited: Any, values: list, expected_for_seed: Callable[[int]
                 return [], "an audited leaf has an unknown kind"
             if problem is not None:
                 return [_timed_output(where, f"output leaf {i}: {problem}")], None
-        expected = []  # freed before the next call's reference is computed (6 GiB each at large sizes)
+        expected, exp, got = [], None, None  # freed before the next call's reference (6 GiB each at large sizes)
     return [], None
 
 

@@ -170,21 +170,41 @@ def flatten_output(out: Any, *, strict: bool = False) -> tuple[dict[str, Any], l
     ValueError. Otherwise (the runner, on the candidate's output, whose objects may be hostile): containers are
     read through their base classes' methods, scalars are converted to the exact builtin type, and whatever
     cannot be sent becomes an Opaque leaf (the whole output, when it is too large or cannot be walked)."""
-    import torch
-
-    leaves: list[tuple[str, Any]] = []
-    nodes = 0
-
-    def refuse(parts: list, what: str) -> dict[str, Any]:
+    flattener = _Flattener(strict)
+    try:
+        return flattener.walk(out, [], 0), flattener.leaves
+    except _TooLarge:
+        what = f"more than {MAX_LEAVES} values or {MAX_NODES} parts"
         if strict:
+            raise ValueError(f"the output has {what}") from None
+        return {"t": "leaf"}, [("output", Opaque(f"output with {what}"))]
+    except BaseException as exc:  # noqa: BLE001 - runner side: candidate objects raised while being read
+        if strict:
+            raise
+        return {"t": "leaf"}, [("output", Opaque(f"output that could not be read ({type(exc).__name__})"))]
+
+
+class _Flattener:
+    """flatten_output's walk. A class, not a recursive closure: a closure that calls itself is a reference cycle,
+    which kept every leaf (6 GiB tensors on the GPU) alive until the garbage collector ran."""
+
+    def __init__(self, strict: bool):
+        self.strict = strict
+        self.leaves: list[tuple[str, Any]] = []
+        self.nodes = 0
+
+    def refuse(self, parts: list, what: str) -> dict[str, Any]:
+        if self.strict:
             raise ValueError(f"{path_str(parts)} is {what}")
-        leaves.append((path_str(parts), Opaque(what)))
+        self.leaves.append((path_str(parts), Opaque(what)))
         return {"t": "leaf"}
 
-    def walk(v: Any, parts: list, depth: int) -> dict[str, Any]:
-        nonlocal nodes
-        nodes += 1
-        if nodes > MAX_NODES or len(leaves) >= MAX_LEAVES:
+    def walk(self, v: Any, parts: list, depth: int) -> dict[str, Any]:
+        import torch
+
+        refuse, walk, strict, leaves = self.refuse, self.walk, self.strict, self.leaves
+        self.nodes += 1
+        if self.nodes > MAX_NODES or len(leaves) >= MAX_LEAVES:
             raise _TooLarge
         if isinstance(v, (tuple, list, dict)):
             kind = "tuple" if isinstance(v, tuple) else "list" if isinstance(v, list) else "dict"
@@ -219,18 +239,6 @@ def flatten_output(out: Any, *, strict: bool = False) -> tuple[dict[str, Any], l
                                  "tuples/lists/dicts of them are compared)")
         leaves.append((path_str(parts), leaf))
         return {"t": "leaf"}
-
-    try:
-        return walk(out, [], 0), leaves
-    except _TooLarge:
-        what = f"more than {MAX_LEAVES} values or {MAX_NODES} parts"
-        if strict:
-            raise ValueError(f"the output has {what}") from None
-        return {"t": "leaf"}, [("output", Opaque(f"output with {what}"))]
-    except BaseException as exc:  # noqa: BLE001 - runner side: candidate objects raised while being read
-        if strict:
-            raise
-        return {"t": "leaf"}, [("output", Opaque(f"output that could not be read ({type(exc).__name__})"))]
 
 
 def encode_values(values: list, placer: Any = None) -> tuple[list[dict[str, Any]], list[memoryview]]:
@@ -350,21 +358,29 @@ def decode_output(structure: Any, specs: Any, blobs: list, exchange: Any = None,
     """Judge side: the candidate's output rebuilt as nested tuples/lists/dicts of decoded leaves. Everything is
     validated as untrusted data: node kinds, depth (MAX_DEPTH), part count (MAX_NODES), dict keys (distinct
     strings of at most MAX_KEY_CHARS), and every leaf spec used exactly once, in order."""
-    leaves = decode_values(specs, blobs, exchange, device)
-    taken = 0
-    nodes = 0
+    builder = _Builder(decode_values(specs, blobs, exchange, device))
+    out = builder.build(structure, 0)
+    if builder.taken != len(builder.leaves):
+        raise WireError(f"output structure names {builder.taken} values, {len(builder.leaves)} were sent")
+    return out
 
-    def build(node: Any, depth: int) -> Any:
-        nonlocal taken, nodes
-        nodes += 1
-        if nodes > MAX_NODES:
+
+class _Builder:
+    """decode_output's walk; a class for the reason _Flattener is one (no reference cycle holding the leaves)."""
+
+    def __init__(self, leaves: list):
+        self.leaves, self.taken, self.nodes = leaves, 0, 0
+
+    def build(self, node: Any, depth: int) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
             raise WireError(f"output structure has more than {MAX_NODES} parts")
         kind = node.get("t") if isinstance(node, dict) else None
         if kind == "leaf":
-            if taken >= len(leaves):
+            if self.taken >= len(self.leaves):
                 raise WireError("output structure names more values than were sent")
-            taken += 1
-            return leaves[taken - 1]
+            self.taken += 1
+            return self.leaves[self.taken - 1]
         if kind not in ("tuple", "list", "dict"):
             raise WireError(f"output structure node is not a leaf, tuple, list or dict ({str(kind)[:40]!r})")
         if depth >= MAX_DEPTH:
@@ -377,11 +393,6 @@ def decode_output(structure: Any, specs: Any, blobs: list, exchange: Any = None,
             if (not isinstance(keys, list) or len(keys) != len(items) or len(set(map(str, keys))) != len(keys)
                     or not all(isinstance(k, str) and len(k) <= MAX_KEY_CHARS for k in keys)):
                 raise WireError("output structure: dict keys are not distinct strings, one per item")
-            return {k: build(child, depth + 1) for k, child in zip(keys, items)}
-        children = [build(child, depth + 1) for child in items]
+            return {k: self.build(child, depth + 1) for k, child in zip(keys, items)}
+        children = [self.build(child, depth + 1) for child in items]
         return tuple(children) if kind == "tuple" else children
-
-    out = build(structure, 0)
-    if taken != len(leaves):
-        raise WireError(f"output structure names {taken} values, {len(leaves)} were sent")
-    return out
