@@ -205,7 +205,7 @@ async def measure(workdir: Path, quick: bool, n_calls: int, only: list[str] | No
             tid = begun.structured_content["task_id"]
             start_task_s = round(time.monotonic() - t0, 2)
             rows: dict[str, list] = {"warmup": [], "measured": []}
-            for series, n in (("warmup", 1), ("measured", n_calls)):
+            for series, n in (("warmup", 0 if quick else 1), ("measured", n_calls)):  # quick: no timing to warm
                 for _ in range(n):
                     calls += 1
                     t1 = time.monotonic()
