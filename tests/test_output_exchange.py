@@ -136,9 +136,9 @@ def test_the_judge_falls_back_to_a_host_region_when_no_gpu_region_can_be_made_or
 
 
 def test_a_gpu_region_is_used_only_where_the_measured_peak_leaves_room_for_it(monkeypatch):
-    """At 6 GiB of output the H200's judge and runner together needed at least 23x the output
-    (verify_sizes_3a97d84.json):
-    a region on top of that ran the judge out of memory, so such a job gets the host region."""
+    """At 6 GiB of output the H200's judge and runner together held 8.6x the output beside the region
+    (verify_sizes_forced_a4be528.json): such a job gets a GPU region on the 140 GB card, a 13 GiB one the host
+    region (11 x 13 GiB is over the card)."""
     from types import SimpleNamespace
 
     from egg_mcp.evaluation import exchange as exchange_mod
@@ -146,8 +146,11 @@ def test_a_gpu_region_is_used_only_where_the_measured_peak_leaves_room_for_it(mo
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=int(139.8 * 2**30)))
     assert exchange_mod._too_big_for_gpu(2 << 30) is None
-    said = exchange_mod._too_big_for_gpu(6 << 30)
-    assert said is not None and "6.0 GiB of outputs x 25" in said and "139.8 GiB" in said
+    assert exchange_mod._too_big_for_gpu(6 << 30) is None
+    said = exchange_mod._too_big_for_gpu(13 << 30)
+    assert said is not None and "13.0 GiB of outputs x 11" in said and "139.8 GiB" in said
+    monkeypatch.setenv("EGG_MCP_EXCHANGE_GPU_PEAK_PER_BYTE", "30")  # the override the benchmarks use
+    assert "x 31" in (exchange_mod._too_big_for_gpu(6 << 30) or "")
 
 
 HONEST = (Path(__file__).parent / "adversarial" / "correct_row_softmax.py").read_text()

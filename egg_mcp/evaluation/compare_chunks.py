@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-CHUNK_ELEMENTS = 1 << 24
-"""Elements per chunk (64 MiB of fp32): each temporary is this size, not the output's."""
+CHUNK_ELEMENTS = 1 << 26
+"""Elements per chunk (256 MiB of fp32; about 1.5 GiB of temporaries at once): few enough chunks that launching
+their kernels costs little beside the copies of a large output."""
 
 
 @dataclass
@@ -48,37 +49,46 @@ def _chunks(g: torch.Tensor, e: torch.Tensor, dtype: torch.dtype):
 
 
 def max_abs_finite(e: torch.Tensor, dtype: torch.dtype) -> float:
-    """max |e| over finite elements; inf when none is finite (compare_tensor's convention)."""
-    best, any_finite = 0.0, False
+    """max |e| over finite elements; inf when none is finite (compare_tensor's convention). One sync, at the end."""
+    best = torch.zeros((), dtype=dtype, device=e.device)
+    any_finite = torch.zeros((), dtype=torch.bool, device=e.device)
     for _, _, ec in _chunks(e, e, dtype):
         finite = torch.isfinite(ec)
-        if bool(finite.any()):
-            any_finite = True
-            best = max(best, float(torch.where(finite, ec.abs(), 0).max()))
-    return best if any_finite else math.inf
+        any_finite |= finite.any()
+        best = torch.maximum(best, torch.where(finite, ec.abs(), 0).amax())
+    return float(best) if bool(any_finite) else math.inf
+
+
+def _bad(gc: torch.Tensor, ec: torch.Tensor, atol: float, rtol: float
+         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(bad, |g - e| where both are finite else 0, the limit atol + rtol |e|) of one chunk."""
+    g_fin, e_fin = torch.isfinite(gc), torch.isfinite(ec)
+    same_nonfinite = (~g_fin) & (~e_fin) & ((gc == ec) | (torch.isnan(gc) & torch.isnan(ec)))
+    both = g_fin & e_fin
+    abs_err = torch.where(both, (gc - ec).abs(), 0)
+    limit = atol + rtol * torch.where(e_fin, ec.abs(), 0)
+    return (abs_err > limit) | (~both & ~same_nonfinite), abs_err, limit
 
 
 def check(g: torch.Tensor, e: torch.Tensor, atol: float, rtol: float, max_abs: float, sample_step: int,
           dtype: torch.dtype) -> ChunkedCheck:
-    """Bad elements (|g - e| > atol + rtol |e|, or non-finite where the reference differs) and the error share."""
+    """Bad elements (|g - e| > atol + rtol |e|, or non-finite where the reference differs) and the error share.
+    The counts stay on the device until the end (one sync per pass, not per chunk); the bad-element mask is made
+    in a second pass, only when some element is bad."""
     found = ChunkedCheck(max_abs_expected=max_abs)
+    n_bad = torch.zeros((), dtype=torch.int64, device=e.device)
+    share_max = torch.zeros((), dtype=dtype, device=e.device)
     for start, gc, ec in _chunks(g, e, dtype):
-        g_fin, e_fin = torch.isfinite(gc), torch.isfinite(ec)
-        same_nonfinite = (~g_fin) & (~e_fin) & ((gc == ec) | (torch.isnan(gc) & torch.isnan(ec)))
-        both = g_fin & e_fin
-        abs_err = torch.where(both, (gc - ec).abs(), 0)
-        e_abs = torch.where(e_fin, ec.abs(), 0)
-        bad = (abs_err > atol + rtol * e_abs) | (~both & ~same_nonfinite)
-        n_bad = int(bad.sum())
-        if n_bad:
-            if found.bad is None:
-                found.bad = torch.zeros(e.numel(), dtype=torch.bool, device=e.device)
-            found.bad[start:start + bad.numel()] = bad
-            found.n_bad += n_bad
-        share = abs_err / (atol + rtol * e_abs)
-        found.share_max = max(found.share_max, float(share.max()))
+        bad, abs_err, limit = _bad(gc, ec, atol, rtol)
+        n_bad += bad.sum()
+        share = abs_err / limit
+        share_max = torch.maximum(share_max, share.amax())
         first = (-start) % sample_step  # the whole tensor's sample is share[::sample_step]
         found.samples.append(share[first::sample_step].clone())  # a view would keep the chunk's share
-    if found.bad is not None:
-        found.bad = found.bad.reshape(e.shape)
+    found.n_bad, found.share_max = int(n_bad), float(share_max)
+    if found.n_bad:
+        mask = torch.zeros(e.numel(), dtype=torch.bool, device=e.device)
+        for start, gc, ec in _chunks(g, e, dtype):
+            mask[start:start + gc.numel()] = _bad(gc, ec, atol, rtol)[0]
+        found.bad = mask.reshape(e.shape)
     return found

@@ -161,12 +161,13 @@ class Ranges:
         return None
 
 
-GPU_PEAK_PER_OUTPUT_BYTE = 24
-"""What the judge and the runner needed together at their peak per byte of output, at level1/23 softmax's full size on
-the H200 (6 GiB out): the judge held 90.6 GiB in its timed-call audit and could not get 6 GiB more, the runner held
-42.7 GiB, so at least (96.6 + 42.7) / 6 = 23.2 (benchmarks/results/h200_2026-12-02/verify_sizes_3a97d84.json). A GPU
-region adds one byte per output byte for the whole job: there it ran the judge out of memory, so a region goes on the
-GPU only where that fits (a 2 GiB output did: verify overhead 0.80 s there, against 1.90 s through host memory)."""
+GPU_PEAK_PER_OUTPUT_BYTE = 10
+"""What the judge and the runner held on the GPU together at their peak per byte of output, at level1/23 softmax's full
+size on the H200 (6 GiB out, GPU region forced): the runner 37.6 GiB, the judge 13.7 GiB beside the 6 GiB region
+(nvidia-smi; the judge's own peak 12.7 GiB reserved), so 8.6, rounded up to 10 for the prestarted runners and the
+allocator (benchmarks/results/h200_2026-12-03/verify_sizes_forced_a4be528.json). It was 24 while the judge kept
+every output in a reference cycle until the garbage collector ran (60-90 GiB at that size). A GPU region adds one
+byte per output byte for the whole job, so a region goes on the GPU only where (10 + 1) x the outputs fit."""
 
 
 def _too_big_for_gpu(total: int) -> str | None:
