@@ -118,7 +118,8 @@ class MeasuredConfig(BaseModel):
     median_ms: float | None = None
     correct: bool | None = None
     error_kind: Literal["compile_error", "out_of_resources", "incorrect", "runtime_error", "timeout",
-                        "timed_output"] | None = None
+                        "timed_output", "not_measured"] | None = Field(
+        default=None, description="'not_measured': picked, but the budget ran out before it was compiled or timed")
     error: str | None = None
     max_abs_error: float | None = None
     kernels: list[KernelInfo] = Field(default_factory=list)
