@@ -77,6 +77,8 @@ class CandidateSpace(BaseModel):
     )
     warnings: list[str] = Field(default_factory=list)
     calls: list[KernelCall] = Field(default_factory=list, description="per launch: kernel, kind, dims (kernels.py)")
+    excluded: dict[str, str] = Field(default_factory=dict, description="values found but not tunable, and why: "
+                                                                       "never rewritten")
 
     def param(self, name: str) -> TunableParam | None:
         return next((p for p in self.params if p.name == name), None)
