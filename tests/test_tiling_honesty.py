@@ -181,3 +181,13 @@ def test_the_worker_marks_configs_it_never_reached_as_not_measured(tmp_path):
     assert all(r["median_ms"] is None for r in result["results"])
     assert result["stopped_by"] == "budget" and result["deadline_used"] is False
     assert json.dumps(result)  # plain JSON back to the server
+
+
+def test_a_module_constant_named_like_a_keyword_passed_as_different_literals_is_not_tuned_either():
+    source = PHASED.replace("@triton.jit", "BLOCK = 256\n\n\n@triton.jit").replace(
+        "PHASE=1, BLOCK=256", "PHASE=1, BLOCK=512").replace("triton.cdiv(n, 256)", "triton.cdiv(n, BLOCK)")
+    from egg_mcp.tiling.space import extract_space
+
+    space = extract_space(source, kind="elementwise", dims={"n": 4096})
+    assert "BLOCK" not in {p.name for p in space.params}
+    assert "module constant of its name is not tuned either" in space.excluded["BLOCK"]

@@ -123,7 +123,9 @@ def _found_params(index: SourceIndex, declared: dict, warnings: list[str],
                             "not tuned (one value for all of them would change what the launches compute); to tune "
                             "a block size used at several launches, give each launch its own module constant")
             excluded[kw] = (f"passed as different literals at {len(nodes)} launch sites "
-                            f"({sorted(v for v in values if v is not None)}): what each launch computes")
+                            f"({sorted(v for v in values if v is not None)}): what each launch computes"
+                            + ("; the module constant of its name is not tuned either" if kw in params else ""))
+            params.pop(kw, None)  # a constant of that name would be rewritten while the launches keep their literals
             continue
         _add(params, kw, "launch_keyword", int_literal(nodes[0]), nodes[0].lineno)
     for site in index.autotune:
