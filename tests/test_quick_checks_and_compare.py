@@ -198,6 +198,8 @@ def test_propose_tiling_on_cpu_says_what_was_not_measured(tmp_path):
         assert not proposal.measured
         assert "measure=true, but there is no GPU here" in proposal.note
         assert "not requested" not in proposal.note
+        t = proposal.time_s  # the launch probe's seconds came out of the call's budget, and say so
+        assert t["budget"] == 60 and t["probe"] >= 0 and t["total"] >= t["probe"] and "left" in t
 
     asyncio.run(main())
 

@@ -73,7 +73,7 @@ def register_measure_tools(mcp: MCPServer, service: EggService) -> None:
         candidate_id: str,
         max_trials: int = Field(8, ge=1, le=limits.MAX_TRIALS, description="configs to measure on the GPU"),
         time_budget_s: float = Field(120.0, ge=limits.MIN_TIME_BUDGET_S, le=limits.MAX_TIME_BUDGET_S,
-                                     allow_inf_nan=False, description="wall-time budget for measuring"),
+                                     allow_inf_nan=False, description="the whole call's wall-time budget"),
         dims: dict[str, SizeInt] | None = Field(
             None, description="problem dims (M,N,K or n_rows,n_cols); default: analysis"),
         kind: Literal["gemm", "reduction", "elementwise", "softmax", "norm", "attention"] | None = Field(
@@ -88,8 +88,13 @@ def register_measure_tools(mcp: MCPServer, service: EggService) -> None:
             report_id, proposal = await svc.tiling(service, task_id, candidate_id, max_trials=max_trials,
                                                    time_budget_s=time_budget_s, dims=dims, kind=kind, measure=measure,
                                                    progress=progress)
-        nxt = ("verify proposal.recommended_source, then commit_stage if it is faster" if proposal.recommended_source
-               else "no rewritten source: change the tunables by hand, verify, then commit_stage")
+        if proposal.recommended_source and proposal.reverified is not None:
+            nxt = ("proposal.recommended_source passed verify's checks and timed faster than the current source: "
+                   "verify it as a candidate, then commit_stage")
+        elif proposal.recommended_source:
+            nxt = "verify proposal.recommended_source (not measured), then commit_stage if it is faster"
+        else:
+            nxt = "keep the current config, or change the tunables by hand, verify, then commit_stage"
         return said("propose_tiling", TilingResult(task_id=task_id, candidate_id=candidate_id, report_id=report_id,
                                                    proposal=proposal, next_step=nxt))
 

@@ -202,6 +202,11 @@ def propose_tiling(r) -> str:
     if p.recommended:
         lines.append(f"recommended {p.recommended.values}: {_clip(p.recommended_reason, 200)}"
                      + ("; source in structuredContent.proposal.recommended_source" if p.recommended_source else ""))
+    elif p.recommended_reason:
+        lines.append(f"no recommendation: {_clip(p.recommended_reason, 200)}")
+    if p.excluded:
+        lines.append("not tuned (never rewritten): " + "; ".join(
+            f"{k}: {_clip(v, 80)}" for k, v in list(p.excluded.items())[:3]))
     for w in p.warnings[:2]:
         lines.append(f"warning: {_clip(w, 200)}")
     lines.append(f"next: {r.next_step}")

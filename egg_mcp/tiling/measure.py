@@ -149,6 +149,8 @@ class _Trials:
         self.clock: TrialClock | None = None
         self.counter = 0
         self.compile_wall = 0.0
+        self.measure_wall = 0.0  # checking and timing configs (the rest of the job: problem build, module loads)
+        self.skipped = 0  # configs picked but not measured: the budget was spent first
         self.modes: list[str] = []
 
     def write_reference(self) -> None:
@@ -190,30 +192,35 @@ class _Trials:
         out = []
         for (config, _), path, index, w in zip(batch, paths, indices, warm):
             if self.spent():
-                out.append(MeasuredConfig(config=TilingConfig(values=config), error_kind="timeout",
+                self.skipped += 1
+                out.append(MeasuredConfig(config=TilingConfig(values=config), error_kind="not_measured",
                                           error="not measured: the job's time budget was spent"))
                 continue
             assert self.clock is not None  # made with the problem
+            t0 = time.perf_counter()
             out.append(_measure_one(self.problem, self.clock, config, path, index, w, job))
+            self.measure_wall += time.perf_counter() - t0
         return out
 
 
-def _adaptive_rounds(adaptive: AdaptiveJob, trials: _Trials, results: list[MeasuredConfig], notes: list[str]) -> None:
-    """Rounds of configs picked from the model's ranking around the best measured one (plan.next_configs)."""
+def _adaptive_rounds(adaptive: AdaptiveJob, trials: _Trials, results: list[MeasuredConfig], notes: list[str]) -> str:
+    """Rounds of configs picked from the model's ranking around the best measured one (plan.next_configs); returns
+    what stopped them: 'max_trials' (all picked), 'budget' (the time ran out first) or 'space' (nothing left)."""
     from egg_mcp.tiling.rewrite import apply_config
 
     measured: dict[tuple, float | None] = {config_key(r.config.values): r.median_ms for r in results}
     for size in round_sizes(adaptive.max_trials):
         if trials.spent():
             notes.append("stopped early: time budget spent")
-            break
+            return "budget"
         picks = next_configs([(dict(c), p) for c, p in adaptive.ranked], adaptive.choices, measured, size)
         if not picks:
-            break
+            return "space"
         batch = [(c, apply_config(adaptive.candidate_source, c)) for c in picks]
         for r in trials.run_batch(batch):
             measured[config_key(r.config.values)] = r.median_ms if r.correct else None
             results.append(r)
+    return "budget" if trials.skipped else "max_trials"
 
 
 def _device_name(device: str) -> str:
@@ -229,11 +236,15 @@ def measure_configs(payload: dict) -> dict:
     payload: see `MeasurePayload` — `candidates` (config + applied source, all measured) and/or
     `adaptive` (the worker picks up to max_trials configs in rounds from the model's ranking,
     walking around the best measured one). Returns {"results": [MeasuredConfig...], "device",
-    "compile_mode", "compile_wall_s", "wall_s", "notes"}.
+    "compile_mode", "compile_wall_s", "measure_wall_s", "wall_s", "started_unix", "time_budget_s" (the job's own
+    clock), "deadline_used" (whether the caller's deadline set it), "stopped_by" ('max_trials', 'budget' or
+    'space'), "notes"}; a config picked but not reached before the budget ran out has error_kind 'not_measured'.
     """
     started, started_unix = time.perf_counter(), time.time()
     job = MeasurePayload.model_validate(payload)
-    if job.deadline_unix is not None and 0 < job.deadline_unix - started_unix < 86400:
+    deadline_used = job.deadline_unix is not None and 0 < job.deadline_unix - started_unix < 86400
+    if deadline_used:
+        assert job.deadline_unix is not None
         job.time_budget_s = max(1.0, job.deadline_unix - started_unix)
     if job.dtype not in TORCH_DTYPES:
         raise ValueError(f"dtype {job.dtype!r} is not one of {TORCH_DTYPES}")
@@ -245,12 +256,15 @@ def measure_configs(payload: dict) -> dict:
     notes: list[str] = []
     results: list[MeasuredConfig] = []
     trials = _Trials(job, device, workdir, started)
+    stopped_by = "max_trials"
     try:
         trials.write_reference()
         if job.candidates:
             results += trials.run_batch([(c.config, c.source) for c in job.candidates])
         if job.adaptive is not None:
-            _adaptive_rounds(job.adaptive, trials, results, notes)
+            stopped_by = _adaptive_rounds(job.adaptive, trials, results, notes)
+        elif trials.skipped:
+            stopped_by = "budget"
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         if job.cache_dir:
@@ -260,8 +274,12 @@ def measure_configs(payload: dict) -> dict:
         "device": _device_name(device),
         "compile_mode": ", ".join(sorted(set(trials.modes))) or "none",
         "compile_wall_s": trials.compile_wall,
+        "measure_wall_s": trials.measure_wall,
         "wall_s": time.perf_counter() - started,
         "started_unix": started_unix,
+        "time_budget_s": job.time_budget_s,
+        "deadline_used": deadline_used,
+        "stopped_by": stopped_by,
         "notes": notes,
     }
 

@@ -3,8 +3,6 @@ then measure just enough of them on the GPU to be sure of the recommendation."""
 
 from __future__ import annotations
 
-import inspect
-import math
 import time
 from collections import Counter
 from typing import Any
@@ -13,6 +11,8 @@ from egg_mcp.contract import EvalOptions
 from egg_mcp.hardware import GpuSpec, gpu_status, spec_for
 from egg_mcp.tiling.dims import check_kind, normalize_dims
 from egg_mcp.tiling.kernel_calls import kernel_calls, spearman
+from egg_mcp.tiling.measure_call import measure as measure_job
+from egg_mcp.tiling.measure_call import report
 from egg_mcp.tiling.model import estimate_all, grid_notes, infer_kind
 from egg_mcp.tiling.plan import config_key
 from egg_mcp.tiling.rewrite import apply_config
@@ -26,9 +26,9 @@ from egg_mcp.tiling.tiling_types import (
     TilingConfig,
     TilingProposal,
 )
+from egg_mcp.tiling.verdict import choose, reverify
 
 STAND_IN_GPU = "H200"
-MEASURE_TARGET = "egg_mcp.tiling.measure:measure_configs"
 PROBE_TARGET = "egg_mcp.tiling.launches:probe_launches"
 
 
@@ -50,20 +50,6 @@ async def probe_launches(evaluator: Any, *, reference_source: str, candidate_sou
         return None, f"launch probe failed on the meta device ({outcome.result['error']})"
     return records, None
 TABLE_ROWS = 24  # unmeasured rows shown after the measured ones
-RANKED_SENT = 4096  # ranked configs handed to the worker (it walks only near the top)
-JOB_STARTUP_S = 30.0  # worker start + torch import: the job's fallback budget when it has no usable deadline
-RETURN_MARGIN_S = 3.0  # the job stops measuring this long before the caller's budget ends (its result returns)
-BASELINE_NOISE = 0.02
-"""A config must beat the current one by more than this share (or 3 standard errors of the two medians, if more)
-to be recommended: anything closer is noise, and the current config stays."""
-
-
-async def _report(progress, done: float, total: float | None, message: str) -> None:
-    if progress is None:
-        return
-    outcome = progress(done, total, message)
-    if inspect.isawaitable(outcome):
-        await outcome
 
 
 def _pruned_groups(estimates: list[ConfigEstimate]) -> list[PrunedGroup]:
@@ -108,6 +94,7 @@ async def propose_tiling(
     progress=None,
     max_configs: int = DEFAULT_MAX_CONFIGS,
     launches: list[dict] | None = None,
+    spent_s: float = 0.0,
 ) -> TilingProposal:
     """Hardware-aware search of the candidate's tile configurations.
 
@@ -116,9 +103,12 @@ async def propose_tiling(
     `options.size_overrides` when given. `kind` picks the cost model (inferred from the kernels'
     tl.* calls when None). `launches` (from `probe_launches`) gives each kernel launch its own dims; without
     it the task's dims are used. With `measure` and a GPU, up to `max_trials` configs are compiled,
-    checked on one input and timed in one GPU job; otherwise the ranking is analytic only.
+    checked on one input and timed in one GPU job, the current config first; a config that beats it beyond the
+    noise band is re-verified through verify (`verdict.py`) before it is recommended; otherwise the ranking is
+    analytic only. `time_budget_s` is the whole call's, of which `spent_s` went before (the launch probe):
+    `time_s` says where it all went.
     """
-    started = time.perf_counter()
+    started = time.perf_counter() - spent_s
     if max_trials < 0:
         raise ValueError("max_trials must be >= 0")
     kind, canonical, space, call_notes = _tunable_space(candidate_source, kind, dims, launches)
@@ -126,45 +116,65 @@ async def propose_tiling(
     configs, total, truncated = enumerate_configs(space, max_configs=max_configs)
     estimates = estimate_all(configs, space, gpu=gpu, dims=canonical, kind=kind, dtype=options.dtype)
     feasible = [e for e in estimates if e.feasible]
-    warnings = (list(space.warnings) + call_notes + grid_notes(space, gpu, options.dtype)
-                + ([stand_in] if stand_in else []))
+    proposal = _proposal(space, kind, canonical, gpu, options.dtype, estimates, feasible, total, truncated,
+                         call_notes + ([stand_in] if stand_in else []))
+    proposal.time_s = {"budget": round(time_budget_s, 3), "probe": round(spent_s, 3),
+                       "model": round(time.perf_counter() - started - spent_s, 3)}
+    by_key = {config_key(e.config.values): e for e in estimates}
+
+    measured: list[MeasuredConfig] = []
+    baseline = current_config(space)  # the config the source has now: measured first, the one to beat
+    gpu_measures = measure and max_trials > 0 and bool(feasible) and evaluator.has_gpu()
+    if not feasible:
+        proposal.note = "every config was pruned; see `pruned` for the reasons"
+    elif not measure or max_trials == 0:
+        proposal.note = "unmeasured: measurement not requested (analytic ranking only)"
+    elif not gpu_measures:
+        proposal.note = "unmeasured: no GPU (analytic ranking only)"
+    else:
+        measured = await measure_job(evaluator, proposal, feasible, space, reference_source, candidate_source,
+                                     options, max_trials, time_budget_s - (time.perf_counter() - started), progress,
+                                     baseline)
+
+    ordered = _rank_table(proposal, measured, feasible, by_key, baseline)
+    correct = [m for m in ordered if m.correct and m.median_ms is not None]
+    _rank_correlation(proposal, correct, by_key)
+    if gpu_measures:  # a measured config, beyond noise over the measured current one, re-verified; or none
+        base = next((m for m in measured if config_key(m.config.values) == config_key(baseline)), None)
+        winner = choose(proposal, measured, correct, base, feasible)
+        if winner is not None:
+            await report(progress, len(measured), None,
+                         f"re-verifying the winner {winner.config.values} and the current source through verify")
+            proposal.time_s["verify"] = round(await reverify(
+                proposal, evaluator, winner, reference_source=reference_source, candidate_source=candidate_source,
+                options=options), 3)
+    elif feasible:
+        proposal.recommended = feasible[0].config
+        proposal.recommended_source = apply_config(candidate_source, proposal.recommended.values)
+        proposal.recommended_reason = ("best predicted by the analytic model (not measured): verify it against the "
+                                       "current config")
+    proposal.wall_s = time.perf_counter() - started
+    proposal.time_s.update(total=round(proposal.wall_s, 3), left=round(time_budget_s - proposal.wall_s, 3))
+    return proposal
+
+
+def _proposal(space, kind: str, canonical: dict[str, int], gpu: GpuSpec, dtype: str,
+              estimates: list[ConfigEstimate], feasible: list[ConfigEstimate], total: int, truncated: bool,
+              notes: list[str]) -> TilingProposal:
+    """The proposal before anything is measured: the space, what was pruned, each launch's kernel, the warnings."""
+    warnings = list(space.warnings) + notes + grid_notes(space, gpu, dtype)
     if truncated:
-        warnings.append(f"space of {total} configs sampled down to {len(configs)} (seeded, uniform)")
-    proposal = TilingProposal(
-        kind=kind, dims=canonical, gpu=gpu.name, dtype=options.dtype, parameters=space.params, space_size=total,
-        enumerated=len(configs), truncated=truncated, feasible_count=len(feasible),
+        warnings.append(f"space of {total} configs sampled down to {len(estimates)} (seeded, uniform)")
+    return TilingProposal(
+        kind=kind, dims=canonical, gpu=gpu.name, dtype=dtype, parameters=space.params, space_size=total,
+        enumerated=len(estimates), truncated=truncated, feasible_count=len(feasible),
         pruned_count=len(estimates) - len(feasible), pruned=_pruned_groups(estimates), warnings=warnings,
+        excluded=dict(space.excluded),
         kernels=[KernelSummary(kernel=c.kernel, kind=c.kind, dims=c.dims, dims_from=c.dims_from, precision=c.precision,
                                parameters={k: v for k, v in c.params.items() if (p := space.param(v)) is not None
                                            and p.applicable and len(p.choices) > 1})
                  for c in space.calls],
     )
-    by_key = {config_key(e.config.values): e for e in estimates}
-
-    measured: list[MeasuredConfig] = []
-    baseline = current_config(space)  # the config the source has now: measured first, the one to beat
-    baseline = baseline if all(p.name in baseline for p in _tunable(space)) else None
-    if not feasible:
-        proposal.note = "every config was pruned; see `pruned` for the reasons"
-    elif not measure or max_trials == 0:
-        proposal.note = "unmeasured: measurement not requested (analytic ranking only)"
-    elif not evaluator.has_gpu():
-        proposal.note = "unmeasured: no GPU (analytic ranking only)"
-    else:
-        measured = await _measure(evaluator, proposal, feasible, space, reference_source, candidate_source,
-                                  options, max_trials, time_budget_s - (time.perf_counter() - started), progress,
-                                  baseline)
-
-    ordered = _rank_table(proposal, measured, feasible, by_key)
-    correct = [m for m in ordered if m.correct and m.median_ms is not None]
-    _rank_correlation(proposal, correct, by_key)
-    base = next((m for m in measured if config_key(m.config.values) == config_key(baseline)), None) \
-        if baseline else None
-    _recommend(proposal, evaluator, measure, measured, correct, base, feasible)
-    if proposal.recommended is not None:
-        proposal.recommended_source = apply_config(candidate_source, proposal.recommended.values)
-    proposal.wall_s = time.perf_counter() - started
-    return proposal
 
 
 def _tunable(space) -> list:
@@ -202,15 +212,17 @@ def _target_gpu(gpu: GpuSpec | None) -> tuple[GpuSpec, str | None]:
 
 
 def _rank_table(proposal: TilingProposal, measured: list[MeasuredConfig], feasible: list[ConfigEstimate],
-                by_key: dict[tuple, ConfigEstimate]) -> list[MeasuredConfig]:
-    """The ranked table: measured configs first (correct by time, then the failures), then the best
-    predicted ones not measured; returns the measured configs in that order."""
+                by_key: dict[tuple, ConfigEstimate], current: dict[str, int]) -> list[MeasuredConfig]:
+    """The ranked table: measured configs first (correct by time, then the failures; the current one says so),
+    then the best predicted ones not measured; returns the measured configs in that order."""
     ranked: list[RankedConfig] = []
     seen: set[tuple] = set()
     ordered = sorted(measured, key=lambda m: (not m.correct, m.median_ms if m.median_ms is not None else float("inf")))
     for m in ordered:
         seen.add(config_key(m.config.values))
         ranked.append(_row(len(ranked) + 1, by_key.get(config_key(m.config.values)), m.config.values, m))
+        if config_key(m.config.values) == config_key(current):
+            ranked[-1].notes.insert(0, "the current config (the unchanged source)")
     for est in feasible:
         if len(ranked) >= len(measured) + TABLE_ROWS:
             break
@@ -235,105 +247,3 @@ def _rank_correlation(proposal: TilingProposal, correct: list[MeasuredConfig], b
     if proposal.rank_correlation is not None:
         proposal.note += (f"; model vs measured rank correlation (Spearman) {proposal.rank_correlation:.2f} over "
                           f"{len(pairs)} configs")
-
-
-def _recommend(proposal: TilingProposal, evaluator: Any, measure: bool, measured: list[MeasuredConfig],
-               correct: list[MeasuredConfig], base: MeasuredConfig | None, feasible: list[ConfigEstimate]) -> None:
-    """The recommendation and its reason: from the measured configs when any is correct; none when
-    all failed or nothing was measured on a GPU; else the analytic model's best."""
-    if correct:
-        _recommend_measured(proposal, correct, base, feasible)
-    elif measured:
-        proposal.recommended_reason = ("no measured config was correct: fix the candidate first (see the errors in "
-                                       "`ranked`) before tuning it")
-    elif measure and evaluator.has_gpu() and feasible:
-        proposal.recommended_reason = "nothing was measured (see note): no config is recommended over the current one"
-    elif feasible:
-        proposal.recommended = feasible[0].config
-        proposal.recommended_reason = ("best predicted by the analytic model (not measured): verify it against the "
-                                       "current config")
-
-
-def _recommend_measured(proposal: TilingProposal, correct: list[MeasuredConfig], base: MeasuredConfig | None,
-                        feasible: list[ConfigEstimate]) -> None:
-    """With correct measured configs: fix a current config that failed; else the fastest, but over a
-    measured current config only beyond the noise band."""
-    if base is not None and not (base.correct and base.median_ms is not None):
-        proposal.recommended_reason = (f"the current config did not measure ({base.error_kind or 'no time'}: "
-                                       f"{(base.error or '')[:160]}): fix the candidate before tuning it")
-        return
-    best = correct[0]
-    predicted_rank = next((i + 1 for i, e in enumerate(feasible)
-                           if config_key(e.config.values) == config_key(best.config.values)), None)
-    if base is None:
-        proposal.recommended = best.config
-        proposal.recommended_reason = (f"fastest of {len(correct)} correct configs measured ({best.median_ms:.4f} "
-                                       f"ms, predicted rank {predicted_rank}); the current config was not measured")
-        return
-    band = _noise_band(best, base)
-    assert best.median_ms is not None and base.median_ms is not None  # both measured correct
-    if best is not base and best.median_ms < base.median_ms * (1 - band):
-        proposal.recommended = best.config
-        proposal.recommended_reason = (
-            f"{base.median_ms / best.median_ms:.2f}x faster than the current config ({best.median_ms:.4f} vs "
-            f"{base.median_ms:.4f} ms, beyond the {band:.1%} noise band; fastest of {len(correct)} correct "
-            f"configs measured, predicted rank {predicted_rank})")
-    else:
-        others = [m.median_ms for m in correct if m is not base and m.median_ms is not None]
-        proposal.recommended_reason = (
-            f"keep the current config: no measured config beat it beyond the {band:.1%} noise band (current "
-            f"{base.median_ms:.4f} ms, best other {min(others, default=float('nan')):.4f} ms over "
-            f"{len(correct)} correct configs)")
-
-
-def _noise_band(a: MeasuredConfig, b: MeasuredConfig) -> float:
-    """BASELINE_NOISE, or 3 standard errors of the two medians (1.2533 cv / sqrt(runs) each) if that is more."""
-    se2 = sum((1.2533 * (m.timing_cv or 0.0)) ** 2 / max(1, m.timing_runs or 1) for m in (a, b))
-    return max(BASELINE_NOISE, 3 * math.sqrt(se2))
-
-
-async def _measure(evaluator, proposal: TilingProposal, feasible: list[ConfigEstimate], space, reference_source: str,
-                   candidate_source: str, options: EvalOptions, max_trials: int, budget_s: float,
-                   progress, baseline: dict[str, int] | None = None) -> list[MeasuredConfig]:
-    choices = {p.name: list(p.choices) for p in space.params if p.applicable}
-    payload = {
-        "reference_source": reference_source,
-        "adaptive": {
-            "candidate_source": candidate_source,
-            "ranked": [[e.config.values, e.predicted_ms] for e in feasible[:RANKED_SENT]],
-            "choices": choices,
-            "max_trials": min(max_trials - (1 if baseline and max_trials > 1 else 0), len(feasible)),  # baseline counts
-        },
-        "dtype": options.dtype,
-        "size_overrides": dict(options.size_overrides),
-        "atol": options.tolerance.atol,
-        "rtol": options.tolerance.rtol,
-        "device": "cuda",
-        "time_budget_s": max(5.0, budget_s - JOB_STARTUP_S),  # the job's own clock, if its deadline is unusable
-        "deadline_unix": time.time() + max(5.0, budget_s - RETURN_MARGIN_S),  # the budget, whatever start-up took
-    }
-    if baseline:  # the current config first, from the unchanged source: what a winner has to beat
-        payload["candidates"] = [{"config": baseline, "source": candidate_source}]
-    total = min(max_trials, len(feasible))
-    await _report(progress, 0, total, f"compiling and timing up to {total} of {len(feasible)} feasible configs on the "
-                                      "GPU")
-    asked = time.time()
-    outcome = await evaluator.run_job(MEASURE_TARGET, payload, timeout_s=max(10.0, budget_s), uses_gpu=True)
-    if not outcome.ok or not outcome.result:
-        reason = outcome.error.message if outcome.error else ("timed out" if outcome.timed_out else "no result")
-        proposal.note = f"unmeasured: the measuring job failed ({reason}); analytic ranking only"
-        proposal.warnings.append(f"measure job: {reason}")
-        await _report(progress, total, total, "measurement failed; analytic ranking only")
-        return []
-    result = outcome.result
-    measured = [MeasuredConfig.model_validate(r) for r in result.get("results", [])]
-    proposal.warnings += list(result.get("notes", []))
-    ok = sum(1 for m in measured if m.correct)
-    timed = [m for m in measured if m.median_ms is not None]
-    start_s = max(0.0, float(result.get("started_unix", asked)) - asked)
-    proposal.note = (f"measured {len(timed)} of {len(measured)} configs tried on {result.get('device', 'the GPU')} "
-                     f"({ok} correct); budget {budget_s:.0f} s: worker start {start_s:.1f} s, compile "
-                     f"{result.get('compile_wall_s', 0):.1f} s ({result.get('compile_mode')}), in the job "
-                     f"{result.get('wall_s', 0):.1f} s")
-    await _report(progress, len(measured), total, f"measured {len(measured)} configs, {ok} correct")
-    return measured

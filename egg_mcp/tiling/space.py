@@ -83,11 +83,13 @@ def extract_space(source: str, *, kind: str | None = None, dims: dict[str, int] 
     dims = dims or {}
     warnings = list(index.warnings)
     declared = index.tuning_space or {}
-    params = _found_params(index, declared, warnings)
+    excluded: dict[str, str] = {}
+    params = _found_params(index, declared, warnings, excluded)
     _link_kernels(index, params)
     _choose(index, params, declared, kind, dims)
     _bind(index, params)
-    return CandidateSpace(params=list(params.values()), kernels=index.kernels, derived=index.derived, warnings=warnings)
+    return CandidateSpace(params=list(params.values()), kernels=index.kernels, derived=index.derived, warnings=warnings,
+                          excluded=excluded)
 
 
 def _add(params: dict[str, TunableParam], name: str, source_kind: ParamSource, current: int | None, line: int | None,
@@ -104,8 +106,10 @@ def _add(params: dict[str, TunableParam], name: str, source_kind: ParamSource, c
     param.applicable = param.applicable or applicable
 
 
-def _found_params(index: SourceIndex, declared: dict, warnings: list[str]) -> dict[str, TunableParam]:
-    """Every parameter the source sets: module constants, launch keywords, autotune configs, TUNING_SPACE."""
+def _found_params(index: SourceIndex, declared: dict, warnings: list[str],
+                  excluded: dict[str, str]) -> dict[str, TunableParam]:
+    """Every parameter the source sets: module constants, launch keywords, autotune configs, TUNING_SPACE; what
+    it will not set goes to `excluded` with the reason."""
     params: dict[str, TunableParam] = {}
     passed_constants = {c for names in index.launch_names.values() for c in names}
     for name, nodes in index.constants.items():
@@ -118,6 +122,10 @@ def _found_params(index: SourceIndex, declared: dict, warnings: list[str]) -> di
                             f"({sorted(v for v in values if v is not None)}): "
                             "not tuned (one value for all of them would change what the launches compute); to tune "
                             "a block size used at several launches, give each launch its own module constant")
+            excluded[kw] = (f"passed as different literals at {len(nodes)} launch sites "
+                            f"({sorted(v for v in values if v is not None)}): what each launch computes"
+                            + ("; the module constant of its name is not tuned either" if kw in params else ""))
+            params.pop(kw, None)  # a constant of that name would be rewritten while the launches keep their literals
             continue
         _add(params, kw, "launch_keyword", int_literal(nodes[0]), nodes[0].lineno)
     for site in index.autotune:
@@ -131,6 +139,7 @@ def _found_params(index: SourceIndex, declared: dict, warnings: list[str]) -> di
                                         note="declared in TUNING_SPACE but no module-level int assignment sets it")
             warnings.append(f"TUNING_SPACE declares {name} but the source has no module-level `{name} = <int>` to "
                             "rewrite; add one and use it at the launch")
+            excluded[name] = "declared in TUNING_SPACE, but no module-level int assignment sets it"
         elif "tuning_space" not in params[name].sources:
             params[name].sources.append("tuning_space")
     return params

@@ -77,6 +77,8 @@ class CandidateSpace(BaseModel):
     )
     warnings: list[str] = Field(default_factory=list)
     calls: list[KernelCall] = Field(default_factory=list, description="per launch: kernel, kind, dims (kernels.py)")
+    excluded: dict[str, str] = Field(default_factory=dict, description="values found but not tunable, and why: "
+                                                                       "never rewritten")
 
     def param(self, name: str) -> TunableParam | None:
         return next((p for p in self.params if p.name == name), None)
@@ -118,7 +120,8 @@ class MeasuredConfig(BaseModel):
     median_ms: float | None = None
     correct: bool | None = None
     error_kind: Literal["compile_error", "out_of_resources", "incorrect", "runtime_error", "timeout",
-                        "timed_output"] | None = None
+                        "timed_output", "not_measured"] | None = Field(
+        default=None, description="'not_measured': picked, but the budget ran out before it was compiled or timed")
     error: str | None = None
     max_abs_error: float | None = None
     kernels: list[KernelInfo] = Field(default_factory=list)
@@ -159,6 +162,19 @@ class RankedConfig(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+class Reverification(BaseModel):
+    """The measured winner and the current source run again through verify's path before anything is said."""
+
+    config: TilingConfig
+    verdict: str | None = Field(default=None, description="verify's verdict on the winner's source")
+    current_verdict: str | None = Field(default=None, description="verify's verdict on the current source")
+    winner_ms: float | None = Field(default=None, description="verify's time of the winner's source")
+    current_ms: float | None = Field(default=None, description="verify's time of the current source")
+    confirmed: bool = Field(default=False, description="correct and faster than the current source beyond noise: "
+                                                       "only then is it recommended")
+    summary: str = ""
+
+
 class TilingProposal(BaseModel):
     kind: str
     dims: dict[str, int]
@@ -184,4 +200,15 @@ class TilingProposal(BaseModel):
         default=None, description="Spearman rho of predicted vs measured time over the measured correct configs (>= 3)")
     rank_correlation_n: int = 0
     wall_s: float = 0.0
+    not_measured: list[TilingConfig] = Field(
+        default_factory=list, description="configs picked to measure that the budget left unmeasured (not in "
+                                          "`ranked` as measured, not counted in trials_used)")
+    stopped_by: str = Field(default="", description="what ended the measuring: 'max_trials', 'budget', 'space' "
+                                                    "(every feasible config measured) or 'failed'")
+    time_s: dict[str, float] = Field(
+        default_factory=dict, description="where the time went: budget, probe (launch probe), model (space and "
+        "ranking), start (worker start-up), compile, measure (checking and timing), job_other, return, verify "
+        "(re-verifying the winner), total, left (budget - total)")
+    reverified: Reverification | None = Field(default=None, description="the winner re-run through verify")
+    excluded: dict[str, str] = Field(default_factory=dict, description="values found but never rewritten, and why")
     warnings: list[str] = Field(default_factory=list)

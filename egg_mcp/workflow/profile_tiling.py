@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from egg_mcp.contract import ProgressFn
@@ -51,15 +52,17 @@ async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_tr
     derived_dims, derived_kind = problem_dims(analysis)
     eval_options = service._eval_options(service._options(row), service._baselines(row))
     # each kernel launch's own dims (meta-device forward in a worker): a K=768 projection is not the task's K
+    probe_started = time.perf_counter()
     launches, probe_note = await probe_launches(service.evaluator, reference_source=service._reference(row),
                                                 candidate_source=source, options=eval_options)
+    probe_s = time.perf_counter() - probe_started  # spent from the caller's budget, and said in time_s
     try:
         proposal = await propose_tiling(
             service.evaluator, reference_source=service._reference(row), candidate_source=source,
             options=eval_options, launches=launches,
             gpu=service._gpu_for_roofline(),
             dims=dims or derived_dims, kind=kind or derived_kind, max_trials=max_trials, time_budget_s=time_budget_s,
-            measure=measure and service.timing_available(), progress=progress,
+            measure=measure and service.timing_available(), progress=progress, spent_s=probe_s,
         )
     except ValueError as exc:  # no tunables, unknown dims: the client can fix the candidate or pass dims
         raise WorkflowError(str(exc)) from None

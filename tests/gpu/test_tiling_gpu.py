@@ -17,7 +17,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from egg_mcp.contract import ErrorReport, EvalOptions, JobOutcome, default_tolerance  # noqa: E402
+from egg_mcp.contract import (  # noqa: E402
+    ErrorReport,
+    EvalOptions,
+    EvalResult,
+    JobOutcome,
+    TimingStats,
+    default_tolerance,
+)
 from egg_mcp.hardware import GPU_TABLE  # noqa: E402
 from egg_mcp.tiling.dims import normalize_dims  # noqa: E402
 from egg_mcp.tiling.model import estimate  # noqa: E402
@@ -52,6 +59,19 @@ class SubprocessEvaluator:
         if "error" in result:
             return JobOutcome(ok=False, error=ErrorReport(kind="job", message=result["error"]))
         return JobOutcome(ok=True, result=result)
+
+    async def evaluate(self, reference_source, candidate_source, options, progress=None):
+        """A stand-in for verify's re-run of the winner: the measuring worker on that one source."""
+        result = await asyncio.to_thread(run_worker, {
+            "reference_source": reference_source, "device": "cuda", "dtype": options.dtype,
+            "atol": options.tolerance.atol, "rtol": options.tolerance.rtol,
+            "size_overrides": dict(options.size_overrides),
+            "candidates": [{"config": {}, "source": candidate_source}]})
+        (r,) = result["results"]
+        timing = TimingStats(median_ms=r["median_ms"], cv=r["timing_cv"], n_runs=r["timing_runs"] or 0) \
+            if r["correct"] else None
+        return EvalResult(verdict="correct" if r["correct"] else "incorrect", summary=r.get("error") or "ok",
+                          correctness_trials=1, correctness_trials_passed=int(bool(r["correct"])), timing=timing)
 
 
 def test_measure_configs_times_checks_and_reports_resources():
