@@ -198,17 +198,18 @@ def test_a_quick_check_at_other_sizes_is_held_to_no_floor(tmp_path):
 
 
 def test_the_below_floor_flag_names_the_path_and_what_to_check():
-    from egg_mcp.workflow.verify import floor_basis
+    from egg_mcp.analysis.analysis_types import RooflineFloor
 
-    memory = floor_basis({"floor_ms": 1.0, "bound": "memory", "compute_type": "fp32",
-                          "spec_source": "datasheet: DRAM 4.3 TB/s lead"})
+    def floor(bound, path, source):
+        return RooflineFloor(gpu_name="NVIDIA H200", compute_type=path, floor_ms=1.0, bound=bound, compute_ms=1.0,
+                             memory_ms=1.0, spec_source=source)
+
+    memory = floor("memory", "fp32", "datasheet: DRAM 4.3 TB/s lead").basis()
     flags = review_findings(0.5, reference_ms=None, floor_ms=1.0, floor_path="fp32", floor_basis=memory)
     detail = next(f.detail for f in flags if f.check == "beyond_floor")
     assert "(fp32)" in detail and "minimum bytes at the DRAM rate" in detail and "4.3 TB/s lead" in detail
-    compute = floor_basis({"floor_ms": 1.0, "bound": "compute", "compute_type": "tf32x3", "spec_source": "x"})
-    assert compute is not None
+    compute = floor("compute", "tf32x3", "x").basis()
     assert "FLOPs at the tf32x3 rate" in compute and "faster path" in compute
-    assert floor_basis({}) is None
 
 
 def test_review_rule_thresholds():

@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from egg_mcp.analysis.analysis_types import ReferenceAnalysis
-from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_tol
+from egg_mcp.analysis.analysis_types import ReferenceAnalysis, RooflineFloor
+from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_tol, summary_now
 from egg_mcp.analysis.verdict import roofline_verdict
 from egg_mcp.contract import TolerancePolicy
 from egg_mcp.hardware import ceiling, lookup
@@ -48,6 +48,8 @@ class BriefFacts(BaseModel):
     gpu_name: str | None = None
     analysis_summary: str | None = None
     floor_ms: float | None = None
+    floor_ceilings: str | None = Field(default=None, description="the floor's ceilings and where they come from")
+    bandwidth: str | None = Field(default=None, description="the DRAM ceiling in force, with its provenance")
     eager_ms: float | None = None
     compile_ms: float | None = None
     best_ms: float | None = None
@@ -66,15 +68,19 @@ class BriefFacts(BaseModel):
                                                     "rule applies")
 
     @classmethod
-    def from_analysis(cls, analysis: ReferenceAnalysis, **facts) -> "BriefFacts":
-        """Facts that come straight from the reference analysis; pass the rest as keywords."""
+    def from_analysis(cls, analysis: ReferenceAnalysis, floor: RooflineFloor | None = None, **facts) -> "BriefFacts":
+        """Facts that come straight from the reference analysis; pass the rest as keywords. `floor` is the task's
+        floor now (`analysis.roofline.current_floor`), the one verify and profile_ncu hold times to; without it,
+        the stored one."""
         from egg_mcp.expertise.seeds import fusion_opportunities
 
+        floor = floor or analysis.floor
         base: dict[str, Any] = dict(
-            analysis_summary=analysis.summary,
-            floor_ms=analysis.floor.floor_ms if analysis.floor else None,
-            compute_path=analysis.floor.compute_type if analysis.floor else None,
-            gpu_name=analysis.floor.gpu_name if analysis.floor else None,
+            analysis_summary=summary_now(analysis, floor),
+            floor_ms=floor.floor_ms if floor else None,
+            floor_ceilings=(floor.ceilings or floor.spec_source) if floor else None,
+            compute_path=floor.compute_type if floor else None,
+            gpu_name=floor.gpu_name if floor else None,
             dtype=analysis.dtype,
             min_bytes=analysis.min_bytes,
             unfused_bytes=analysis.unfused_bytes,
@@ -204,6 +210,8 @@ def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
         "gpu": facts.gpu_name or UNKNOWN,
         "analysis": facts.analysis_summary or "not analysed yet",
         "floor": fmt_ms(facts.floor_ms) if facts.floor_ms is not None else UNKNOWN,
+        "floor_basis": (f"(on the {facts.compute_path or UNKNOWN} path; ceilings: {facts.floor_ceilings})"
+                        if facts.floor_ceilings else "(no ceilings)"),
         "eager": _timing(facts.eager_ms, facts.has_gpu),
         "compile": _timing(facts.compile_ms, facts.has_gpu),
         "best": _timing(facts.best_ms, facts.has_gpu) if facts.best_ms is not None or facts.has_gpu is False
@@ -219,7 +227,7 @@ def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
         "sm_count": str(gpu.sm_count) if gpu else UNKNOWN,
         "smem": f"{gpu.smem_per_block_optin_bytes // 1024} KiB" if gpu else UNKNOWN,
         "l2": f"{gpu.l2_bytes // (1024 * 1024)} MiB" if gpu else UNKNOWN,
-        "bandwidth": ceiling(gpu, "dram").label() if gpu else UNKNOWN,
+        "bandwidth": facts.bandwidth or (ceiling(gpu, "dram").label() if gpu else UNKNOWN),
     }
     return values
 

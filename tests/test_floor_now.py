@@ -1,0 +1,77 @@
+"""The task's floor is re-derived at use (analysis.roofline.current_floor) from the stored FLOPs, bytes and
+precision errors with the current GPU spec: a task started while the calibration ran in the background states
+the calibrated floor in verify, the views, the briefs and generate_seeds alike, each saying where its ceilings
+come from (CPU, fake evaluator)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from egg_mcp.analysis.analysis_types import ReferenceAnalysis
+from egg_mcp.analysis.reference import analyze_job
+from egg_mcp.analysis.roofline import current_floor, fmt_ms
+from egg_mcp.contract import STRICT_FP32
+from egg_mcp.hardware import apply_calibration, spec_for
+from egg_mcp.hardware.calibration_record import Calibration
+from egg_mcp.problems.builtin import builtin_source
+from egg_mcp.profiling import classify as C
+from egg_mcp.stages import Stage
+from tests.test_regression_guard import _service, src
+
+WHEN = "2026-12-01T06:00:00Z"
+CAL = Calibration.model_validate({
+    "device": {"name": "NVIDIA H200", "uuid": "GPU-x"}, "measured_at": WHEN,
+    "ceilings": [{"key": "dram_copy", "value": 3.0e12, "unit": "bytes/s", "best_ms": 1.0, "median_ms": 1.0,
+                  "amount": 3e9, "method": "copy kernel"}]})
+
+
+def test_the_floor_is_priced_with_the_current_spec_and_says_which():
+    stored = ReferenceAnalysis.model_validate(analyze_job({"reference_source": builtin_source("softmax"),
+                                                          "gpu_name": "NVIDIA H200"}))
+    assert stored.floor is not None and stored.floor.bound == "memory"
+    lead = current_floor(stored, spec_for("NVIDIA H200"), STRICT_FP32)
+    assert lead is not None and lead.floor_ms == pytest.approx(stored.floor.floor_ms)
+    assert "datasheet lead" in lead.ceilings
+    now = current_floor(stored, apply_calibration(spec_for("NVIDIA H200"), CAL), STRICT_FP32)
+    assert now is not None and now.floor_ms == pytest.approx(stored.floor.floor_ms * 4.3 / 3.0)
+    assert f"measured by egg-mcp calibrate here at {WHEN}" in now.ceilings and "measured" in now.spec_source
+    assert current_floor(stored, None, STRICT_FP32) == stored.floor  # no spec now: the stored floor
+    resized = stored.model_copy(update={"floor": None, "floor_unavailable": "no analysis at the size_overrides (x)"})
+    assert current_floor(resized, spec_for("NVIDIA H200"), STRICT_FP32) is None  # it would not hold there
+
+
+def test_a_task_started_before_the_calibration_states_the_calibrated_floor_everywhere(tmp_path):
+    service, fake = _service(tmp_path, {"a": ("correct", 1.0, 0.0)})
+
+    async def scenario():
+        task = await service.start_task(builtin_source("softmax"))
+        service.gpu = apply_calibration(service.gpu, CAL)  # what the server does when the calibration finishes
+        await service.verify(task.task_id, src("a"))
+        return task, await service.generate_seeds(task.task_id)
+
+    task, seeds = asyncio.run(scenario())
+    stored = task.analysis["floor"]
+    assert "datasheet" in stored["spec_source"]
+    calibrated = stored["memory_ms"] * 4.3 / 3.0
+    opts = fake.options[-1]
+    assert opts.roofline_floor_ms == pytest.approx(calibrated)
+    assert f"measured on this GPU at {WHEN}" in opts.roofline_floor_basis
+    said = f"measured by egg-mcp calibrate here at {WHEN}"
+    context = service.context(task.task_id)
+    assert context.floor_ms == pytest.approx(calibrated)
+    assert fmt_ms(calibrated) in context.analysis_summary and said in context.analysis_summary
+    brief = service.brief_for(Stage.SEEDS, "code", task.task_id)
+    assert f"Floor {fmt_ms(calibrated)} (on the fp32 path; ceilings: DRAM 3 TB/s ({said})" in brief
+    assert f"**Floor.** {fmt_ms(calibrated)}" in seeds.brief and "measured on this GPU" in seeds.brief
+
+
+def test_profile_roofline_numbers_say_where_their_ceilings_come_from():
+    gpu = spec_for("NVIDIA H200")
+    roof = C.roofline(gpu, flops=1e9, min_bytes=1e9, measured_ms=1.0, compute_type="fp32")
+    assert roof is not None and "(ceilings: DRAM 4.3 TB/s (datasheet lead); fp32 51 TFLOP/s (datasheet lead))" \
+        in roof.summary
+    measured = apply_calibration(gpu, CAL)
+    roof = C.roofline(measured, flops=1e9, min_bytes=1e9, measured_ms=1.0, compute_type="fp32")
+    assert roof is not None and f"DRAM 3 TB/s (measured by egg-mcp calibrate here at {WHEN})" in roof.summary
