@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from egg_mcp.analysis import error_share
+
 CHUNK_ELEMENTS = 1 << 24
 """Elements per chunk (64 MiB of fp32): each temporary is this size, not the output's."""
 
@@ -28,10 +30,8 @@ class ChunkedCheck:
     samples: list[torch.Tensor] = field(default_factory=list)
 
     def share(self) -> tuple[float, float]:
-        """(max, p99) of |got - ref| / (atol + rtol |ref|), as compare._error_share gives it."""
-        sample = torch.cat(self.samples) if self.samples else torch.zeros(1)
-        k = max(1, min(sample.numel(), math.ceil(0.99 * sample.numel())))
-        return self.share_max, float(torch.kthvalue(sample.float().cpu(), k).values)
+        """(max, p99) of |got - ref| / (atol + rtol |ref|), as `analysis.error_share` gives it whole."""
+        return self.share_max, error_share.p99(torch.cat(self.samples) if self.samples else torch.zeros(1))
 
 
 def applies(g: torch.Tensor, e: torch.Tensor) -> bool:
@@ -75,7 +75,7 @@ def check(g: torch.Tensor, e: torch.Tensor, atol: float, rtol: float, max_abs: f
                 found.bad = torch.zeros(e.numel(), dtype=torch.bool, device=e.device)
             found.bad[start:start + bad.numel()] = bad
             found.n_bad += n_bad
-        share = abs_err / (atol + rtol * e_abs)
+        share = error_share.share(abs_err, atol + rtol * e_abs)
         found.share_max = max(found.share_max, float(share.max()))
         first = (-start) % sample_step  # the whole tensor's sample is share[::sample_step]
         found.samples.append(share[first::sample_step].clone())  # a view would keep the chunk's share
