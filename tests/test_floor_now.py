@@ -75,3 +75,22 @@ def test_profile_roofline_numbers_say_where_their_ceilings_come_from():
     measured = apply_calibration(gpu, CAL)
     roof = C.roofline(measured, flops=1e9, min_bytes=1e9, measured_ms=1.0, compute_type="fp32")
     assert roof is not None and f"DRAM 3 TB/s (measured by egg-mcp calibrate here at {WHEN})" in roof.summary
+
+
+def test_a_problem_without_dots_gets_no_dot_rule_or_dot_path_in_its_words():
+    """Issue 30 item 5: a softmax brief said "fp32 dots" (the verdict's path) and its debug brief a TF32/ieee
+    dot rule; a problem without matmul/conv gets neither, one with dots keeps both."""
+    from egg_mcp.analysis.verdict import roofline_verdict
+    from egg_mcp.expertise.briefs import BriefFacts, render_brief
+
+    words = roofline_verdict(1.5, 1.0, "fp32", bound="memory", has_dots=False).text
+    assert "dots" in words and "fp32 dots" not in words and "DRAM-bound, no dots" in words
+    assert "fp32 dots" in roofline_verdict(1.5, 1.0, "fp32", bound="memory").text  # unknown: as before
+    facts = dict(dtype="float32", floor_ms=0.06, best_ms=0.09, compute_path="fp32")
+    for stage in (Stage.SEEDS, Stage.MEMORY):
+        text = render_brief(stage, "debug", BriefFacts(**facts, has_dots=False))
+        assert "fp32 dots" not in text and "ieee" not in text and "tf32" not in text.lower()
+    dots = render_brief(Stage.SEEDS, "debug", BriefFacts(**facts, has_dots=True))
+    assert "fp32 dots" in dots and 'input_precision="tf32x3"' in dots
+    roof = C.roofline(spec_for("NVIDIA H200"), flops=1e9, min_bytes=1e9, measured_ms=1.0, has_dots=False)
+    assert roof is not None and "fp32 dots" not in roof.summary

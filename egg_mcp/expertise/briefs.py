@@ -194,7 +194,8 @@ def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
     gpu = lookup(facts.gpu_name) if facts.gpu_name else None
     best_vs_floor = UNKNOWN
     if facts.best_ms is not None and facts.floor_ms:
-        best_vs_floor = roofline_verdict(facts.best_ms, facts.floor_ms, facts.compute_path).text
+        best_vs_floor = roofline_verdict(facts.best_ms, facts.floor_ms, facts.compute_path,
+                                         has_dots=facts.has_dots).text
         if facts.eager_ms:
             best_vs_floor += f", {facts.eager_ms / facts.best_ms:.2f}x vs eager"
     elif facts.best_ms is None:
@@ -217,6 +218,8 @@ def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
         "best": _timing(facts.best_ms, facts.has_gpu) if facts.best_ms is not None or facts.has_gpu is False
         else "none yet",
         "best_vs_floor": best_vs_floor,
+        "dot_errors": ('Errors ~1e-3 on a GEMM at fp32 = TF32 dot (use `input_precision="tf32x3"`, or `"ieee"`); '
+                       if facts.has_dots is not False else ""),
         "precision": precision_line(facts.dtype, facts.tolerance, facts.compute_path, facts.has_dots),
         "decisions": _decisions(facts.committed_decisions),
         "k": str(facts.k) if facts.k else "k",

@@ -152,6 +152,7 @@ class Readings:
 def roofline(
     gpu: GpuSpec | None, *, flops: float | None, min_bytes: float | None, measured_ms: float | None,
     compute_type: str = "fp32", floor_ms: float | None = None, floor: RooflineFloor | None = None,
+    has_dots: bool | None = None,
 ) -> Roofline | None:
     """Place the task on `gpu`'s roofline and measure the distance of `measured_ms` to the floor (None
     without a GPU spec: no ceilings, no roofline). `floor` is the task's floor now
@@ -175,10 +176,10 @@ def roofline(
     roof = Roofline(
         compute_type=compute_type, flops=flops, min_bytes=min_bytes, arithmetic_intensity=ai, ridge_point=ridge,
         bound_by=floor.bound, floor_ms=floor.floor_ms, measured_ms=measured_ms,
-        ceilings_source=floor.spec_source or floor_provenance(gpu, compute_type),
+        ceilings_source=floor.spec_source or floor_provenance(gpu, compute_type), has_dots=has_dots,
     )
     ai_text = f"{ai:.3g} FLOP/B vs ridge {ridge:.3g}" if ai is not None else "no minimum bytes given"
-    verdict = roofline_verdict(measured_ms, floor.floor_ms, compute_type, bound=floor.bound)
+    verdict = roofline_verdict(measured_ms, floor.floor_ms, compute_type, bound=floor.bound, has_dots=has_dots)
     roof.fraction_of_floor = verdict.fraction_of_floor
     roof.near_floor = verdict.status == "at_roof"
     ceilings = floor.ceilings or ceilings_short(gpu, compute_type)

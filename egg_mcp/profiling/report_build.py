@@ -152,7 +152,8 @@ def build_ncu_report(
     floor = floor_for(gpu) if floor_for is not None and gpu is not None else None
     compute_type = floor.compute_type if floor is not None else compute_type
     roof = C.roofline(gpu, flops=flops, min_bytes=min_bytes, measured_ms=total_ns / 1e6 if total_ns else None,
-                      compute_type=compute_type, floor_ms=floor_ms, floor=floor)
+                      compute_type=compute_type, floor_ms=floor_ms, floor=floor,
+                      has_dots=has_dots if floor_for else None)  # known from the task's analysis only
     kernels = []
     for name, (count, readings) in aggregated.items():
         metrics = [
@@ -198,7 +199,7 @@ def build_fallback_report(
     floor = floor_for(gpu) if floor_for is not None and gpu is not None else None
     compute_type = floor.compute_type if floor is not None else compute_type
     roof = C.roofline(gpu, flops=flops, min_bytes=min_bytes, measured_ms=total_ms, compute_type=compute_type,
-                      floor_ms=floor_ms, floor=floor)
+                      floor_ms=floor_ms, floor=floor, has_dots=has_dots if floor_for else None)
     kernels = []
     for entry in entries:
         metrics = _metadata_metrics(entry)
