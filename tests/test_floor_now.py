@@ -94,3 +94,15 @@ def test_a_problem_without_dots_gets_no_dot_rule_or_dot_path_in_its_words():
     assert "fp32 dots" in dots and 'input_precision="tf32x3"' in dots
     roof = C.roofline(spec_for("NVIDIA H200"), flops=1e9, min_bytes=1e9, measured_ms=1.0, has_dots=False)
     assert roof is not None and "fp32 dots" not in roof.summary
+
+
+def test_the_bytes_quoted_for_eager_are_not_below_what_its_time_implies():
+    """Issue 30 item 5: a brief said "eager moves 12.9 GB" where eager's 6.1 ms at 4.3 TB/s meant 26 GB."""
+    from egg_mcp.expertise.briefs import BriefFacts, render_brief
+
+    facts = dict(dtype="float32", min_bytes=int(4e9), unfused_bytes=int(12.9e9), gpu_name="NVIDIA H200")
+    text = render_brief(Stage.ALGORITHM, "code", BriefFacts(**facts, eager_ms=6.1))
+    assert "eager moves ~26.2 GB: its measured 6.1 ms at the DRAM rate 4.3 TB/s" in text
+    assert "at least 12.9 GB" in text and "eager moves 12.9 GB" not in text
+    fast = render_brief(Stage.ALGORITHM, "code", BriefFacts(**facts, eager_ms=1.0))  # 4.3 GB < the count
+    assert "eager moves at least 12.9 GB by its ops' count" in fast

@@ -50,6 +50,7 @@ class BriefFacts(BaseModel):
     floor_ms: float | None = None
     floor_ceilings: str | None = Field(default=None, description="the floor's ceilings and where they come from")
     bandwidth: str | None = Field(default=None, description="the DRAM ceiling in force, with its provenance")
+    dram_bytes_per_s: float | None = Field(default=None, description="that ceiling's rate")
     eager_ms: float | None = None
     compile_ms: float | None = None
     best_ms: float | None = None
@@ -224,7 +225,7 @@ def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
         "decisions": _decisions(facts.committed_decisions),
         "k": str(facts.k) if facts.k else "k",
         "min_bytes": fmt_bytes(facts.min_bytes) if facts.min_bytes is not None else UNKNOWN,
-        "unfused_bytes": fmt_bytes(facts.unfused_bytes) if facts.unfused_bytes is not None else UNKNOWN,
+        "unfused_bytes": eager_bytes(facts, gpu),
         "fusion": "; ".join(facts.fusion_opportunities) if facts.fusion_opportunities
         else "none found by the analysis (single op or nothing fusible)",
         "sm_count": str(gpu.sm_count) if gpu else UNKNOWN,
@@ -233,6 +234,20 @@ def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
         "bandwidth": facts.bandwidth or (ceiling(gpu, "dram").label() if gpu else UNKNOWN),
     }
     return values
+
+
+def eager_bytes(facts: BriefFacts, gpu) -> str:
+    """The DRAM traffic a brief quotes for eager, never below what eager's measured time implies at the DRAM
+    rate (its ops' own count misses their passes' re-reads and temporaries: an H200 brief said 12.9 GB where
+    eager's time at 4.3 TB/s meant 26 GB); the text says which bound it is."""
+    counted = fmt_bytes(facts.unfused_bytes) if facts.unfused_bytes is not None else None
+    rate = facts.dram_bytes_per_s or (gpu.dram_bytes_per_s if gpu else None)
+    by_time = facts.eager_ms * 1e-3 * rate if facts.eager_ms and rate else None
+    if by_time is None or (facts.unfused_bytes is not None and by_time <= facts.unfused_bytes):
+        return f"at least {counted} by its ops' count" if counted else UNKNOWN
+    label = facts.bandwidth or (ceiling(gpu, "dram").label() if gpu else f"{rate / 1e12:.3g} TB/s")
+    return (f"~{fmt_bytes(by_time)}: its measured {fmt_ms(facts.eager_ms)} at the DRAM rate {label}"
+            + (f"; its ops' own count says at least {counted}" if counted else ""))
 
 
 def render_brief(stage: Stage, role: Literal["code", "profile", "debug"], facts: BriefFacts) -> str:

@@ -303,6 +303,7 @@ class ServiceCore:
             commits=len(commits),
             has_gpu=self.timing_available(), k=opts.k_seeds,
             bandwidth=ceiling(gpu, "dram").label() if (gpu := self._gpu_for_roofline()) else None,
+            dram_bytes_per_s=gpu.dram_bytes_per_s if gpu else None,
         )
         if analysis:
             return BriefFacts.from_analysis(ReferenceAnalysis.model_validate(analysis), self.task_floor(row), **facts)
