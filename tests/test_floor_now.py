@@ -61,7 +61,8 @@ def test_a_task_started_before_the_calibration_states_the_calibrated_floor_every
     said = f"measured by egg-mcp calibrate here at {WHEN}"
     context = service.context(task.task_id)
     assert context.floor_ms == pytest.approx(calibrated)
-    assert fmt_ms(calibrated) in context.analysis_summary and said in context.analysis_summary
+    summary = context.analysis_summary or ""
+    assert fmt_ms(calibrated) in summary and said in summary
     brief = service.brief_for(Stage.SEEDS, "code", task.task_id)
     assert f"Floor {fmt_ms(calibrated)} (on the fp32 path; ceilings: DRAM 3 TB/s ({said})" in brief
     assert f"**Floor.** {fmt_ms(calibrated)}" in seeds.brief and "measured on this GPU" in seeds.brief
@@ -86,11 +87,13 @@ def test_a_problem_without_dots_gets_no_dot_rule_or_dot_path_in_its_words():
     words = roofline_verdict(1.5, 1.0, "fp32", bound="memory", has_dots=False).text
     assert "dots" in words and "fp32 dots" not in words and "DRAM-bound, no dots" in words
     assert "fp32 dots" in roofline_verdict(1.5, 1.0, "fp32", bound="memory").text  # unknown: as before
-    facts = dict(dtype="float32", floor_ms=0.06, best_ms=0.09, compute_path="fp32")
+    def facts(has_dots: bool) -> BriefFacts:
+        return BriefFacts(dtype="float32", floor_ms=0.06, best_ms=0.09, compute_path="fp32", has_dots=has_dots)
+
     for stage in (Stage.SEEDS, Stage.MEMORY):
-        text = render_brief(stage, "debug", BriefFacts(**facts, has_dots=False))
+        text = render_brief(stage, "debug", facts(False))
         assert "fp32 dots" not in text and "ieee" not in text and "tf32" not in text.lower()
-    dots = render_brief(Stage.SEEDS, "debug", BriefFacts(**facts, has_dots=True))
+    dots = render_brief(Stage.SEEDS, "debug", facts(True))
     assert "fp32 dots" in dots and 'input_precision="tf32x3"' in dots
     roof = C.roofline(spec_for("NVIDIA H200"), flops=1e9, min_bytes=1e9, measured_ms=1.0, has_dots=False)
     assert roof is not None and "fp32 dots" not in roof.summary
@@ -100,9 +103,12 @@ def test_the_bytes_quoted_for_eager_are_not_below_what_its_time_implies():
     """Issue 30 item 5: a brief said "eager moves 12.9 GB" where eager's 6.1 ms at 4.3 TB/s meant 26 GB."""
     from egg_mcp.expertise.briefs import BriefFacts, render_brief
 
-    facts = dict(dtype="float32", min_bytes=int(4e9), unfused_bytes=int(12.9e9), gpu_name="NVIDIA H200")
-    text = render_brief(Stage.ALGORITHM, "code", BriefFacts(**facts, eager_ms=6.1))
+    def facts(eager_ms: float) -> BriefFacts:
+        return BriefFacts(dtype="float32", min_bytes=int(4e9), unfused_bytes=int(12.9e9), gpu_name="NVIDIA H200",
+                          eager_ms=eager_ms)
+
+    text = render_brief(Stage.ALGORITHM, "code", facts(6.1))
     assert "eager moves ~26.2 GB: its measured 6.1 ms at the DRAM rate 4.3 TB/s" in text
     assert "at least 12.9 GB" in text and "eager moves 12.9 GB" not in text
-    fast = render_brief(Stage.ALGORITHM, "code", BriefFacts(**facts, eager_ms=1.0))  # 4.3 GB < the count
+    fast = render_brief(Stage.ALGORITHM, "code", facts(1.0))  # 4.3 GB < the count
     assert "eager moves at least 12.9 GB by its ops' count" in fast

@@ -242,9 +242,10 @@ def eager_bytes(facts: BriefFacts, gpu) -> str:
     eager's time at 4.3 TB/s meant 26 GB); the text says which bound it is."""
     counted = fmt_bytes(facts.unfused_bytes) if facts.unfused_bytes is not None else None
     rate = facts.dram_bytes_per_s or (gpu.dram_bytes_per_s if gpu else None)
-    by_time = facts.eager_ms * 1e-3 * rate if facts.eager_ms and rate else None
-    if by_time is None or (facts.unfused_bytes is not None and by_time <= facts.unfused_bytes):
+    if not facts.eager_ms or not rate or (facts.unfused_bytes is not None
+                                          and facts.eager_ms * 1e-3 * rate <= facts.unfused_bytes):
         return f"at least {counted} by its ops' count" if counted else UNKNOWN
+    by_time = facts.eager_ms * 1e-3 * rate
     label = facts.bandwidth or (ceiling(gpu, "dram").label() if gpu else f"{rate / 1e12:.3g} TB/s")
     return (f"~{fmt_bytes(by_time)}: its measured {fmt_ms(facts.eager_ms)} at the DRAM rate {label}"
             + (f"; its ops' own count says at least {counted}" if counted else ""))
