@@ -112,3 +112,21 @@ def test_the_bytes_quoted_for_eager_are_not_below_what_its_time_implies():
     assert "at least 12.9 GB" in text and "eager moves 12.9 GB" not in text
     fast = render_brief(Stage.ALGORITHM, "code", facts(1.0))  # 4.3 GB < the count
     assert "eager moves at least 12.9 GB by its ops' count" in fast
+
+
+def test_profile_ncu_places_the_task_on_the_same_floor_as_verify():
+    """Without counters or a run (the fallback report), the roofline is the task's floor now, tensor-core FLOPs
+    apart, on the GPU the report is placed on, with where its ceilings come from."""
+    from egg_mcp.profiling.report_build import build_fallback_report
+
+    stored = ReferenceAnalysis.model_validate(analyze_job({"reference_source": builtin_source("gemm_bias_relu"),
+                                                          "gpu_name": "NVIDIA H200"}))
+    gpu = apply_calibration(spec_for("NVIDIA H200"), CAL)
+    now = current_floor(stored, gpu, STRICT_FP32)
+    assert now is not None
+    report = build_fallback_report(None, stage="SEEDS", gpu=gpu, reason="no ncu", flops=stored.flops,
+                                   min_bytes=stored.min_bytes, has_dots=True,
+                                   floor_for=lambda g: current_floor(stored, g, STRICT_FP32))
+    roof = report.roofline
+    assert roof is not None and roof.floor_ms == pytest.approx(now.floor_ms) and roof.compute_type == now.compute_type
+    assert f"measured by egg-mcp calibrate here at {WHEN}" in roof.summary and roof.ceilings_source == now.spec_source
