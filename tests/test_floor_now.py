@@ -130,3 +130,14 @@ def test_profile_ncu_places_the_task_on_the_same_floor_as_verify():
     roof = report.roofline
     assert roof is not None and roof.floor_ms == pytest.approx(now.floor_ms) and roof.compute_type == now.compute_type
     assert f"measured by egg-mcp calibrate here at {WHEN}" in roof.summary and roof.ceilings_source == now.spec_source
+
+
+def test_a_kernels_distance_to_the_floor_says_where_the_ceilings_come_from():
+    from egg_mcp.profiling.profile_report import Metric
+
+    gpu = spec_for("NVIDIA H200")
+    roof = C.roofline(gpu, flops=1e6, min_bytes=2 * 64 * 2**20, measured_ms=0.04, compute_type="fp32")
+    metrics = [Metric(name="gpu__time_duration.sum", label="duration", value=40_000.0, unit="ns", source="ncu")]
+    k = C.classify_kernel("copy", metrics, stage="SEEDS", gpu=gpu, task_roofline=roof)
+    assert "of the floor" in k.classification.headline
+    assert "(ceilings: DRAM 4.3 TB/s (datasheet lead)" in k.classification.headline

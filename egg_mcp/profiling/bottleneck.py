@@ -116,7 +116,7 @@ def distance_to_floor(r: Readings, gpu: GpuSpec | None, task_roofline: Roofline 
         verdict = roofline_verdict(dur_ms, task_roofline.floor_ms, task_roofline.compute_type,
                                    bound=task_roofline.bound_by, has_dots=task_roofline.has_dots)
         near_floor = verdict.status == "at_roof"
-        distance = verdict.text
+        distance = verdict.text + (f" (ceilings: {task_roofline.ceilings})" if task_roofline.ceilings else "")
         if task_roofline.min_bytes and r.dram_bytes:
             excess = r.dram_bytes / task_roofline.min_bytes
             found.evidence.append(Evidence(

@@ -182,7 +182,7 @@ def roofline(
     verdict = roofline_verdict(measured_ms, floor.floor_ms, compute_type, bound=floor.bound, has_dots=has_dots)
     roof.fraction_of_floor = verdict.fraction_of_floor
     roof.near_floor = verdict.status == "at_roof"
-    ceilings = floor.ceilings or ceilings_short(gpu, compute_type)
+    ceilings = roof.ceilings = floor.ceilings or ceilings_short(gpu, compute_type)
     roof.summary = (f"{floor.bound}-bound task ({ai_text}) on the {compute_type} roof; {verdict.text} "
                     f"(ceilings: {ceilings})")
     return roof
