@@ -35,3 +35,25 @@ def test_the_verify_text_gives_the_share_or_says_why_there_is_none():
     text = summaries.verify(_reply(ErrorShare(max_share=0.5, p99_share=0.01, path="output[0]", trials=6)))
     assert "error: max 50.0% of the tolerance (p99 1.0%) at output[0], over 6 compared calls" in text
     assert "no floating-point output was compared" in summaries.verify(_reply(None))
+
+
+def test_verify_and_the_precision_ladder_use_one_error_share():
+    """The same error gives the same (max, p99) share in verify's comparison and in the ladder's measurement at
+    the output (analysis.error_share, one definition); a zero limit gives inf where the error is not zero, never
+    nan (a nan max would read as "no error")."""
+    from egg_mcp.analysis import error_share
+    from egg_mcp.analysis.precision_output import _path_error
+
+    g = torch.Generator().manual_seed(0)
+    truth = torch.randn(5000, generator=g, dtype=torch.float64)
+    got = truth + torch.randn(5000, generator=g, dtype=torch.float64) * 1e-5
+    shares: dict = {}
+    assert compare_outputs(got, truth, 1e-4, 1e-4, shares=shares) is None
+    ladder = _path_error("fp32", got, truth, 1e-4, 1e-4, [])
+    worst, p99 = shares["output"]
+    assert ladder.max_share_measured == pytest.approx(worst, rel=1e-2)  # the ladder rounds up to 3 digits
+    assert ladder.p99_share == pytest.approx(p99, rel=1e-2)
+    err, limit = torch.tensor([0.0, 1.0, 0.5]), torch.tensor([0.0, 0.0, 1.0])
+    assert error_share.max_and_p99(err, limit)[0] == float("inf")
+    assert error_share.share(err, limit).tolist() == [0.0, float("inf"), 0.5]
+    assert error_share.max_and_p99(torch.zeros(0), torch.zeros(0)) == (0.0, 0.0)

@@ -58,14 +58,20 @@ def test_apply_config_refuses_to_set_it_and_still_sets_the_shared_block():
 def test_predictions_below_the_tasks_floor_are_flagged():
     from types import SimpleNamespace
 
+    from egg_mcp.analysis.analysis_types import RooflineFloor
     from egg_mcp.workflow.profile_tiling import below_floor_warning
 
     row = lambda ms, cfg: SimpleNamespace(predicted_ms=ms, config=SimpleNamespace(values=cfg))  # noqa: E731
     proposal = SimpleNamespace(dims={"n_rows": 1, "n_cols": 393216},
                                ranked=[row(0.327, {"BLOCK": 1024}), row(3.4, {"BLOCK": 2048}), row(None,
                                                                                                    {"BLOCK": 64})])
-    text = below_floor_warning(proposal, {"floor_ms": 3.0, "compute_type": "fp32"})
+    def floor(ms):
+        return RooflineFloor(gpu_name="NVIDIA H200", compute_type="fp32", floor_ms=ms, bound="memory",
+                             compute_ms=0.0, memory_ms=ms, spec_source="datasheet: DRAM 4.3 TB/s (datasheet lead)")
+
+    text = below_floor_warning(proposal, floor(3.0))
     assert text is not None
     assert "1 config(s) below the task's floor 3 ms" in text and "0.327" in text and "'n_rows': 1" in text
-    assert below_floor_warning(proposal, {"floor_ms": 0.1}) is None
+    assert "datasheet lead" in text  # the floor says where its ceilings come from
+    assert below_floor_warning(proposal, floor(0.1)) is None
     assert below_floor_warning(proposal, None) is None

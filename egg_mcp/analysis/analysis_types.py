@@ -75,6 +75,15 @@ class RooflineFloor(BaseModel):
     memory_ms: float
     spec_source: str = Field(description="where the GPU ceilings come from: 'measured: ...' (on this GPU, with when "
                                          "and how) or 'datasheet: ...' (leads), per ceiling")
+    ceilings: str = Field(default="", description="the two ceilings in short, each with its source: measured by "
+                                                  "egg-mcp calibrate here (when), derived, or a datasheet lead")
+
+    def basis(self) -> str:
+        """What set this floor and where its ceilings come from: the checks a below-floor flag names."""
+        what = ("the minimum bytes at the DRAM rate: check them, and the DRAM ceiling" if self.bound == "memory"
+                else f"the FLOPs at the {self.compute_type} rate: check them, the ceiling, and whether the kernel "
+                     "computes in a faster path than that")
+        return f"set by {what} ({self.spec_source or 'ceilings of unknown origin'})"
 
 
 class ReferenceAnalysis(BaseModel):

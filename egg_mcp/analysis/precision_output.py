@@ -20,6 +20,7 @@ import copy
 import math
 from typing import Any, NamedTuple
 
+from egg_mcp.analysis.error_share import max_and_p99
 from egg_mcp.analysis.precision import SAFETY, PathError, _emulate, task_paths
 
 FLOP_BUDGET = 4e9
@@ -307,17 +308,15 @@ def _round(x: float, up: bool) -> float:
 
 
 def _path_error(path: str, out: Any, truth: Any, atol: float, rtol: float, ks: list[int]) -> PathError:
-    import torch
 
     err, ref, mismatched = _errors(out, truth)
     frontier = [(_round(e, True), _round(r, False)) for e, r in _frontier(err, ref)]
-    share = err / (atol + rtol * ref).clamp_min(1e-300)
-    p99 = float(torch.kthvalue(share, max(1, math.ceil(0.99 * share.numel())))[0]) if share.numel() else 0.0
+    share_max, p99 = max_and_p99(err, atol + rtol * ref)  # verify's definition (evaluation.compare) too
     top = float(ref.max()) if ref.numel() else 0.0
     worst = float(err.max()) if err.numel() else 0.0
     return PathError(path=path, max_abs=_round(worst, True), max_rel=_round(worst / top if top > 0 else 0.0, True),
                      needed_atol=[], k=ks, at="output", frontier=frontier, share_tol=(atol, rtol),
-                     max_share_measured=_round(min(float(share.max()) if share.numel() else 0.0, 1e300), True),
+                     max_share_measured=_round(min(share_max, 1e300), True),
                      p99_share=_round(min(p99, 1e300), True), mismatched=mismatched)
 
 

@@ -6,9 +6,9 @@ pull torch in (importing torch costs seconds; the server answers in milliseconds
 
 from __future__ import annotations
 
-from egg_mcp.analysis.analysis_types import RooflineFloor
+from egg_mcp.analysis.analysis_types import ReferenceAnalysis, RooflineFloor
 from egg_mcp.contract import TolerancePolicy
-from egg_mcp.hardware import GpuSpec, ceiling
+from egg_mcp.hardware import NO_GPU, GpuSpec, ceiling
 
 TF32_MIN_TOLERANCE = 5e-3
 """TF32 keeps 10 mantissa bits: a K=4096 fp32 dot in TF32 errs ~1e-3 relative, so a policy must
@@ -80,6 +80,7 @@ def roofline_floor(
         compute_ms=compute_s * 1e3,
         memory_ms=memory_s * 1e3,
         spec_source=floor_provenance(gpu, compute_type),
+        ceilings=ceilings_short(gpu, compute_type),
     )
 
 
@@ -87,6 +88,70 @@ def floor_provenance(gpu: GpuSpec, compute_type: str) -> str:
     """Where the two ceilings a floor uses come from (measured here and when, or a datasheet lead)."""
     return (f"{gpu.source}: DRAM {ceiling(gpu, 'dram').label()}; {compute_type} "
             f"{ceiling(gpu, compute_type).label()}")
+
+
+def ceilings_short(gpu: GpuSpec, compute_type: str) -> str:
+    """The DRAM and `compute_type` ceilings a floor uses, each with its source in a few words (for texts that
+    cannot hold `floor_provenance`): 'measured by egg-mcp calibrate here at <when>', 'derived from ...' or
+    'datasheet lead'."""
+    parts = []
+    for key, name in (("dram", "DRAM"), (compute_type, compute_type)):
+        c = ceiling(gpu, key)
+        if c.value is None:
+            parts.append(f"{name}: {c.detail}")
+            continue
+        shown = f"{c.value / 1e12:.3g} TB/s" if c.unit == "bytes/s" else f"{c.value / 1e12:.3g} TFLOP/s"
+        if c.source == "measured":
+            where = f"measured by egg-mcp calibrate here at {gpu.measured_at or 'an unrecorded time'}"
+        elif c.source == "derived":
+            where = ("derived from ceilings measured here" + (f" at {gpu.measured_at}" if gpu.measured_at else "")
+                     if "measured" in c.detail else "derived from a datasheet lead")
+        else:
+            where = "datasheet lead"
+        parts.append(f"{name} {shown} ({where})")
+    return "; ".join(parts)
+
+
+UNPRICED_PREFIXES = (NO_GPU, "unknown GPU")
+"""Why a stored analysis may lack a floor that ceilings found later (a calibration) can supply."""
+
+
+def floor_holds(analysis: ReferenceAnalysis) -> bool:
+    """Whether a floor can be stated for this analysis: it has one, or lacks one only for want of ceilings (not,
+    e.g., because it was taken at other sizes than the timed ones)."""
+    return analysis.floor is not None or (analysis.floor_unavailable or NO_GPU).startswith(UNPRICED_PREFIXES)
+
+
+def current_floor(analysis: ReferenceAnalysis, gpu: GpuSpec | None,
+                  tolerance: TolerancePolicy | None) -> RooflineFloor | None:
+    """The task's floor as of now: the stored FLOPs, bytes and precision errors priced with `gpu` (the current
+    spec: calibrated when the calibration has finished, else the datasheet leads; its provenance says which) at
+    the fastest path the ladder admits on it. Verify, profile_ncu, propose_tiling, the views and the briefs all
+    read the floor here, so a task started before the calibration finished states the calibrated floor too.
+
+    The stored floor when there is no current spec (or it prices no path); None when the analysis has no floor
+    for another reason than missing ceilings (e.g. it was taken at other sizes than the timed ones)."""
+    if not floor_holds(analysis):
+        return None
+    if gpu is None or "fp32" not in gpu.peak_flops or not gpu.dram_bytes_per_s:
+        return analysis.floor
+    try:
+        path = admissible_compute_type(analysis.dtype, tolerance, analysis.precision_errors, gpu)
+    except ValueError:
+        return analysis.floor
+    if path not in gpu.peak_flops:
+        return analysis.floor
+    return roofline_floor(analysis.flops, analysis.tensor_core_flops, analysis.min_bytes, gpu, path)
+
+
+def summary_now(analysis: ReferenceAnalysis, floor: RooflineFloor | None) -> str:
+    """The analysis' one-line summary with its floor (the last part, written when the analysis ran) replaced by
+    `floor`, the one `current_floor` gives now, with its ceilings' provenance."""
+    head, sep, _ = analysis.summary.rpartition("; floor")
+    if floor is None or not sep:
+        return analysis.summary
+    return (f"{head}; floor {fmt_ms(floor.floor_ms)} on {floor.gpu_name} ({floor.compute_type}, {floor.bound}-bound; "
+            f"ceilings: {floor.ceilings or floor.spec_source})")
 
 
 def fmt_flops(flops: float) -> str:

@@ -32,12 +32,17 @@ def _ms(x: float) -> str:
 
 
 def roofline_verdict(measured_ms: float | None, floor_ms: float | None, compute_path: str | None,
-                     *, why_no_floor: str = "no floor", bound: str | None = None) -> RooflineVerdict:
+                     *, why_no_floor: str = "no floor", bound: str | None = None,
+                     has_dots: bool | None = None) -> RooflineVerdict:
     """The verdict for one time against the floor of the fastest admissible compute path (`bound`:
-    'memory' or 'compute', which roof sets that floor, when known)."""
-    path = f"{compute_path} dots" if compute_path else "the fastest admissible path"
+    'memory' or 'compute', which roof sets that floor, when known; `has_dots` False: the problem has no
+    matmul/conv, so its words name no dot path)."""
+    if has_dots is False:
+        path = "no dots: the fp32 CUDA-core rate" if bound != "memory" else "no dots"
+    else:
+        path = f"{compute_path} dots" if compute_path else "the fastest admissible path"
     if bound == "memory":
-        path = f"DRAM-bound with {path}"
+        path = f"DRAM-bound, {path}" if has_dots is False else f"DRAM-bound with {path}"
     if not floor_ms:
         return RooflineVerdict(status="no_floor", measured_ms=measured_ms, compute_path=compute_path,
                                text=f"no roofline verdict: {why_no_floor}")

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from egg_mcp.analysis import error_share
+from egg_mcp.analysis.error_share import SHARE_SAMPLE
 from egg_mcp.contract import MismatchReport
 from egg_mcp.evaluation import compare_chunks
 from egg_mcp.evaluation.gpu_cache import release_cached
@@ -183,16 +185,9 @@ def _scalar_equal(g: Any, e: Any, atol: float, rtol: float, path: str, notes: di
     return True
 
 
-SHARE_SAMPLE = 1 << 20
-"""Elements the p99 error share is taken over (evenly spaced; the max is over every element)."""
-
-
 def _error_share(abs_err: torch.Tensor, limit: torch.Tensor) -> tuple[float, float]:
-    share = (abs_err / limit).reshape(-1)
-    step = max(1, share.numel() // SHARE_SAMPLE)
-    sample = share[::step]
-    k = max(1, min(sample.numel(), math.ceil(0.99 * sample.numel())))
-    return float(share.max()), float(torch.kthvalue(sample, k).values)
+    """(max, p99) of |err| / (atol + rtol |ref|): `analysis.error_share`, the ladder's definition too."""
+    return error_share.max_and_p99(abs_err, limit, SHARE_SAMPLE)
 
 
 def compare_tensor(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float,
@@ -246,7 +241,8 @@ def _chunked(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float
     dtype = torch.float64 if got.dtype == torch.float64 else torch.float32
     max_abs = compare_chunks.max_abs_finite(expected, dtype)
     atol, _ = _effective_atol(max_abs, atol, rtol, path, notes)
-    found = compare_chunks.check(got, expected, atol, rtol, max_abs, max(1, expected.numel() // SHARE_SAMPLE), dtype)
+    found = compare_chunks.check(got, expected, atol, rtol, max_abs,
+                                 error_share.sample_step(expected.numel(), SHARE_SAMPLE), dtype)
     if found.n_bad:
         return found
     if shares is not None:

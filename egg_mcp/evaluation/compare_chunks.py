@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from egg_mcp.analysis import error_share
+
 CHUNK_ELEMENTS = 1 << 26
 """Elements per chunk (256 MiB of fp32; about 1.5 GiB of temporaries at once): few enough chunks that launching
 their kernels costs little beside the copies of a large output."""
@@ -29,10 +31,8 @@ class ChunkedCheck:
     samples: list[torch.Tensor] = field(default_factory=list)
 
     def share(self) -> tuple[float, float]:
-        """(max, p99) of |got - ref| / (atol + rtol |ref|), as compare._error_share gives it."""
-        sample = torch.cat(self.samples) if self.samples else torch.zeros(1)
-        k = max(1, min(sample.numel(), math.ceil(0.99 * sample.numel())))
-        return self.share_max, float(torch.kthvalue(sample.float().cpu(), k).values)
+        """(max, p99) of |got - ref| / (atol + rtol |ref|), as `analysis.error_share` gives it whole."""
+        return self.share_max, error_share.p99(torch.cat(self.samples) if self.samples else torch.zeros(1))
 
 
 def applies(g: torch.Tensor, e: torch.Tensor) -> bool:
@@ -81,7 +81,7 @@ def check(g: torch.Tensor, e: torch.Tensor, atol: float, rtol: float, max_abs: f
     for start, gc, ec in _chunks(g, e, dtype):
         bad, abs_err, limit = _bad(gc, ec, atol, rtol)
         n_bad += bad.sum()
-        share = abs_err / limit
+        share = error_share.share(abs_err, limit)
         share_max = torch.maximum(share_max, share.amax())
         first = (-start) % sample_step  # the whole tensor's sample is share[::sample_step]
         found.samples.append(share[first::sample_step].clone())  # a view would keep the chunk's share

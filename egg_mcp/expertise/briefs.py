@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from egg_mcp.analysis.analysis_types import ReferenceAnalysis
-from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_tol
+from egg_mcp.analysis.analysis_types import ReferenceAnalysis, RooflineFloor
+from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_tol, summary_now
 from egg_mcp.analysis.verdict import roofline_verdict
 from egg_mcp.contract import TolerancePolicy
 from egg_mcp.hardware import ceiling, lookup
@@ -48,6 +48,9 @@ class BriefFacts(BaseModel):
     gpu_name: str | None = None
     analysis_summary: str | None = None
     floor_ms: float | None = None
+    floor_ceilings: str | None = Field(default=None, description="the floor's ceilings and where they come from")
+    bandwidth: str | None = Field(default=None, description="the DRAM ceiling in force, with its provenance")
+    dram_bytes_per_s: float | None = Field(default=None, description="that ceiling's rate")
     eager_ms: float | None = None
     compile_ms: float | None = None
     best_ms: float | None = None
@@ -66,15 +69,19 @@ class BriefFacts(BaseModel):
                                                     "rule applies")
 
     @classmethod
-    def from_analysis(cls, analysis: ReferenceAnalysis, **facts) -> "BriefFacts":
-        """Facts that come straight from the reference analysis; pass the rest as keywords."""
+    def from_analysis(cls, analysis: ReferenceAnalysis, floor: RooflineFloor | None = None, **facts) -> "BriefFacts":
+        """Facts that come straight from the reference analysis; pass the rest as keywords. `floor` is the task's
+        floor now (`analysis.roofline.current_floor`), the one verify and profile_ncu hold times to; without it,
+        the stored one."""
         from egg_mcp.expertise.seeds import fusion_opportunities
 
+        floor = floor or analysis.floor
         base: dict[str, Any] = dict(
-            analysis_summary=analysis.summary,
-            floor_ms=analysis.floor.floor_ms if analysis.floor else None,
-            compute_path=analysis.floor.compute_type if analysis.floor else None,
-            gpu_name=analysis.floor.gpu_name if analysis.floor else None,
+            analysis_summary=summary_now(analysis, floor),
+            floor_ms=floor.floor_ms if floor else None,
+            floor_ceilings=(floor.ceilings or floor.spec_source) if floor else None,
+            compute_path=floor.compute_type if floor else None,
+            gpu_name=floor.gpu_name if floor else None,
             dtype=analysis.dtype,
             min_bytes=analysis.min_bytes,
             unfused_bytes=analysis.unfused_bytes,
@@ -188,7 +195,8 @@ def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
     gpu = lookup(facts.gpu_name) if facts.gpu_name else None
     best_vs_floor = UNKNOWN
     if facts.best_ms is not None and facts.floor_ms:
-        best_vs_floor = roofline_verdict(facts.best_ms, facts.floor_ms, facts.compute_path).text
+        best_vs_floor = roofline_verdict(facts.best_ms, facts.floor_ms, facts.compute_path,
+                                         has_dots=facts.has_dots).text
         if facts.eager_ms:
             best_vs_floor += f", {facts.eager_ms / facts.best_ms:.2f}x vs eager"
     elif facts.best_ms is None:
@@ -204,24 +212,43 @@ def _values(stage: Stage, role: str, facts: BriefFacts) -> dict[str, str]:
         "gpu": facts.gpu_name or UNKNOWN,
         "analysis": facts.analysis_summary or "not analysed yet",
         "floor": fmt_ms(facts.floor_ms) if facts.floor_ms is not None else UNKNOWN,
+        "floor_basis": (f"(on the {facts.compute_path or UNKNOWN} path; ceilings: {facts.floor_ceilings})"
+                        if facts.floor_ceilings else "(no ceilings)"),
         "eager": _timing(facts.eager_ms, facts.has_gpu),
         "compile": _timing(facts.compile_ms, facts.has_gpu),
         "best": _timing(facts.best_ms, facts.has_gpu) if facts.best_ms is not None or facts.has_gpu is False
         else "none yet",
         "best_vs_floor": best_vs_floor,
+        "dot_errors": ('Errors ~1e-3 on a GEMM at fp32 = TF32 dot (use `input_precision="tf32x3"`, or `"ieee"`); '
+                       if facts.has_dots is not False else ""),
         "precision": precision_line(facts.dtype, facts.tolerance, facts.compute_path, facts.has_dots),
         "decisions": _decisions(facts.committed_decisions),
         "k": str(facts.k) if facts.k else "k",
         "min_bytes": fmt_bytes(facts.min_bytes) if facts.min_bytes is not None else UNKNOWN,
-        "unfused_bytes": fmt_bytes(facts.unfused_bytes) if facts.unfused_bytes is not None else UNKNOWN,
+        "unfused_bytes": eager_bytes(facts, gpu),
         "fusion": "; ".join(facts.fusion_opportunities) if facts.fusion_opportunities
         else "none found by the analysis (single op or nothing fusible)",
         "sm_count": str(gpu.sm_count) if gpu else UNKNOWN,
         "smem": f"{gpu.smem_per_block_optin_bytes // 1024} KiB" if gpu else UNKNOWN,
         "l2": f"{gpu.l2_bytes // (1024 * 1024)} MiB" if gpu else UNKNOWN,
-        "bandwidth": ceiling(gpu, "dram").label() if gpu else UNKNOWN,
+        "bandwidth": facts.bandwidth or (ceiling(gpu, "dram").label() if gpu else UNKNOWN),
     }
     return values
+
+
+def eager_bytes(facts: BriefFacts, gpu) -> str:
+    """The DRAM traffic a brief quotes for eager, never below what eager's measured time implies at the DRAM
+    rate (its ops' own count misses their passes' re-reads and temporaries: an H200 brief said 12.9 GB where
+    eager's time at 4.3 TB/s meant 26 GB); the text says which bound it is."""
+    counted = fmt_bytes(facts.unfused_bytes) if facts.unfused_bytes is not None else None
+    rate = facts.dram_bytes_per_s or (gpu.dram_bytes_per_s if gpu else None)
+    if not facts.eager_ms or not rate or (facts.unfused_bytes is not None
+                                          and facts.eager_ms * 1e-3 * rate <= facts.unfused_bytes):
+        return f"at least {counted} by its ops' count" if counted else UNKNOWN
+    by_time = facts.eager_ms * 1e-3 * rate
+    label = facts.bandwidth or (ceiling(gpu, "dram").label() if gpu else f"{rate / 1e12:.3g} TB/s")
+    return (f"~{fmt_bytes(by_time)}: its measured {fmt_ms(facts.eager_ms)} at the DRAM rate {label}"
+            + (f"; its ops' own count says at least {counted}" if counted else ""))
 
 
 def render_brief(stage: Stage, role: Literal["code", "profile", "debug"], facts: BriefFacts) -> str:

@@ -422,9 +422,9 @@ def build_seed_brief(
     baselines: BaselineResult | None = None,
 ) -> SeedBrief:
     """The SEEDS-stage brief: paradigms, fusion, precision, contract and judging for this problem."""
-    compute = admissible_compute_type(dtype, tolerance, analysis.precision_errors, gpu)
-    floor = roofline_floor(analysis.flops, analysis.tensor_core_flops, analysis.min_bytes, gpu, compute) \
-        if gpu is not None else None
+    from egg_mcp.analysis.roofline import current_floor
+
+    floor = current_floor(analysis, gpu, tolerance)  # the floor verify and profile_ncu hold times to
     trials = EvalOptions.model_fields["correctness_trials"].default
     brief = SeedBrief(
         problem=analysis.summary,

@@ -60,10 +60,6 @@ class GpuSpec(BaseModel):
         """FLOP per byte above which a kernel is compute-bound on this GPU."""
         return self.peak_flops[compute] / self.dram_bytes_per_s
 
-    def floor_seconds(self, flops: float, bytes_moved: float, compute: str = "fp32") -> float:
-        """Roofline floor: no kernel doing this work can run faster."""
-        return max(flops / self.peak_flops[compute], bytes_moved / self.dram_bytes_per_s)
-
 
 _HOPPER: dict[str, Any] = dict(
     arch="sm_90", max_threads_per_sm=2048, max_blocks_per_sm=32,

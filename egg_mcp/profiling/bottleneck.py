@@ -114,9 +114,9 @@ def distance_to_floor(r: Readings, gpu: GpuSpec | None, task_roofline: Roofline 
                                            f"DRAM ceiling of {gpu.name}: {ceiling(gpu, 'dram').label()}"))
     if task_roofline is not None and task_roofline.floor_ms is not None and dur_ms:
         verdict = roofline_verdict(dur_ms, task_roofline.floor_ms, task_roofline.compute_type,
-                                   bound=task_roofline.bound_by)
+                                   bound=task_roofline.bound_by, has_dots=task_roofline.has_dots)
         near_floor = verdict.status == "at_roof"
-        distance = verdict.text
+        distance = verdict.text + (f" (ceilings: {task_roofline.ceilings})" if task_roofline.ceilings else "")
         if task_roofline.min_bytes and r.dram_bytes:
             excess = r.dram_bytes / task_roofline.min_bytes
             found.evidence.append(Evidence(

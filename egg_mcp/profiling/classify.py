@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from egg_mcp.analysis.roofline import floor_provenance
+from egg_mcp.analysis.analysis_types import RooflineFloor
+from egg_mcp.analysis.roofline import ceilings_short, floor_provenance, roofline_floor
 from egg_mcp.analysis.verdict import roofline_verdict
 from egg_mcp.hardware import GpuSpec
 from egg_mcp.profiling import bottleneck as rules
@@ -150,31 +151,40 @@ class Readings:
 
 def roofline(
     gpu: GpuSpec | None, *, flops: float | None, min_bytes: float | None, measured_ms: float | None,
-    compute_type: str = "fp32", floor_ms: float | None = None
+    compute_type: str = "fp32", floor_ms: float | None = None, floor: RooflineFloor | None = None,
+    has_dots: bool | None = None,
 ) -> Roofline | None:
     """Place the task on `gpu`'s roofline and measure the distance of `measured_ms` to the floor (None
-    without a GPU spec: no ceilings, no roofline). `compute_type` is the fastest admissible path of the
-    precision ladder and `floor_ms` the task analysis' floor for it (the one floor verify and the briefs
-    use); the words come from `analysis.verdict.roofline_verdict`."""
+    without a GPU spec: no ceilings, no roofline). `floor` is the task's floor now
+    (`analysis.roofline.current_floor`: the fastest admissible path, tensor-core FLOPs apart, with its
+    ceilings' provenance), the one floor verify and the briefs use; without it, `roofline_floor` prices every
+    FLOP at `compute_type` (a lower bound), or `floor_ms` is taken as given. Every number says where its
+    ceilings come from; the words come from `analysis.verdict.roofline_verdict`."""
     if gpu is None or (not flops and not min_bytes):
         return None
+    if floor is not None:
+        compute_type = floor.compute_type
     if compute_type not in gpu.peak_flops:
         raise ValueError(f"unknown compute type {compute_type!r}; use one of {', '.join(gpu.peak_flops)}")
     flops_v, bytes_v = flops or 0.0, min_bytes or 0.0
-    floor_ms = floor_ms or 1e3 * gpu.floor_seconds(flops_v, bytes_v, compute_type)
+    if floor is None:
+        floor = roofline_floor(flops_v, flops_v, bytes_v, gpu, compute_type)
+        if floor_ms:
+            floor = floor.model_copy(update={"floor_ms": floor_ms})
     ridge = gpu.ridge_point(compute_type)
     ai = flops_v / bytes_v if bytes_v else None
-    bound_by = "memory" if bytes_v / gpu.dram_bytes_per_s >= flops_v / gpu.peak_flops[compute_type] else "compute"
     roof = Roofline(
         compute_type=compute_type, flops=flops, min_bytes=min_bytes, arithmetic_intensity=ai, ridge_point=ridge,
-        bound_by=bound_by, floor_ms=floor_ms, measured_ms=measured_ms,
-        ceilings_source=floor_provenance(gpu, compute_type),
+        bound_by=floor.bound, floor_ms=floor.floor_ms, measured_ms=measured_ms,
+        ceilings_source=floor.spec_source or floor_provenance(gpu, compute_type), has_dots=has_dots,
     )
     ai_text = f"{ai:.3g} FLOP/B vs ridge {ridge:.3g}" if ai is not None else "no minimum bytes given"
-    verdict = roofline_verdict(measured_ms, floor_ms, compute_type, bound=bound_by)
+    verdict = roofline_verdict(measured_ms, floor.floor_ms, compute_type, bound=floor.bound, has_dots=has_dots)
     roof.fraction_of_floor = verdict.fraction_of_floor
     roof.near_floor = verdict.status == "at_roof"
-    roof.summary = f"{bound_by}-bound task ({ai_text}) on the {compute_type} roof; {verdict.text}"
+    ceilings = roof.ceilings = floor.ceilings or ceilings_short(gpu, compute_type)
+    roof.summary = (f"{floor.bound}-bound task ({ai_text}) on the {compute_type} roof; {verdict.text} "
+                    f"(ceilings: {ceilings})")
     return roof
 
 

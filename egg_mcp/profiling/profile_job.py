@@ -39,6 +39,7 @@ from egg_mcp.profiling.ncu_csv import (
 )
 from egg_mcp.profiling.profile_report import ProfileReport
 from egg_mcp.profiling.report_build import (
+    FloorFor,
     build_fallback_report,
     build_ncu_report,
     resolve_gpu,
@@ -147,18 +148,20 @@ async def profile_candidate(
     min_bytes: float | None = None,
     timeout_s: float = 120.0,
     progress: ProgressFn | None = None,
-    floor: dict[str, Any] | None = None,
     tensor_core_flops: float | None = None,
+    floor_for: FloorFor | None = None,
 ) -> ProfileReport:
     """Profile one candidate's forward with ncu (or the no-counter fallback) and classify each kernel.
 
-    Raises ProfileError when the candidate itself fails or the job times out (verify it first)."""
+    `floor_for(gpu)` is the task's floor on the GPU the report is placed on (`analysis.roofline.current_floor`:
+    the fastest path the precision ladder admits, priced with the current ceilings): one floor and one verdict
+    for verify, profile_ncu and the briefs. Raises ProfileError when the candidate itself fails or the job times
+    out (verify it first)."""
     t0 = time.perf_counter()
     stage = Stage(stage)
-    # the task analysis' floor: the fastest compute path its precision ladder admits (one verdict for
-    # verify, profile_ncu and the briefs); without it, the policy rule
-    compute_type = (floor or {}).get("compute_type") or compute_type_for(options.dtype, options.tolerance)
-    roof_kw = {"floor_ms": (floor or {}).get("floor_ms"), "has_dots": bool(tensor_core_flops)}
+    now = floor_for(gpu) if floor_for is not None and gpu is not None else None
+    compute_type = now.compute_type if now is not None else compute_type_for(options.dtype, options.tolerance)
+    roof_kw = {"floor_for": floor_for, "has_dots": bool(tensor_core_flops)}
     metrics = metrics_for_stage(stage)
     has_gpu = evaluator.has_gpu() and options.device != "interpreter"
     ncu = ncu_command.find_ncu() if has_gpu else None  # looked up on its module: one place to stub it
@@ -281,7 +284,7 @@ async def _ncu_report(request: _Request, log_path: Path, argv: list[str], outcom
 async def _fallback(evaluator: Evaluator, reference_source: str, candidate_source: str, options: EvalOptions,
                     stage: Stage, gpu: GpuSpec | None, flops: float | None, min_bytes: float | None,
                     compute_type: str, reason: str, has_gpu: bool, timeout_s: float,
-                    floor_ms: float | None = None, has_dots: bool = False) -> ProfileReport:
+                    floor_for: FloorFor | None = None, has_dots: bool = False) -> ProfileReport:
     """Run the target without ncu (GPU: metadata + event timing; CPU: interpreter, names and grids)."""
     warnings: list[str] = []
     result: dict[str, Any] | None = None
@@ -303,7 +306,7 @@ async def _fallback(evaluator: Evaluator, reference_source: str, candidate_sourc
         result = outcome.result
     gpu_, w = resolve_gpu(gpu, (result or {}).get("device"))
     report = build_fallback_report(result, stage=stage, gpu=gpu_, reason=reason, flops=flops, min_bytes=min_bytes,
-                                   compute_type=compute_type, floor_ms=floor_ms, has_dots=has_dots)
+                                   compute_type=compute_type, floor_for=floor_for, has_dots=has_dots)
     report.sandbox = sandbox_line(outcome.sandbox) if result is not None else None
     report.warnings = warnings + w + report.warnings
     return report

@@ -52,6 +52,8 @@ class Roofline(BaseModel):
     summary: str = ""
     ceilings_source: str = Field(default="", description="where the DRAM and compute ceilings come from (measured here "
                                                  "and when, or datasheet leads)")
+    has_dots: bool | None = Field(default=None, description="False: the task has no matmul/conv (no dot path)")
+    ceilings: str = Field(default="", description="the two ceilings in short, each with its source")
 
 
 class Classification(BaseModel):

@@ -6,8 +6,10 @@ Pure: the CI tests feed it the captured H200 ncu logs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from egg_mcp.analysis.analysis_types import RooflineFloor
 from egg_mcp.hardware import NO_GPU, GpuSpec, lookup, unknown_gpu_message
 from egg_mcp.profiling import classify as C
 from egg_mcp.profiling.metrics import spec
@@ -15,6 +17,9 @@ from egg_mcp.profiling.ncu_csv import NcuLaunch, parse_ncu_output, short_kernel_
 from egg_mcp.profiling.occupancy import occupancy
 from egg_mcp.profiling.profile_report import KernelProfile, Metric, ProfileReport
 from egg_mcp.stages import Stage
+
+FloorFor = Callable[[GpuSpec], "RooflineFloor | None"]
+"""The task's floor on the GPU a report is placed on (`analysis.roofline.current_floor` bound to the task)."""
 
 SOURCE_NOTES = {
     "ncu": "Nsight Compute hardware counters on one forward after warm-up (kernel replay, caches flushed "
@@ -133,6 +138,7 @@ def build_ncu_report(
     compute_type: str = "fp32",
     floor_ms: float | None = None,
     has_dots: bool = False,
+    floor_for: FloorFor | None = None,
 ) -> ProfileReport:
     """A report from ncu's CSV log (pure: the CI tests feed it the captured H200 files)."""
     stage = Stage(stage)
@@ -143,8 +149,11 @@ def build_ncu_report(
     aggregated = aggregate_launches(log.launches)
     total_ns = sum((m.get("gpu__time_duration.sum", (None, ""))[0] or 0.0) for _, m in aggregated.values())
     single = len(aggregated) == 1
+    floor = floor_for(gpu) if floor_for is not None and gpu is not None else None
+    compute_type = floor.compute_type if floor is not None else compute_type
     roof = C.roofline(gpu, flops=flops, min_bytes=min_bytes, measured_ms=total_ns / 1e6 if total_ns else None,
-                      compute_type=compute_type, floor_ms=floor_ms)
+                      compute_type=compute_type, floor_ms=floor_ms, floor=floor,
+                      has_dots=has_dots if floor_for else None)  # known from the task's analysis only
     kernels = []
     for name, (count, readings) in aggregated.items():
         metrics = [
@@ -179,6 +188,7 @@ def build_fallback_report(
     compute_type: str = "fp32",
     floor_ms: float | None = None,
     has_dots: bool = False,
+    floor_for: FloorFor | None = None,
 ) -> ProfileReport:
     """A report without counters: event timing, Triton metadata, computed occupancy, the roofline."""
     stage = Stage(stage)
@@ -186,8 +196,10 @@ def build_fallback_report(
     warnings = list((target_result or {}).get("warnings", []))
     timed = [e for e in entries if e.get("event_ms") is not None]
     total_ms = sum(e["event_ms"] for e in timed) if timed else (target_result or {}).get("forward_event_ms")
+    floor = floor_for(gpu) if floor_for is not None and gpu is not None else None
+    compute_type = floor.compute_type if floor is not None else compute_type
     roof = C.roofline(gpu, flops=flops, min_bytes=min_bytes, measured_ms=total_ms, compute_type=compute_type,
-                      floor_ms=floor_ms)
+                      floor_ms=floor_ms, floor=floor, has_dots=has_dots if floor_for else None)
     kernels = []
     for entry in entries:
         metrics = _metadata_metrics(entry)

@@ -168,7 +168,7 @@ def profile_ncu(r) -> str:
     lines = [f"profile {r.report_id} of {r.candidate_id} ({rep.source}, stage {rep.stage}): {_clip(rep.summary, 300)}"]
     roof = rep.roofline if isinstance(rep.roofline, str) or rep.roofline is None else rep.roofline.summary
     if roof:
-        lines.append(f"roofline: {_clip(roof, 240)}")
+        lines.append(f"roofline: {_clip(roof, 380)}")  # its verdict and where its ceilings come from
     for k in rep.kernels[:3]:
         bound, headline = (k.bound, k.headline) if hasattr(k, "bound") else (k.classification.bound,
                                                                               k.classification.headline)
@@ -254,7 +254,7 @@ def get_context(r) -> str:
         f"task {r.task_id} ({r.problem}) stage {r.stage}: {r.stage_goal}",
         f"dtype {r.dtype}, tolerance {r.tolerance.name}; floor {_ms(r.floor_ms)}, eager {_ms(r.eager_ms)}, "
         f"torch.compile {_ms(r.compile_ms)}; GPU {r.gpu or 'none'}",
-        f"analysis: {_clip(r.analysis_summary, 300)}" if r.analysis_summary else "",
+        f"analysis: {_clip(r.analysis_summary, 480)}" if r.analysis_summary else "",
         (f"committed kernel: {r.committed_candidate_id} ({_ms(r.committed_time_ms)}); source "
          f"({len(r.committed_source or '')} chars): structuredContent.committed_source or "
          f"egg://tasks/{r.task_id}/candidates/{r.committed_candidate_id}/source")

@@ -12,11 +12,11 @@ import json
 import logging
 import os
 import socket
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from egg_mcp.config import ServerConfig, derived_run_timeout
 from egg_mcp.contract import BaselineResult, EvalOptions, EvalResult, Evaluator, ProgressFn
-from egg_mcp.hardware import GpuSpec, spec_for
+from egg_mcp.hardware import GpuSpec, ceiling, spec_for
 from egg_mcp.stages import NEXT_STEP, Stage, allowed, refusal
 from egg_mcp.workflow import limits
 from egg_mcp.workflow.models import CandidateSummary, CommittedStage, StageDecision, TaskOptions
@@ -24,6 +24,9 @@ from egg_mcp.workspace.damage import ArtifactError
 from egg_mcp.workspace.repo import CandidateRow, CommitRow, Repository, TaskRow
 from egg_mcp.workspace.scratch import pid_alive
 from egg_mcp.workspace.store import Workspace
+
+if TYPE_CHECKING:
+    from egg_mcp.analysis.analysis_types import RooflineFloor
 
 log = logging.getLogger("egg_mcp.workflow.service")  # the name operators' log filters know
 
@@ -129,9 +132,30 @@ class ServiceCore:
         return EvalResult.model_validate_json(self._text(cand.result_sha,
                                                          f"verification result of candidate {cand.id}"))
 
-    def _floor_ms(self, analysis: dict[str, Any] | None) -> float | None:
-        floor = (analysis or {}).get("floor") or {}
-        return floor.get("floor_ms")
+    def floor_for(self, row: TaskRow):
+        """`task_floor` on a given GPU spec (profile_ncu places a report on the GPU its worker ran on): a
+        function of the spec, None when the task has no analysis or its floor does not hold at its sizes."""
+        from egg_mcp.analysis.analysis_types import ReferenceAnalysis
+        from egg_mcp.analysis.roofline import current_floor, floor_holds
+
+        analysis = self._analysis(row)
+        stored = ReferenceAnalysis.model_validate(analysis) if analysis else None
+        if stored is None or not floor_holds(stored):
+            return None
+        tolerance = self._options(row).tolerance
+        return lambda gpu: current_floor(stored, gpu, tolerance)
+
+    def task_floor(self, row: TaskRow) -> RooflineFloor | None:
+        """The task's roofline floor now (`analysis.roofline.current_floor`): the stored work priced with this
+        server's current GPU spec, calibrated once the calibration has finished. Every tool reads it here."""
+        from egg_mcp.analysis.analysis_types import ReferenceAnalysis
+        from egg_mcp.analysis.roofline import current_floor
+
+        analysis = self._analysis(row)
+        if not analysis:
+            return None
+        return current_floor(ReferenceAnalysis.model_validate(analysis), self._gpu_for_roofline(),
+                             self._options(row).tolerance)
 
     def _committed(self, r: CommitRow, base: BaselineResult | None) -> CommittedStage:
         return CommittedStage(
@@ -278,9 +302,11 @@ class ServiceCore:
             committed_decisions=[f"{c.stage}: {c.decision.summary}" for c in commits], stage=Stage(row.stage),
             commits=len(commits),
             has_gpu=self.timing_available(), k=opts.k_seeds,
+            bandwidth=ceiling(gpu, "dram").label() if (gpu := self._gpu_for_roofline()) else None,
+            dram_bytes_per_s=gpu.dram_bytes_per_s if gpu else None,
         )
         if analysis:
-            return BriefFacts.from_analysis(ReferenceAnalysis.model_validate(analysis), **facts)
+            return BriefFacts.from_analysis(ReferenceAnalysis.model_validate(analysis), self.task_floor(row), **facts)
         return BriefFacts(**facts)
 
     def brief_for(self, stage: Stage, role: Literal["code", "profile", "debug"], task_id: str | None) -> str:

@@ -9,6 +9,7 @@ from egg_mcp.contract import ProgressFn
 from egg_mcp.workflow.core import WorkflowError
 
 if TYPE_CHECKING:
+    from egg_mcp.analysis.analysis_types import RooflineFloor
     from egg_mcp.workflow.service import EggService
 
 
@@ -21,10 +22,14 @@ async def profile(service: EggService, task_id: str, candidate_id: str, progress
     opts = service._options(row)
     sizes = service.check_sizes(row, size_overrides)
     notes: list[str] = []
+    floor_for = service.floor_for(row)  # the floor verify and the briefs state, on the GPU the report is placed on
     if sizes is not None:
         opts = opts.model_copy(update={"size_overrides": sizes})
         notes.append(f"profiled at the size_overrides {sizes}, not the task's sizes: no floor or roofline (the "
                      "task's FLOPs, bytes and floor are for its own sizes)")
+        analysis, floor_for = {}, None
+    elif analysis and floor_for is None:
+        notes.append(f"no floor or roofline: {analysis.get('floor_unavailable') or 'the analysis holds no floor'}")
         analysis = {}
     service.require_sandbox("run candidates (profile_ncu)")
     try:
@@ -33,7 +38,7 @@ async def profile(service: EggService, task_id: str, candidate_id: str, progress
             options=service._eval_options(opts, service._baselines(row)), stage=stage,
             gpu=service.gpu if service.timing_available() else None,
             flops=analysis.get("flops"), min_bytes=analysis.get("min_bytes"), progress=progress,
-            floor=analysis.get("floor"), tensor_core_flops=analysis.get("tensor_core_flops"),
+            tensor_core_flops=analysis.get("tensor_core_flops"), floor_for=floor_for,
         )
     except (ProfileError, ValueError) as exc:
         raise WorkflowError(f"profiling failed: {exc}") from None
@@ -75,7 +80,7 @@ async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_tr
                          f"{target.name if target else 'a stand-in GPU (see warnings)'}")
     if probe_note:
         proposal.warnings.append(f"{probe_note}: every kernel priced at the task's dims")
-    below = below_floor_warning(proposal, analysis.get("floor"))
+    below = below_floor_warning(proposal, service.task_floor(row))
     if below:
         proposal.warnings.append(below)
     tie = tie_note([r.predicted_ms for r in proposal.ranked if r.measured_ms is None])
@@ -85,21 +90,20 @@ async def tiling(service: EggService, task_id: str, candidate_id: str, *, max_tr
     return report_id, proposal
 
 
-def below_floor_warning(proposal, floor: dict[str, Any] | None) -> str | None:
-    """A prediction below the task's roofline floor cannot be right: the model's dims or traffic do not describe
-    this kernel (e.g. a grid read wrong), so its ranking is not to be trusted; measured times are."""
-    floor_ms = (floor or {}).get("floor_ms")
-    if not floor_ms:
+def below_floor_warning(proposal, floor: RooflineFloor | None) -> str | None:
+    """A prediction below the task's roofline floor (`ServiceCore.task_floor`: the one verify and the briefs
+    state) cannot be right: the model's dims or traffic do not describe this kernel (e.g. a grid read wrong), so
+    its ranking is not to be trusted; measured times are."""
+    if floor is None or not floor.floor_ms:
         return None
-    low = [r for r in proposal.ranked if r.predicted_ms is not None and r.predicted_ms < floor_ms]
+    low = [r for r in proposal.ranked if r.predicted_ms is not None and r.predicted_ms < floor.floor_ms]
     if not low:
         return None
     worst = min(low, key=lambda r: r.predicted_ms)
-    return (f"the model predicts {len(low)} config(s) below the task's floor {floor_ms:.4g} ms "
-            f"({(floor or {}).get('compute_type', '?')}; lowest {worst.predicted_ms:.4g} ms for "
+    return (f"the model predicts {len(low)} config(s) below the task's floor {floor.floor_ms:.4g} ms "
+            f"({floor.compute_type}; {floor.ceilings or floor.spec_source}; lowest {worst.predicted_ms:.4g} ms for "
             f"{worst.config.values}): its dims {proposal.dims} or traffic do not describe this kernel; rank by "
-            "measured "
-            "times, or pass dims")
+            "measured times, or pass dims")
 
 
 def problem_dims(analysis: dict[str, Any]) -> tuple[dict[str, int], str | None]:

@@ -33,15 +33,6 @@ CANCELLED = "the verify was cancelled (the client went away or the server is sto
 
 
 
-def floor_basis(floor: dict) -> str | None:
-    """What set a stored floor and where its ceilings come from, for the below-floor flag's checks."""
-    if not floor.get("floor_ms"):
-        return None
-    what = ("the minimum bytes at the DRAM rate: check them, and the DRAM ceiling" if floor.get("bound") == "memory"
-            else f"the FLOPs at the {floor.get('compute_type')} rate: check them, the ceiling, and whether the kernel "
-                 "computes in a faster path than that")
-    return f"set by {what} ({floor.get('spec_source') or 'ceilings of unknown origin'})"
-
 class Verification(ServiceCore):
     # -- verify ---------------------------------------------------------------------------------
     async def verify(self, task_id: str, source: str, note: str | None = None,
@@ -120,10 +111,10 @@ class Verification(ServiceCore):
                 if sizes is not None:
                     opts = opts.model_copy(update={"size_overrides": sizes})
                 # the task's floor holds at the task's sizes: a quick check at other sizes is held to none
-                floor = ((self._analysis(row) or {}).get("floor") or {}) if sizes is None else {}
-                eval_opts = self._eval_options(opts, base, roofline_floor_ms=floor.get("floor_ms"),
-                                               roofline_floor_path=floor.get("compute_type"),
-                                               roofline_floor_basis=floor_basis(floor),
+                floor = self.task_floor(row) if sizes is None else None
+                eval_opts = self._eval_options(opts, base, roofline_floor_ms=floor.floor_ms if floor else None,
+                                               roofline_floor_path=floor.compute_type if floor else None,
+                                               roofline_floor_basis=floor.basis() if floor else None,
                                                timing=self.timing_available(),
                                                isolated_timing=self.config.isolated_timing)
                 result = await self.evaluator.evaluate(self._reference(row), source, eval_opts, progress)

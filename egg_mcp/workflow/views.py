@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from egg_mcp.analysis.analysis_types import ReferenceAnalysis
+from egg_mcp.analysis.roofline import summary_now
 from egg_mcp.cluster.build import describe as describe_lanes
 from egg_mcp.stages import STAGE_GOALS, tools_allowed
 from egg_mcp.workflow import limits, memcheck_gate
@@ -20,6 +22,7 @@ class Views(ServiceCore):
         row = self._task_row(task_id)
         opts = self._options(row)
         analysis = self._analysis(row)
+        floor = self.task_floor(row)
         base = self._baselines(row)
         commits = self._commits(task_id)
         last = commits[-1] if commits else None
@@ -28,7 +31,8 @@ class Views(ServiceCore):
         return HandoffContext(
             task_id=task_id, problem=row.name, stage=stage.value, stage_goal=STAGE_GOALS[stage],
             dtype=opts.dtype, tolerance=opts.tolerance, gpu=opts.gpu_name,
-            analysis_summary=(analysis or {}).get("summary"), floor_ms=self._floor_ms(analysis),
+            analysis_summary=summary_now(ReferenceAnalysis.model_validate(analysis), floor) if analysis else None,
+            floor_ms=floor.floor_ms if floor else None,
             eager_ms=_eager_ms(base),
             compile_ms=_compile_ms(base),
             committed_candidate_id=last.candidate_id if last else None,
