@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import torch._dynamo  # noqa: F401  (torch imports it lazily on first use and rebinds torch functions: load it
-# before the snapshot, and in the prestarted runner rather than inside the first timed-out trial)
 import torch.utils.deterministic  # noqa: F401  (its flag poisons fresh allocations)
 
 from egg_mcp.evaluation import launchers, wire

@@ -2,7 +2,7 @@
 it measures to, which of its results were measured, and where its time went.
 
 The budget is the caller's, whole: the job measures until a deadline on the caller's clock (whatever its start-up
-took), less a return margin and the share kept for re-verifying a winner through verify (`verdict.reverify`).
+took), less a return margin and the share kept for re-verifying a winner through verify (`recommend.reverify`).
 Only where the job's clock does not agree with this one does it fall back to its own clock, less an assumed
 start-up, and the reply says so.
 """

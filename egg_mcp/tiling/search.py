@@ -15,6 +15,7 @@ from egg_mcp.tiling.measure_call import measure as measure_job
 from egg_mcp.tiling.measure_call import report
 from egg_mcp.tiling.model import estimate_all, grid_notes, infer_kind
 from egg_mcp.tiling.plan import config_key
+from egg_mcp.tiling.recommend import choose, reverify
 from egg_mcp.tiling.rewrite import apply_config
 from egg_mcp.tiling.space import DEFAULT_MAX_CONFIGS, current_config, enumerate_configs, extract_space
 from egg_mcp.tiling.tiling_types import (
@@ -26,7 +27,6 @@ from egg_mcp.tiling.tiling_types import (
     TilingConfig,
     TilingProposal,
 )
-from egg_mcp.tiling.verdict import choose, reverify
 
 STAND_IN_GPU = "H200"
 PROBE_TARGET = "egg_mcp.tiling.launches:probe_launches"
@@ -104,7 +104,7 @@ async def propose_tiling(
     tl.* calls when None). `launches` (from `probe_launches`) gives each kernel launch its own dims; without
     it the task's dims are used. With `measure` and a GPU, up to `max_trials` configs are compiled,
     checked on one input and timed in one GPU job, the current config first; a config that beats it beyond the
-    noise band is re-verified through verify (`verdict.py`) before it is recommended; otherwise the ranking is
+    noise band is re-verified through verify (`recommend.py`) before it is recommended; otherwise the ranking is
     analytic only. `time_budget_s` is the whole call's, of which `spent_s` went before (the launch probe):
     `time_s` says where it all went.
     """
