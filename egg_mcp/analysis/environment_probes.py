@@ -23,6 +23,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from egg_mcp import pysource
+
 CHECK = "environment_probe"
 
 # Modules whose every use is a probe (what they are for is reading the machine, the clock or the process).
@@ -210,7 +212,7 @@ class _Scan(ast.NodeVisitor):
 def scan(source: str) -> list[Probe]:
     """Every probe in `source` (empty when it does not parse: verify reports the syntax error)."""
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except (SyntaxError, ValueError):
         return []
     s = _Scan()

@@ -61,11 +61,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.judge and os.getppid() != args.judge:  # the judge died before we could tie our life to it
         os._exit(3)
     if args.mode == "gpu":
-        # CUDA must initialise before Landlock: on the H200 host (Linux 6.18, driver 580) a runner confined
-        # first fails cudaGetDeviceCount with error 304, while one confined after CUDA init runs Triton
-        # kernels (benchmarks/results/archive/h200_2026-12-01_0390956-d1d352b/gpu_tests.log). No candidate code
-        # has run yet.
+        # CUDA must initialise before Landlock: on the H200 host (Linux 6.18, driver 580) a runner confined first
+        # fails cudaGetDeviceCount with error 304, while one confined after CUDA init runs Triton kernels
+        # (benchmarks/results/archive/h200_2026-12-01_0390956-d1d352b/gpu_tests.log). No candidate code ran yet.
         import torch
+        import torch._dynamo  # noqa: F401  (imported lazily it rebinds torch functions: before the snapshot)
 
         torch.cuda.init()
         torch.empty(1, device="cuda")
@@ -88,10 +88,6 @@ def main(argv: list[str] | None = None) -> None:
 
     no_tells()
 
-    if args.mode == "gpu":  # torch imports torch._dynamo lazily and rebinds torch functions (the attribute
-        # snapshot): on the GPU it is loaded before the snapshot, in the prestarted runner rather than inside a timed
-        # trial; the interpreter path never needs it (1.3 s of CPU per runner)
-        import torch._dynamo  # noqa: F401
     from egg_mcp.evaluation.candidate_side import CandidateSide
     from egg_mcp.evaluation.runner_loop import serve
 

@@ -14,6 +14,8 @@ import ast
 from pathlib import Path
 from typing import Any
 
+from egg_mcp import pysource
+
 
 class StaleDerivedConstant(ValueError):
     """size_overrides left a derived module constant stale and it could not be recomputed."""
@@ -24,7 +26,7 @@ def _assignments(module: Any) -> list[tuple[list[str], ast.expr]]:
     if not path or not Path(path).exists():
         return []
     try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+        tree = pysource.parse(Path(path).read_text(encoding="utf-8"))
     except (SyntaxError, UnicodeDecodeError):
         return []
     out = []

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from egg_mcp import pysource
 from egg_mcp.config import ServerConfig
 from egg_mcp.problems.builtin import BUILTIN_PROBLEMS, builtin_source
 
@@ -133,7 +134,7 @@ def _name_from_source(source: str) -> str:
 
 def _parse(source: str, what: str) -> ast.Module:
     try:
-        return ast.parse(source)
+        return pysource.parse(source)
     except SyntaxError as exc:
         raise ProblemError(f"{what} does not parse: {exc.msg} at line {exc.lineno}: "
                            f"{(exc.text or '').strip()!r}") from None
@@ -173,7 +174,7 @@ def check_candidate_contract(source: str, max_bytes: int) -> CandidateCheck:
     if not source.strip():
         raise ProblemError("the candidate source is empty: submit a module that defines class ModelNew")
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except SyntaxError as exc:
         return CandidateCheck(ok=False, syntax_error=f"{exc.msg}: {(exc.text or '').strip()!r}",
                               syntax_error_line=exc.lineno)

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from egg_mcp import pysource
 from egg_mcp.config import NCU_VAR, environment_copy
 from egg_mcp.contract import EvalOptions
 
@@ -52,7 +53,7 @@ def triton_kernel_names(source: str) -> list[str]:
     """Names of the functions decorated with triton.jit / triton.autotune / triton.heuristics in a
     candidate source, by parsing it (never executing it: this runs in the server)."""
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except SyntaxError:
         return []
     names: list[str] = []

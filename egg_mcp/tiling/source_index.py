@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from egg_mcp import pysource
 from egg_mcp.tiling.tiling_types import KernelFacts, ParamRole
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages")
@@ -91,7 +92,7 @@ class SourceIndex:
 
 def _parse(source: str) -> ast.Module:
     try:
-        return ast.parse(source)
+        return pysource.parse(source)
     except SyntaxError as exc:
         raise ValueError(f"candidate source does not parse (line {exc.lineno}: {exc.msg}); "
                          "fix the syntax first") from exc
