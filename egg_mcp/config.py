@@ -55,7 +55,7 @@ EXCHANGE_FROM_BYTES_VAR = "EGG_MCP_EXCHANGE_FROM_BYTES"
 """Outputs from this size go through shared memory (evaluation/exchange.py); tests set 1."""
 EXCHANGE_GPU_PEAK_VAR = "EGG_MCP_EXCHANGE_GPU_PEAK_PER_BYTE"
 """The judge's and runner's GPU peak per output byte that decides whether the shared region can be GPU memory
-(evaluation/exchange.py's measured default); benchmarks set 0 to force the GPU region and measure the peak."""
+(evaluation/exchange.py's measured default); benchmarks set 0.01 to force the GPU region and measure the peak."""
 XDG_DATA_HOME_VAR = "XDG_DATA_HOME"
 TRITON_INTERPRET_VAR = "TRITON_INTERPRET"
 TRITON_CACHE_DIR_VAR = "TRITON_CACHE_DIR"

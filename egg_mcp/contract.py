@@ -8,6 +8,7 @@ the tiling search and the reports: extend, do not rename.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Awaitable, Callable, Literal, Protocol
 
 from pydantic import BaseModel, Field, model_validator
@@ -145,6 +146,16 @@ class ErrorReport(BaseModel):
     message: str
     candidate_line: int | None = Field(default=None, description="1-based line in the submitted source")
     traceback: str = ""
+
+
+SE_MEDIAN = 1.2533
+"""Standard error of a median = 1.2533 x sigma / sqrt(n) (normal samples)."""
+
+
+def median_standard_error(cv: float, n: int) -> float:
+    """The relative standard error of a median of `n` runs whose spread is `cv` (n >= 1): what the regression
+    guard (workflow/commit.py) and propose_tiling's recommendation (tiling/recommend.py) build their noise bands on."""
+    return SE_MEDIAN * cv / math.sqrt(n)
 
 
 class TimingStats(BaseModel):

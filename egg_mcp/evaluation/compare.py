@@ -241,8 +241,8 @@ def _chunked(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float
     dtype = torch.float64 if got.dtype == torch.float64 else torch.float32
     max_abs = compare_chunks.max_abs_finite(expected, dtype)
     atol, _ = _effective_atol(max_abs, atol, rtol, path, notes)
-    found = compare_chunks.check(got, expected, atol, rtol, max_abs,
-                                 error_share.sample_step(expected.numel(), SHARE_SAMPLE), dtype)
+    found = compare_chunks.check(got, expected, atol, rtol, error_share.sample_step(expected.numel(), SHARE_SAMPLE),
+                                 dtype)
     if found.n_bad:
         return found
     if shares is not None:
@@ -271,18 +271,15 @@ def _whole_report(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: 
         g, e = torch.view_as_real(g.resolve_conj()), torch.view_as_real(e.resolve_conj())
     g = g.to(torch.float64 if g.dtype == torch.float64 else torch.float32)
     e = e.to(g.dtype)
-    g_finite = torch.isfinite(g)
     e_finite = torch.isfinite(e)
     max_abs = float(torch.where(e_finite, e.abs(), 0).max()) if bool(e_finite.any()) else math.inf
     atol, scaled = _effective_atol(max_abs, atol, rtol, path, notes)
-    # Non-finite output passes only where the reference has the identical non-finite value.
-    same_nonfinite = (~g_finite) & (~e_finite) & ((g == e) | (torch.isnan(g) & torch.isnan(e)))
-    abs_err = torch.where(g_finite & e_finite, (g - e).abs(), torch.zeros_like(g))
-    bad = (abs_err > atol + rtol * e.abs()) | ((~g_finite | ~e_finite) & ~same_nonfinite)
+    rule = compare_chunks.tolerance(g, e, atol, rtol)
+    bad, abs_err, g_finite, same_nonfinite = rule.bad, rule.abs_err, rule.g_finite, rule.same_nonfinite
     n_bad = int(bad.sum())
     if n_bad == 0:
         if shares is not None:
-            shares[path] = _error_share(abs_err, atol + rtol * torch.where(e_finite, e.abs(), 0))
+            shares[path] = _error_share(abs_err, rule.limit)
         return None
     nonfinite = int((~g_finite & ~same_nonfinite).sum())
     finite_both = g_finite & e_finite

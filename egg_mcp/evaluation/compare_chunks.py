@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -24,7 +25,6 @@ their kernels costs little beside the copies of a large output."""
 class ChunkedCheck:
     """What the chunked pass found; `bad` (a bool mask of the output's shape) only when some element is bad."""
 
-    max_abs_expected: float
     n_bad: int = 0
     bad: torch.Tensor | None = None
     share_max: float = 0.0
@@ -59,29 +59,39 @@ def max_abs_finite(e: torch.Tensor, dtype: torch.dtype) -> float:
     return float(best) if bool(any_finite) else math.inf
 
 
-def _bad(gc: torch.Tensor, ec: torch.Tensor, atol: float, rtol: float
-         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(bad, |g - e| where both are finite else 0, the limit atol + rtol |e|) of one chunk."""
-    g_fin, e_fin = torch.isfinite(gc), torch.isfinite(ec)
-    same_nonfinite = (~g_fin) & (~e_fin) & ((gc == ec) | (torch.isnan(gc) & torch.isnan(ec)))
+class Tolerance(NamedTuple):
+    """The tolerance rule on two float tensors of one shape (the whole output, or one chunk of it)."""
+
+    bad: torch.Tensor  # |g - e| > atol + rtol |e|, or non-finite where the reference is not the same non-finite
+    abs_err: torch.Tensor  # |g - e| where both are finite, else 0
+    limit: torch.Tensor  # atol + rtol |e| (|e| taken as 0 where e is not finite)
+    g_finite: torch.Tensor
+    e_finite: torch.Tensor
+    same_nonfinite: torch.Tensor  # a non-finite output passes only where the reference has the identical value
+
+
+def tolerance(g: torch.Tensor, e: torch.Tensor, atol: float, rtol: float) -> Tolerance:
+    """The one statement of the rule, used by the whole-tensor check (compare.py) and by the chunks here."""
+    g_fin, e_fin = torch.isfinite(g), torch.isfinite(e)
+    same_nonfinite = (~g_fin) & (~e_fin) & ((g == e) | (torch.isnan(g) & torch.isnan(e)))
     both = g_fin & e_fin
-    abs_err = torch.where(both, (gc - ec).abs(), 0)
-    limit = atol + rtol * torch.where(e_fin, ec.abs(), 0)
-    return (abs_err > limit) | (~both & ~same_nonfinite), abs_err, limit
+    abs_err = torch.where(both, (g - e).abs(), 0)
+    limit = atol + rtol * torch.where(e_fin, e.abs(), 0)
+    return Tolerance((abs_err > limit) | (~both & ~same_nonfinite), abs_err, limit, g_fin, e_fin, same_nonfinite)
 
 
-def check(g: torch.Tensor, e: torch.Tensor, atol: float, rtol: float, max_abs: float, sample_step: int,
+def check(g: torch.Tensor, e: torch.Tensor, atol: float, rtol: float, sample_step: int,
           dtype: torch.dtype) -> ChunkedCheck:
     """Bad elements (|g - e| > atol + rtol |e|, or non-finite where the reference differs) and the error share.
     The counts stay on the device until the end (one sync per pass, not per chunk); the bad-element mask is made
     in a second pass, only when some element is bad."""
-    found = ChunkedCheck(max_abs_expected=max_abs)
+    found = ChunkedCheck()
     n_bad = torch.zeros((), dtype=torch.int64, device=e.device)
     share_max = torch.zeros((), dtype=dtype, device=e.device)
     for start, gc, ec in _chunks(g, e, dtype):
-        bad, abs_err, limit = _bad(gc, ec, atol, rtol)
-        n_bad += bad.sum()
-        share = error_share.share(abs_err, limit)
+        rule = tolerance(gc, ec, atol, rtol)
+        n_bad += rule.bad.sum()
+        share = error_share.share(rule.abs_err, rule.limit)
         share_max = torch.maximum(share_max, share.amax())
         first = (-start) % sample_step  # the whole tensor's sample is share[::sample_step]
         found.samples.append(share[first::sample_step].clone())  # a view would keep the chunk's share
@@ -89,6 +99,6 @@ def check(g: torch.Tensor, e: torch.Tensor, atol: float, rtol: float, max_abs: f
     if found.n_bad:
         mask = torch.zeros(e.numel(), dtype=torch.bool, device=e.device)
         for start, gc, ec in _chunks(g, e, dtype):
-            mask[start:start + gc.numel()] = _bad(gc, ec, atol, rtol)[0]
+            mask[start:start + gc.numel()] = tolerance(gc, ec, atol, rtol).bad
         found.bad = mask.reshape(e.shape)
     return found

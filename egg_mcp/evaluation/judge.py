@@ -440,7 +440,7 @@ class Judge(Verdicts):
 def evaluate(payload: dict[str, Any]) -> dict[str, Any]:
     """Worker target behind WorkerEvaluator.evaluate (harness.evaluate_job): a one-shot judge."""
     torch.set_grad_enabled(False)
-    _ = triton_interpret() or use_judge_allocator()  # before the judge's first CUDA allocation
+    use_judge_allocator()  # before the judge's first CUDA allocation
     judge = Judge(payload)
     result = judge.run()
     if judge.exchange is not None:

@@ -138,10 +138,9 @@ def _start(args: argparse.Namespace):
                          daemon=True).start()
     confinement.protect_memory()
     confinement.become_subreaper()
-    if args.mode != "interp":
-        from egg_mcp.evaluation.gpu_cache import use_judge_allocator
+    from egg_mcp.evaluation.gpu_cache import use_judge_allocator
 
-        use_judge_allocator()
+    use_judge_allocator()  # before the judge's first CUDA allocation (the interpreter makes none)
     channel = ResultChannel(args.result_fd)
     set_channel(channel)  # the judge reports its phases through evaluation.channel (the run-timeout clock needs them)
     worker._channel = channel

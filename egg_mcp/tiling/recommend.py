@@ -12,7 +12,7 @@ import math
 import time
 from typing import Any
 
-from egg_mcp.contract import EvalOptions, EvalResult
+from egg_mcp.contract import EvalOptions, EvalResult, median_standard_error
 from egg_mcp.tiling.plan import config_key
 from egg_mcp.tiling.rewrite import apply_config
 from egg_mcp.tiling.tiling_types import ConfigEstimate, MeasuredConfig, Reverification, TilingProposal
@@ -24,7 +24,7 @@ to be recommended: anything closer is noise, and the current config stays."""
 
 def noise_band(*runs: tuple[float | None, int | None]) -> float:
     """BASELINE_NOISE, or 3 standard errors of the medians (1.2533 cv / sqrt(runs) each) if that is more."""
-    se2 = sum((1.2533 * (cv or 0.0)) ** 2 / max(1, n or 1) for cv, n in runs)
+    se2 = sum(median_standard_error(cv or 0.0, max(1, n or 1)) ** 2 for cv, n in runs)
     return max(BASELINE_NOISE, 3 * math.sqrt(se2))
 
 

@@ -9,7 +9,7 @@ from typing import Callable
 from egg_mcp.analysis.environment_probes import CHECK as PROBE_CHECK
 from egg_mcp.analysis.environment_probes import describe as describe_probes
 from egg_mcp.analysis.environment_probes import scan as scan_probes
-from egg_mcp.contract import TimingStats
+from egg_mcp.contract import TimingStats, median_standard_error
 from egg_mcp.stages import NEXT_STEP, Stage, next_stage
 from egg_mcp.workflow import limits, memcheck_gate
 from egg_mcp.workflow.checks import evidence_mismatches
@@ -25,8 +25,6 @@ MAX_NOISE = 0.05
 (1.88 us to 1.09 ms, benchmarks/results/archive/h200_2026-12-01_b4a4599-ae198ae/README.md), honest candidates
 within 0.5 % across runs (benchmarks/results/h200_2026-12-02/README.md). The old band, twice the two readings'
 CVs, reached 10.3 % and let a 10 % regression pass; past 5 % `compare` (interleaved A/B) settles it."""
-SE_MEDIAN = 1.2533
-"""Standard error of a median = 1.2533 x sigma / sqrt(n) (normal samples)."""
 
 
 def noise_band(a: TimingStats | None, b: TimingStats | None) -> float:
@@ -35,7 +33,7 @@ def noise_band(a: TimingStats | None, b: TimingStats | None) -> float:
     def se(t: TimingStats | None) -> float:
         if t is None or not t.cv:
             return 0.0
-        return SE_MEDIAN * t.cv / math.sqrt(t.n_runs) if t.n_runs > 1 else t.cv
+        return median_standard_error(t.cv, t.n_runs) if t.n_runs > 1 else t.cv
     return min(MAX_NOISE, max(MIN_NOISE, 2 * math.hypot(se(a), se(b))))
 
 SETTLE = " (when the readings are this noisy, compare A/B settles it; force with its result as the reason)"
