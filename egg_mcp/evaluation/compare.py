@@ -229,7 +229,7 @@ def compare_tensor(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol:
         try:  # a mismatch: the whole-tensor report below, whose pattern hints read the whole output
             return _whole_report(got, expected, atol, rtol, base, path, notes)
         except torch.cuda.OutOfMemoryError:
-            release_cached()
+            release_cached(force=True)
             return _chunked_report(found, base)
     return _whole_report(got, expected, atol, rtol, base, path, notes, shares)
 
