@@ -33,7 +33,7 @@ def p99(sample: Any) -> float:
     """The 99th percentile of a sample of shares (0.0 for an empty one)."""
     import torch
 
-    flat = sample.reshape(-1).float().cpu()
+    flat = sample.reshape(-1).float()  # selected where it lies: a 1M sample took 32 ms a trial copied to the host
     if not flat.numel():
         return 0.0
     k = max(1, min(flat.numel(), math.ceil(0.99 * flat.numel())))

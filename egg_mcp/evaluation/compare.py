@@ -14,7 +14,7 @@ import torch
 from egg_mcp.analysis import error_share
 from egg_mcp.analysis.error_share import SHARE_SAMPLE
 from egg_mcp.contract import MismatchReport
-from egg_mcp.evaluation import compare_chunks
+from egg_mcp.evaluation import compare_chunks, compare_fused
 from egg_mcp.evaluation.gpu_cache import release_cached
 from egg_mcp.evaluation.mismatch_hints import location_hint, mismatch_hint
 from egg_mcp.evaluation.wire import MAX_DEPTH, path_str
@@ -239,15 +239,30 @@ def _chunked(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float
              ) -> compare_chunks.ChunkedCheck | None:
     """None when every element is within the tolerance (its share recorded), else what the chunked pass found."""
     dtype = torch.float64 if got.dtype == torch.float64 else torch.float32
-    max_abs = compare_chunks.max_abs_finite(expected, dtype)
+    fused = compare_fused.applies(got, expected)
+    max_abs = compare_fused.max_abs_finite(expected) if fused else compare_chunks.max_abs_finite(expected, dtype)
     atol, _ = _effective_atol(max_abs, atol, rtol, path, notes)
-    found = compare_chunks.check(got, expected, atol, rtol, error_share.sample_step(expected.numel(), SHARE_SAMPLE),
-                                 dtype)
+    step = error_share.sample_step(expected.numel(), SHARE_SAMPLE)
+    if fused:  # two reads of the outputs on the GPU; the torch pass below only when some element is bad
+        n_bad, share_max = compare_fused.check(got, expected, atol, rtol)
+        if not n_bad:
+            if shares is not None:
+                shares[path] = (share_max, _sample_p99(got, expected, atol, rtol, step))
+            return None
+    found = compare_chunks.check(got, expected, atol, rtol, step, dtype)
     if found.n_bad:
         return found
     if shares is not None:
         shares[path] = found.share()
     return None
+
+
+def _sample_p99(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, step: int) -> float:
+    """The p99 share over the evenly spaced sample compare_chunks.check keeps (every step-th element)."""
+    g = got.detach().reshape(-1)[::step].float()
+    e = expected.detach().reshape(-1)[::step].float()
+    rule = compare_chunks.tolerance(g, e, atol, rtol)
+    return error_share.p99(error_share.share(rule.abs_err, rule.limit))
 
 
 def _chunked_report(found: compare_chunks.ChunkedCheck, base: dict) -> MismatchReport:

@@ -57,8 +57,8 @@ def channel() -> ResultChannel | None:
 
 
 def _preload(mode: str, judge: bool = False) -> None:
-    """Pay the import and CUDA-init cost before the job arrives (this is what a pool buys). A judge
-    (verify) needs no triton: only its runner runs Triton code."""
+    """Pay the import and CUDA-init cost before the job arrives (this is what a pool buys). A judge on the GPU
+    imports Triton only for its own comparison kernels (compare_fused); the candidate's Triton runs in its runner."""
     if mode == "plain":
         return
     import torch  # noqa: F401
@@ -74,6 +74,13 @@ def _preload(mode: str, judge: bool = False) -> None:
     if mode == "gpu" and torch.cuda.is_available():
         torch.cuda.init()
         torch.empty(1, device="cuda")
+        if judge:  # the large-output check's kernels, compiled before the first trial needs them
+            from egg_mcp.evaluation import compare_fused
+
+            try:
+                compare_fused.warm_up()
+            except Exception:  # noqa: BLE001 - the first large comparison compiles them instead
+                traceback.print_exc()
 
 
 def _read_job_path(fd: int) -> str:
