@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from egg_mcp.evaluation import compare_fused
+from egg_mcp.evaluation import compare, compare_chunks, compare_fused
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,25 +24,14 @@ import json, torch
 from egg_mcp.analysis import error_share
 from egg_mcp.evaluation import compare, compare_chunks, compare_fused
 
-out = {"rule": [], "max_abs": [], "verdicts": []}
-gen = torch.Generator().manual_seed(0)
-n = 3 * compare_fused.BLOCK + 77  # a partial last program
-e = torch.randn(n, generator=gen)
-specials = [(float("nan"), float("nan")), (float("nan"), 1.0), (1.0, float("nan")), (float("inf"), float("inf")),
-            (float("-inf"), float("-inf")), (float("inf"), float("-inf")), (1.0, float("inf")), (float("inf"), 1.0),
-            (3e38, -3e38), (0.0, 0.0), (1e-30, 0.0)]
-for atol, rtol in ((1e-4, 1e-4), (0.0, 1e-3), (1e-2, 0.0), (0.0, 0.0)):
-    limit = atol + rtol * e.abs()
-    for name, g in (("noise", e + torch.randn(n, generator=gen) * 1e-4), ("edge", e + limit),
-                    ("past", e + limit * 1.0001), ("half", (e + torch.randn(n, generator=gen) * 1e-3).half())):
-        for s in ((), specials):
-            gg, ee = g.clone(), e.clone()
-            for i, (a, b) in enumerate(s):
-                gg[37 * i], ee[37 * i] = a, b
-            rule = compare_chunks.tolerance(gg.float(), ee, atol, rtol)
-            want = [int(rule.bad.sum()), float(error_share.share(rule.abs_err, rule.limit).amax())]
-            got = list(compare_fused.check(gg, ee, atol, rtol))
-            out["rule"].append([name, atol, rtol, bool(s), want, got])
+out = {"rule": [], "max_abs": [], "verdicts": [], "self_check": compare_fused.self_check("cpu")}
+for g, e, atol, rtol in compare_fused.edge_cases("cpu"):
+    rule = compare_chunks.tolerance(g.float(), e, atol, rtol)
+    want = [int(rule.bad.sum()), float(error_share.share(rule.abs_err, rule.limit).amax())]
+    got = list(compare_fused.check(g, e, atol, rtol))
+    out["rule"].append([str(g.dtype), atol, rtol, bool((g != g).any()), want, got])
+gen = torch.Generator().manual_seed(1)
+e = torch.randn(3 * compare_fused.BLOCK + 77, generator=gen)
 for ee in (e, torch.full((5,), float("nan")), torch.tensor([float("inf"), -2.0, 1.0])):
     out["max_abs"].append([compare_chunks.max_abs_finite(ee, torch.float32), compare_fused.max_abs_finite(ee)])
 
@@ -76,12 +65,12 @@ def fused_vs_torch():
 
 def test_every_element_is_judged_as_the_torch_rule_judges_it(fused_vs_torch):
     rows = fused_vs_torch["rule"]
-    assert len(rows) == 32
-    for name, atol, rtol, specials, want, got in rows:
-        assert got == want, (name, atol, rtol, specials)
-    # g = e + limit lands on both sides of the limit after rounding: the boundary itself is exercised
-    assert any(0 < r[4][0] < 3 * compare_fused.BLOCK for r in rows if r[0] == "edge" and not r[3])
-    assert any(r[4][0] > 0 for r in rows if r[0] == "past")
+    assert len(rows) == 32 and fused_vs_torch["self_check"] is True
+    for dtype, atol, rtol, specials, want, got in rows:
+        assert got == want, (dtype, atol, rtol, specials)
+    # elements put on the limit land on both sides of it after rounding: the boundary itself is exercised
+    assert any(0 < r[4][0] < 3 * compare_fused.BLOCK for r in rows if not r[3])
+    assert any(r[4][0] == 0 for r in rows if not r[3]) and all(r[4][0] > 0 for r in rows if r[3])
 
 
 def test_max_abs_over_finite_elements_matches(fused_vs_torch):
@@ -96,6 +85,39 @@ def test_a_verify_comparison_gives_the_same_verdict_and_shares_through_the_fused
         assert fused_path == torch_path, name
     assert by_name["within"][1][0] is None and by_name["within"][1][1]  # correct, with its share
     assert by_name["one_bad"][1][0]["first_bad_indices"] == [[3, 7]]
+
+
+def _cpu_fused(monkeypatch, check):
+    """The fused pass offered on the CPU with a stand-in kernel; its self-check result forgotten between tests."""
+    monkeypatch.setattr(compare_fused, "applies", lambda g, e: True)
+    monkeypatch.setattr(compare_fused, "_usable", {})
+    monkeypatch.setattr(compare_fused, "max_abs_finite", lambda e: float(e.abs().max()))
+    monkeypatch.setattr(compare_fused, "check", check)
+    monkeypatch.setattr(compare_chunks, "CHUNK_ELEMENTS", 64)
+
+
+def test_a_pass_that_disagrees_with_the_torch_rule_is_never_used(monkeypatch):
+    _cpu_fused(monkeypatch, lambda g, e, atol, rtol: (0, 0.0))  # says "all within" whatever it is given
+    assert compare_fused.usable(torch.device("cpu")) is False
+    got, ref = torch.zeros(32, 8), torch.zeros(32, 8)
+    got[3, 3] = 1.0
+    report = compare.compare_outputs(got, ref, 1e-4, 1e-4)
+    assert report is not None and report.first_bad_indices == [[3, 3]]
+
+
+def test_a_launch_that_fails_mid_verify_leaves_the_verdict_to_the_torch_path(monkeypatch):
+    def broken(g, e, atol, rtol):
+        raise RuntimeError("launch failed")
+
+    _cpu_fused(monkeypatch, broken)
+    monkeypatch.setattr(compare_fused, "_usable", {"cpu": True})  # it had passed its self-check
+    got, ref = torch.zeros(32, 8), torch.zeros(32, 8)
+    got[1, 2] = 1.0
+    report = compare.compare_outputs(got, ref, 1e-4, 1e-4)
+    assert report is not None and report.first_bad_indices == [[1, 2]]
+    assert compare_fused._usable == {"cpu": False}
+    shares: dict = {}
+    assert compare.compare_outputs(ref + 1e-6, ref, 1e-4, 1e-4, shares=shares) is None and shares
 
 
 def test_it_applies_only_to_cuda_tensors_of_one_shape_judged_in_fp32():

@@ -7,6 +7,10 @@ elements; then the bad elements' count and the largest error share, each element
 compare_chunks.tolerance's rule written out element-wise. Compiled without FMA contraction and divided with IEEE
 rounding, so every limit and share rounds as torch's do. A bad element sends the caller to the torch path, which
 builds the report: this pass only ever says "every element is within the tolerance" and how close.
+
+Trusted only once it agreed: a judge uses the pass after `self_check` found it equal to the torch rule on the edge
+cases (NaN, inf of either sign, overflow, zero limits, elements on the limit, half precision) on its own GPU; a
+disagreement or a failure to build keeps that judge on the torch path.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 """Judged in fp32, as compare._chunked does for every dtype but fp64 (whose outputs take the torch path)."""
 
 _kernels: tuple | None = None
+_usable: dict[str, bool] = {}  # device -> whether self_check passed there
 
 
 def applies(g: torch.Tensor, e: torch.Tensor) -> bool:
@@ -91,8 +96,60 @@ def check(g: torch.Tensor, e: torch.Tensor, atol: float, rtol: float) -> tuple[i
     return int(bad.sum(dtype=torch.int64)), float(share.amax())
 
 
-def warm_up(device: str = "cuda") -> None:
-    """Compile both kernels before the first job (a judge's start): the first trial then only launches them."""
-    g = torch.ones(BLOCK + 1, device=device)
-    max_abs_finite(g)
-    check(g, g, 1e-4, 1e-4)
+SPECIALS = ((math.nan, math.nan), (math.nan, 1.0), (1.0, math.nan), (math.inf, math.inf), (-math.inf, -math.inf),
+            (math.inf, -math.inf), (1.0, math.inf), (math.inf, 1.0), (3e38, -3e38), (0.0, 0.0), (1e-30, 0.0))
+"""(output, reference) pairs whose verdict hangs on the non-finite and overflow rules."""
+TOLERANCES = ((1e-4, 1e-4), (0.0, 1e-3), (1e-2, 0.0), (0.0, 0.0))
+
+
+def edge_cases(device: str | torch.device):
+    """(got, expected, atol, rtol) that a faithful pass judges as compare_chunks.tolerance does: noise, elements on
+    the limit and just past it, half precision, each with and without the special pairs, over a partial program."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    n = 3 * BLOCK + 77
+    e = torch.randn(n, generator=gen, device=device)
+    for atol, rtol in TOLERANCES:
+        limit = atol + rtol * e.abs()
+        for g in (e + torch.randn(n, generator=gen, device=device) * 1e-4, e + limit, e + limit * 1.0001,
+                  (e + torch.randn(n, generator=gen, device=device) * 1e-3).half()):
+            for specials in ((), SPECIALS):
+                gg, ee = g.clone(), e.clone()
+                for i, (a, b) in enumerate(specials):
+                    gg[37 * i], ee[37 * i] = a, b
+                yield gg, ee, atol, rtol
+
+
+def self_check(device: str | torch.device) -> bool:
+    """Whether both kernels give the torch rule's exact numbers on every edge case (builds them on first use)."""
+    from egg_mcp.analysis import error_share
+    from egg_mcp.evaluation import compare_chunks
+
+    for g, e, atol, rtol in edge_cases(device):
+        rule = compare_chunks.tolerance(g.float(), e, atol, rtol)
+        want = (int(rule.bad.sum()), float(error_share.share(rule.abs_err, rule.limit).amax()))
+        if check(g, e, atol, rtol) != want:
+            return False
+        if max_abs_finite(e) != compare_chunks.max_abs_finite(e, torch.float32):
+            return False
+    return True
+
+
+def usable(device: torch.device) -> bool:
+    """The pass is used on `device` only after self_check passed there (once per judge); any failure: never."""
+    key = str(device)
+    if key not in _usable:
+        try:
+            _usable[key] = self_check(device)
+        except Exception:  # noqa: BLE001 - no Triton, a build or launch failure: the torch path judges
+            _usable[key] = False
+    return _usable[key]
+
+
+def distrust(device: torch.device) -> None:
+    """A launch failed mid-verify: the torch path judges on `device` from now on."""
+    _usable[str(device)] = False
+
+
+def warm_up(device: str = "cuda") -> bool:
+    """At a judge's start: build the kernels and run the self-check before the first trial needs them."""
+    return usable(torch.device(device))

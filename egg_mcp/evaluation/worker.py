@@ -74,13 +74,10 @@ def _preload(mode: str, judge: bool = False) -> None:
     if mode == "gpu" and torch.cuda.is_available():
         torch.cuda.init()
         torch.empty(1, device="cuda")
-        if judge:  # the large-output check's kernels, compiled before the first trial needs them
+        if judge:  # the large-output check's kernels, built and self-checked before the first trial needs them
             from egg_mcp.evaluation import compare_fused
 
-            try:
-                compare_fused.warm_up()
-            except Exception:  # noqa: BLE001 - the first large comparison compiles them instead
-                traceback.print_exc()
+            compare_fused.warm_up()
 
 
 def _read_job_path(fd: int) -> str:

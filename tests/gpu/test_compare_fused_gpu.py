@@ -17,6 +17,12 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_self_check_passes_on_this_gpu():
+    """What a judge runs at its start before it trusts the pass (compare_fused.usable)."""
+    assert compare_fused.self_check("cuda") is True
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("atol,rtol", [(1e-4, 1e-4), (0.0, 1e-3), (1e-2, 0.0)])
 def test_fused_check_equals_the_torch_rule_on_the_gpu(atol, rtol):
     gen = torch.Generator(device="cuda").manual_seed(1)
