@@ -156,7 +156,10 @@ def test_every_second_of_a_verify_is_in_a_phase(persistent):
         assert abs(phases["total"] - named - phases["unaccounted"]) < 0.01, phases
         assert 0 <= wall - phases["total"] < 0.5, (wall, phases)  # outside the engine: the payload, the result
         if result.phase_s:  # the judge's own phases cover its share of the job
-            assert sum(result.phase_s.values()) <= phases["judge"] + 0.05, (result.phase_s, phases)
+            # never more than the time since the job was handed over: the server marks the judge's "started" when
+            # its event loop reads it, tens of ms late under load, so the bound is worker_start + judge
+            assert sum(result.phase_s.values()) <= phases["worker_start"] + phases["judge"] + 0.05, (
+                result.phase_s, phases)
             assert phases["judge"] - sum(result.phase_s.values()) < 0.5, (result.phase_s, phases)
 
 
