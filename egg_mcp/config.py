@@ -26,7 +26,6 @@ ALLOWED_ROOTS_VAR = "EGG_MCP_ALLOWED_ROOTS"
 FORCE_INTERPRETER_VAR = "EGG_MCP_FORCE_INTERPRETER"
 RAY_VAR = "EGG_MCP_RAY"
 ISOLATED_TIMING_VAR = "EGG_MCP_ISOLATED_TIMING"
-SPARES_VAR = "EGG_MCP_SPARES"
 COMPILE_TIMEOUT_VAR = "EGG_MCP_COMPILE_TIMEOUT_S"
 RUN_TIMEOUT_VAR = "EGG_MCP_RUN_TIMEOUT_S"
 RUN_TIMEOUT_FLOOR_VAR = "EGG_MCP_RUN_TIMEOUT_FLOOR_S"
@@ -240,14 +239,6 @@ def _env_float(name: str, default: float) -> float:
     return value
 
 
-def _env_spares() -> bool:
-    """$EGG_MCP_SPARES: 1 (default) or 0; anything else is an error naming the variable."""
-    raw = os.environ.get(SPARES_VAR, "").strip()
-    if raw not in ("", "0", "1"):
-        raise ValueError(f"{SPARES_VAR}={raw!r}: use 1 (start judges, workers and runners ahead of need) or 0")
-    return raw != "0"
-
-
 def output_exchange_from_bytes() -> int:
     """Reference outputs from this size go from runner to judge through shared memory (evaluation/exchange.py):
     $EGG_MCP_EXCHANGE_FROM_BYTES, else 64 MiB (tests lower it to send small outputs that way)."""
@@ -309,10 +300,6 @@ def _server_config_model() -> Any:
         derived from the reference's measured eager time (see `derived_run_timeout`)."""
         run_timeout_floor_s: float = Field(default_factory=lambda: _env_float(RUN_TIMEOUT_FLOOR_VAR, 30.0), gt=0)
         """Floor of the derived run limit (EGG_MCP_RUN_TIMEOUT_FLOOR_S): process and timer overheads."""
-        spares: bool = Field(default_factory=_env_spares)
-        """Start processes ahead of need (EGG_MCP_SPARES, default 1): a spare judge or worker per mode, and each
-        judge's next runner, which hides a 2-7 s start from each verify. 0: each starts when a job needs it, and an
-        idle server holds no evaluation process (small machines; the test suite, whose servers mostly end first)."""
         analysis_timeout_s: float = Field(default_factory=lambda: _env_float(ANALYSIS_TIMEOUT_VAR, 120.0), gt=0)
         """Limit on start_task's reference analysis (EGG_MCP_ANALYSIS_TIMEOUT_S)."""
         max_eval_bytes: int = Field(

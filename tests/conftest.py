@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.config import EXTRA_JOB_TARGETS_VAR, SPARES_VAR
+from egg_mcp.config import EXTRA_JOB_TARGETS_VAR
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -15,12 +15,6 @@ FIXTURES = REPO / "tests" / "fixtures"
 os.environ[EXTRA_JOB_TARGETS_VAR] = "tests.doubles"
 """The workers this process starts (and those of servers started with its environment) may run the job targets in
 tests/doubles: test doubles never ship, so the product allows none."""
-
-os.environ.setdefault(SPARES_VAR, "0")
-"""Servers built by the tests start no process ahead of need (ServerConfig.spares): most end after a verify or two, so
-the spare judges, workers and next runners they started went unused (in one suite run 90 of 229 runners, 25 of 83
-judges and 19 of 49 one-shot workers: about 240 CPU-seconds). Tests of the spares build their engines with
-spare_workers and runners_ahead set explicitly."""
 
 
 def _sandbox_opt_in() -> str | None:

@@ -20,13 +20,13 @@ log = logging.getLogger(__name__)
 
 def build_evaluator(scratch_dir: Path, *, force_interpreter: bool = False, ray_address: str | None = None,
                     pythonpath: str | None = None, max_lanes: int | None = None, protect=(), sandbox_required=(),
-                    bounds_floor: dict[str, int] | None = None, spares: bool = True) -> LanePool | WorkerEvaluator:
+                    bounds_floor: dict[str, int] | None = None) -> LanePool | WorkerEvaluator:
     """- `ray_address`: one lane per GPU of that Ray cluster; if the cluster goes away, this host's lanes.
     - GPUs here: a `LanePool` with one lane per visible GPU (one GPU: one lane, same engine as before).
     - no GPU: the plain `WorkerEvaluator` (interpreter; its CPU slots run jobs side by side).
-    Every engine, a Ray node's too, gets the same `protect`, `sandbox_required`, `bounds_floor` and `spares`."""
+    Every engine, a Ray node's too, gets the same `protect`, `sandbox_required` and `bounds_floor`."""
     settings = engine_settings({"protect": protect, "sandbox_required": sandbox_required,
-                                "bounds_floor": bounds_floor, "spares": spares})
+                                "bounds_floor": bounds_floor})
     fallback = lambda: local_lanes(Path(scratch_dir) / "lanes", force_interpreter=force_interpreter,  # noqa: E731
                                    **settings)
     if ray_address:  # the Ray driver lives in the gateway process: a vanishing cluster cannot end the server

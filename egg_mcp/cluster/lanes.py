@@ -105,15 +105,12 @@ def engine_settings(raw: Any = None) -> dict[str, Any]:
     """What the server tells each engine it evaluates with, wherever its lane runs (this host, a Ray node), as
     `WorkerEvaluator` keywords: the paths no tool or toolchain grant may expose (`protect`), the sandbox floor
     its runners and confined jobs are held to (`sandbox_required`) and the runners' bound floors
-    (`bounds_floor`), and whether processes start ahead of need (`spares`: the spare workers and each judge's next
-    runner). `raw`: keywords, or their JSON form from the gateway's argv or a Ray actor's argument."""
+    (`bounds_floor`). `raw`: keywords, or their JSON form from the gateway's argv or a Ray actor's argument."""
     raw = raw if isinstance(raw, dict) else {}
     floor = raw.get("bounds_floor")
-    spares = raw.get("spares", raw.get("runners_ahead", True)) is not False  # its own output read back: the same
     return {"protect": [str(p) for p in raw.get("protect") or ()],
             "sandbox_required": [str(n) for n in raw.get("sandbox_required") or ()],
-            "bounds_floor": dict(floor) if isinstance(floor, dict) else {},
-            "spare_workers": 1 if spares else 0, "runners_ahead": spares}
+            "bounds_floor": dict(floor) if isinstance(floor, dict) else {}}
 
 
 def local_lanes(scratch_dir: Path, *, force_interpreter: bool = False, gpus: list[tuple[str, str]] | None = None,

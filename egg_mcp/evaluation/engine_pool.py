@@ -55,7 +55,6 @@ class EngineSettings:
     judge_max_jobs: int = 20  # a persistent judge is recycled after this many jobs
     judge_idle_s: float = 600.0  # ... or after this long idle
     judge_ahead: bool = True  # a persistent judge starts the next runner during a job (Landlock hosts)
-    runners_ahead: bool = True  # judges and one-shot workers start a runner before a job needs one
     device: str | None = None  # CUDA_VISIBLE_DEVICES of the workers: a lane pinned to one GPU (None: inherit)
     # paths no tool or toolchain grant to a confined job or runner may expose (the workspace, the allowed
     # folders): said to the workers in config.PROTECT_VAR (every home directory is protected anyway)
@@ -160,9 +159,9 @@ class WorkerPool:
         if mode.endswith(JUDGE_POOL):
             return [sys.executable, "-m", "egg_mcp.evaluation.judge_host", *fds,
                     "--max-jobs", str(s.judge_max_jobs), "--idle-s", str(s.judge_idle_s)] + (
-                        ["--ahead"] if s.judge_ahead else []) + ([] if s.runners_ahead else ["--no-runners-ahead"])
+                        ["--ahead"] if s.judge_ahead else [])
         return [sys.executable, "-m", "egg_mcp.evaluation.worker", *fds] + (
-            ["--prestart-runner"] if mode.endswith(RUNNER_POOL) and s.runners_ahead else [])
+            ["--prestart-runner"] if mode.endswith(RUNNER_POOL) else [])
 
     async def _spawn(self, mode: str, wrapper_argv: list[str] | None = None) -> _Worker:
         workdir = Path(tempfile.mkdtemp(prefix=f"worker-{mode}-", dir=self.settings.scratch_dir))

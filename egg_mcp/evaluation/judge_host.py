@@ -124,8 +124,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--idle-s", type=float, default=600.0)
     parser.add_argument("--ahead", action="store_true",
                         help="start the next runner while a job runs (only where runners are Landlock-confined)")
-    parser.add_argument("--no-runners-ahead", dest="runners_ahead", action="store_false",
-                        help="start each runner when a job takes it, none before (EGG_MCP_SPARES=0)")
     return parser.parse_args(argv)
 
 
@@ -147,8 +145,7 @@ def _start(args: argparse.Namespace):
     set_channel(channel)  # the judge reports its phases through evaluation.channel (the run-timeout clock needs them)
     worker._channel = channel
     try:
-        if args.runners_ahead:
-            runner_process.prestart(args.mode)
+        runner_process.prestart(args.mode)
     except Exception:
         traceback.print_exc()
     try:
@@ -200,7 +197,7 @@ def _between_jobs(args: argparse.Namespace, held: HeldReference | None, jobs: in
         from egg_mcp.evaluation.gpu_cache import release_all
 
         release_all()
-    if jobs < args.max_jobs and args.runners_ahead:
+    if jobs < args.max_jobs:
         try:
             runner_process.prestart(args.mode)  # a fresh runner for the next candidate
         except Exception:

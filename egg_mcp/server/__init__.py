@@ -97,8 +97,7 @@ def _build_evaluators(config: ServerConfig, workspace: Workspace) -> tuple[Evalu
     required = floor.required if floor.runs_candidates else []
     # a plain engine (no GPU), one lane per visible GPU, or lanes on a Ray cluster (config.ray_address)
     evaluator = build_evaluator(workspace.scratch, force_interpreter=config.force_interpreter,
-                                ray_address=config.ray_address, protect=protect, sandbox_required=required,
-                                spares=config.spares)
+                                ray_address=config.ray_address, protect=protect, sandbox_required=required)
     # start_task's analysis gets its own engine (own CPU slots, no spare pool) so it never waits
     # behind queued interpreter verifies holding every CPU slot of the main engine; in cluster mode it
     # goes to the cluster's lanes with the other jobs (CPU-only jobs never wait for a busy lane).
