@@ -151,5 +151,9 @@ def distrust(device: torch.device) -> None:
 
 
 def warm_up(device: str = "cuda") -> bool:
-    """At a judge's start: build the kernels and run the self-check before the first trial needs them."""
-    return usable(torch.device(device))
+    """At a judge's start: build the kernels and run the self-check before the first trial needs them (keyed as the
+    outputs' device will be: cuda:N)."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return usable(dev)
