@@ -69,29 +69,31 @@ def _build() -> tuple:
     return max_abs_kernel, check_kernel
 
 
+def _built() -> tuple:
+    global _kernels
+    _kernels = _kernels or _build()
+    return _kernels
+
+
 def _grid(n: int) -> int:
     return (n + BLOCK - 1) // BLOCK
 
 
 def max_abs_finite(e: torch.Tensor) -> float:
     """max |e| over finite elements; inf when none is finite (compare_chunks.max_abs_finite's convention)."""
-    global _kernels
-    _kernels = _kernels or _build()
     programs = _grid(e.numel())
     peak = torch.empty(programs, dtype=torch.float32, device=e.device)
     seen = torch.empty(programs, dtype=torch.int32, device=e.device)
-    _kernels[0][(programs,)](e, e.numel(), peak, seen, BLOCK=BLOCK, enable_fp_fusion=False)
+    _built()[0][(programs,)](e, e.numel(), peak, seen, BLOCK=BLOCK, enable_fp_fusion=False)
     return float(peak.amax()) if bool(seen.amax()) else math.inf
 
 
 def check(g: torch.Tensor, e: torch.Tensor, atol: float, rtol: float) -> tuple[int, float]:
     """(number of bad elements, the largest |g - e| / (atol + rtol |e|)) under compare_chunks.tolerance's rule."""
-    global _kernels
-    _kernels = _kernels or _build()
     programs = _grid(e.numel())
     bad = torch.empty(programs, dtype=torch.int32, device=e.device)
     share = torch.empty(programs, dtype=torch.float32, device=e.device)
-    _kernels[1][(programs,)](g, e, e.numel(), atol, rtol, torch.finfo(torch.float32).tiny, bad, share, BLOCK=BLOCK,
+    _built()[1][(programs,)](g, e, e.numel(), atol, rtol, torch.finfo(torch.float32).tiny, bad, share, BLOCK=BLOCK,
                              enable_fp_fusion=False)
     return int(bad.sum(dtype=torch.int64)), float(share.amax())
 
