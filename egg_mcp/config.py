@@ -168,6 +168,13 @@ def ray_temp_dir() -> str:
     return os.environ.get(RAY_TMPDIR_VAR) or os.environ.get(TMPDIR_VAR) or "/tmp"
 
 
+def replace_environment(env: dict[str, str]) -> None:
+    """This process's environment becomes `env`, nothing else (a runner forked from the runners' template takes
+    its own; the C-level environment follows, for the libraries and children that read it there)."""
+    os.environ.clear()
+    os.environ.update(env)
+
+
 def drop_own_environment(package_parent: str) -> None:
     """Leave no trace of egg-mcp in this process's environment: PYTHONPATH keeps only the dirs other than
     `package_parent` (compared by real path), and every EGG_MCP* variable goes."""

@@ -19,7 +19,7 @@ from typing import Any
 from egg_mcp.config import environment_copy, sandbox_protect
 from egg_mcp.contract import ErrorReport
 from egg_mcp.evaluation import bounds as bounds_mod
-from egg_mcp.evaluation import confinement, launchers, wire
+from egg_mcp.evaluation import confinement, launchers, runner_template, wire
 
 SIGNAL_NAMES: dict[int, str] = {
     signal.SIGSEGV: "segmentation fault (SIGSEGV)", signal.SIGBUS: "bus error (SIGBUS)",
@@ -55,11 +55,7 @@ class RunnerProcess:
         self.mode = mode
         # An ordinary temp dir (/tmp/tmpk3j2x9ab), not a dir under the judge's (whose path names the workspace's
         # scratch, worker and runner dirs): the runner's cwd, HOME, TMPDIR and caches are inside it.
-        self.private = Path(tempfile.mkdtemp(dir=neutral_base(workdir)))  # mode 0700
-        _private_dirs.add(self.private)
-        with contextlib.suppress(OSError):  # for the next server's clean-up if this judge is killed (store.py)
-            with open(Path(workdir) / RUNNER_DIRS_FILE, "a") as listed:
-                listed.write(f"{self.private}\n")
+        self.private = _private_dir(workdir)
         ours, theirs = socket.socketpair()
         env = confinement.runner_env(environment_copy(), self.private, interpreter=(mode == "interp"))
         env.update(extra_env or {})
@@ -67,18 +63,23 @@ class RunnerProcess:
         prefix = confinement.spawn_prefix(NAMESPACES_ARG)
         self.namespaced = bool(prefix)
         protect = sandbox_protect()
-        argv = [*prefix, *(wrapper or []), sys.executable, "-m", "egg_mcp.evaluation.runner",
-                "--fd", str(theirs.fileno()), "--private", str(self.private), "--mode", mode,
+        args = ["--fd", str(theirs.fileno()), "--private", str(self.private), "--mode", mode,
                 # under a launcher or a wrapper, that process is the runner's parent, not the judge
-                "--judge", "0" if (wrapper or prefix) else str(os.getpid())] + (["--tool",
-                                                                                 wrapper[0]] if wrapper else []
-                ) + (["--allowlisted"] if allowlisted else []) + (
-                    ["--protect", protect] if protect else [])
+                "--judge", "0" if (wrapper or prefix) else str(os.getpid())] + (["--tool", wrapper[0]] if wrapper
+                                                                                 else []) + (
+            ["--allowlisted"] if allowlisted else []) + (["--protect", protect] if protect else [])
+        template = _template(workdir) if mode == "interp" and not wrapper and output is None else None
         sink = open(output, "ab") if output is not None else None  # noqa: SIM115 - closed below, the child keeps it
         try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=self.private, env=env,
-                                         close_fds=True, pass_fds=(theirs.fileno(),), start_new_session=True,
-                                         stdout=sink, stderr=subprocess.STDOUT if sink else None)
+            if template is not None:  # a fork of the judge's template: its imports are done (runner_template.py)
+                self.proc: subprocess.Popen | runner_template.Forked = template.fork(
+                    theirs.fileno(), args, env, self.private, namespaced=self.namespaced)
+            else:
+                self.proc = subprocess.Popen([*prefix, *(wrapper or []), sys.executable, "-m",
+                                              "egg_mcp.evaluation.runner", *args], stdin=subprocess.DEVNULL,
+                                             cwd=self.private, env=env, close_fds=True, pass_fds=(theirs.fileno(),),
+                                             start_new_session=True, stdout=sink,
+                                             stderr=subprocess.STDOUT if sink else None)
         finally:
             theirs.close()
             if sink is not None:
@@ -123,7 +124,8 @@ class RunnerProcess:
 
     def tree(self) -> list[int]:
         """The runner's process and its descendants (the launcher's processes and the candidate's children)."""
-        return [self.proc.pid, *confinement.descendants(self.proc.pid)]
+        pid = self.proc.pid
+        return [pid, *confinement.descendants(pid)] if pid > 0 else []
 
     # -- talking ---------------------------------------------------------------------------------
     def send(self, header: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -216,7 +218,8 @@ class RunnerProcess:
     def kill(self) -> int:
         """SIGKILL the runner's group and every descendant of the judge but its own helpers."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            if self.proc.pid > 0:
+                os.killpg(self.proc.pid, signal.SIGKILL)
         killed = kill_all_but_spare()
         with contextlib.suppress(Exception):
             self.proc.wait(timeout=5.0)
@@ -239,6 +242,35 @@ def neutral_base(workdir: Path) -> Path:
     return Path(workdir)
 
 
+def _private_dir(workdir: Path) -> Path:
+    """A new private dir for a runner (or the runners' template), listed for clean-up."""
+    # An ordinary temp dir (/tmp/tmpk3j2x9ab), not a dir under the judge's (whose path names the workspace's
+    # scratch, worker and runner dirs): the runner's cwd, HOME, TMPDIR and caches are inside it.
+    private = Path(tempfile.mkdtemp(dir=neutral_base(workdir)))  # mode 0700
+    _private_dirs.add(private)
+    with contextlib.suppress(OSError):  # for the next server's clean-up if this judge is killed (store.py)
+        with open(Path(workdir) / RUNNER_DIRS_FILE, "a") as listed:
+            listed.write(f"{private}\n")
+    return private
+
+
+_templates: list[runner_template.Template] = []  # this judge's template for interpreter runners (at most one)
+
+
+def _template(workdir: Path) -> runner_template.Template | None:
+    """The judge's template for interpreter runners, started on first use; None where runners are exec'd: the
+    template broke, or this judge is no subreaper (a forked runner would not be its child)."""
+    if _templates:
+        return _templates[0] if _templates[0].alive() else None
+    if not runner_template.is_subreaper():
+        return None
+    private = _private_dir(workdir)
+    env = confinement.runner_env(environment_copy(), private, interpreter=True)
+    confinement.take_env_marker(env)
+    _templates.append(runner_template.Template(private, env))
+    return _templates[0]
+
+
 def remove_private_dir(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
     _private_dirs.discard(path)
@@ -257,8 +289,9 @@ def spares() -> list[RunnerProcess]:
 
 def kill_all_but_spare() -> int:
     """Kill every descendant of this judge (a runner, whatever a candidate forked or setsid'ed: this
-    process is their subreaper) except the pre-started runners' own subtrees."""
-    roots = spares()
+    process is their subreaper) except the pre-started runners' own subtrees and the runners' template."""
+    roots = [r.proc.pid for r in spares()] + ([_templates[0].proc.pid] if _templates and _templates[0].alive()
+                                              else [])
     if not roots:
         return confinement.kill_descendants(os.getpid())
     count = 0
@@ -266,7 +299,7 @@ def kill_all_but_spare() -> int:
         # the spares' subtrees are walked AFTER ours: a child a spare starts meanwhile (gcc building a launcher
         # stub) is then either not found yet or found in both walks, never killed as a stranger
         found = confinement.descendants(os.getpid())
-        keep = {pid for r in roots for pid in (r.proc.pid, *confinement.descendants(r.proc.pid))}
+        keep = {pid for root in roots for pid in (root, *confinement.descendants(root))}
         found = [pid for pid in found if pid not in keep]
         if not found:
             break

@@ -24,6 +24,10 @@ import select
 import signal
 import struct
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x8000000, 0x10000000, \
     0x20000000, 0x40000000
@@ -95,14 +99,17 @@ def _forward(pid: int) -> None:
         signal.signal(sig, handler)
 
 
+def _become_program() -> None:
+    """G, before it becomes the program: dies with C, and holds no capability (the program may run as uid 0 of
+    the namespace: with an empty bounding set it gets none, over the namespace's mounts or anything else)."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    for cap in range(64):
+        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+
+
 def _exec(argv: list[str], marker: str, tell_arg: str | None) -> None:
     """G: become the program (never returns)."""
     try:
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        # The program may run as uid 0 of the namespace: with an empty bounding set exec grants it no
-        # capability (over the namespace's mounts or anything else), even before it calls confine().
-        for cap in range(64):
-            _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, *FORWARDED):
             signal.signal(sig, signal.SIG_DFL)
         if tell_arg:
@@ -113,8 +120,8 @@ def _exec(argv: list[str], marker: str, tell_arg: str | None) -> None:
     os._exit(127)
 
 
-def _init(argv: list[str], names: list[str], status_w: int, life_r: int, tell_arg: str | None) -> None:
-    """C: PID 1 of the new namespace (never returns)."""
+def _init(program: Callable[[str], None], names: list[str], status_w: int, life_r: int) -> None:
+    """C: PID 1 of the new namespace (never returns); G runs `program(namespaces)`, which never returns."""
     try:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if select.select([life_r], [], [], 0)[0]:  # L died before PDEATHSIG was armed
@@ -125,7 +132,11 @@ def _init(argv: list[str], names: list[str], status_w: int, life_r: int, tell_ar
         if child == 0:
             os.close(status_w)
             os.close(life_r)
-            _exec(argv, ",".join(names), tell_arg)
+            try:
+                _become_program()
+                program(",".join(names))
+            finally:
+                os._exit(127)
         _forward(child)
         os.close(life_r)
         os.closerange(3, status_w)
@@ -140,15 +151,11 @@ def _init(argv: list[str], names: list[str], status_w: int, life_r: int, tell_ar
     os._exit(1)
 
 
-def main(args: list[str]) -> int:
-    tell_arg = None
-    if "--" in args:
-        options, args = args[:args.index("--")], args[args.index("--") + 1:]
-        if "--tell-arg" in options and options.index("--tell-arg") + 1 < len(options):
-            tell_arg = options[options.index("--tell-arg") + 1]
-    if not args:
-        print("usage: launch.py [--tell-arg FLAG] -- program [args...]", file=sys.stderr)
-        return 2
+def run(program: Callable[[str], None]) -> int:
+    """L: enter the namespaces and run `program(namespaces)` (which never returns) as G in them; G's status the way
+    a shell reports it (a signal: this process dies of it). 125 with a message: no namespace could be created.
+    The exec launcher below uses it, and so does a process that forked itself instead of exec-ing a program (the
+    interpreter runners' template, egg_mcp/evaluation/runner_template.py)."""
     try:
         names = enter_namespaces()
     except OSError as exc:
@@ -160,7 +167,7 @@ def main(args: list[str]) -> int:
     if init == 0:
         os.close(status_r)
         os.close(life_w)
-        _init(args, names, status_w, life_r, tell_arg)
+        _init(program, names, status_w, life_r)
     os.close(status_w)
     os.close(life_r)
     _forward(init)
@@ -178,6 +185,18 @@ def main(args: list[str]) -> int:
         os.kill(os.getpid(), sig)
         return 128 + sig
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+
+
+def main(args: list[str]) -> int:
+    tell_arg = None
+    if "--" in args:
+        options, args = args[:args.index("--")], args[args.index("--") + 1:]
+        if "--tell-arg" in options and options.index("--tell-arg") + 1 < len(options):
+            tell_arg = options[options.index("--tell-arg") + 1]
+    if not args:
+        print("usage: launch.py [--tell-arg FLAG] -- program [args...]", file=sys.stderr)
+        return 2
+    return run(lambda marker: _exec(args, marker, tell_arg))
 
 
 if __name__ == "__main__":
