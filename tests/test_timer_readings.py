@@ -76,6 +76,30 @@ def test_the_synced_calls_read_host_and_events_from_the_same_calls(monkeypatch):
     side_stream check holds host time against event time of the same moment: a GPU shared with other processes
     slows both, work escaping the timed stream only the host's."""
     t, log = _fake_cuda(monkeypatch, host_step_ms=2.5)
-    host, events = t.host_synced(lambda xs: log.append("call"), [], runs=3)
+    host, events, _ = t.host_synced(lambda xs: log.append("call"), [], runs=3)
     assert abs(host - 2.5) < 1e-9 and events == 0.1
-    assert log.count("call") == 3 and log.count("record") == 6
+    assert log.count("call") == 3 and log.count("record") == 12  # each call paired with one of ours
+
+
+def test_a_call_of_ours_beside_each_synced_call_tells_a_time_sliced_gpu_from_escaped_work(monkeypatch):
+    """Time-sliced with other processes, every call waits for its slice before its start event runs, ours too:
+    `busy` reads that wait. Work escaping the timed stream delays the candidate's calls only."""
+    t, _ = _fake_cuda(monkeypatch, host_step_ms=0.05)
+    clock = timing._perf_counter
+    host, events, busy = t.host_synced(lambda xs: setattr(clock, "t", clock.t + 0.003), [], runs=3)
+    assert abs(host - 3.05) < 1e-6 and events == 0.1 and busy == 0.0  # escaped work, a quiet GPU
+    t, _ = _fake_cuda(monkeypatch, host_step_ms=2.5)
+    host, events, busy = t.host_synced(lambda xs: None, [], runs=3)
+    assert abs(host - 2.5) < 1e-9 and abs(busy - 2.4) < 1e-9 and busy > timing.BUSY_MS  # everyone waits
+
+
+def test_a_busy_reading_is_taken_again_after_each_pause(monkeypatch):
+    t, _ = _fake_cuda(monkeypatch, host_step_ms=2.5)
+    pauses: list = []
+    monkeypatch.setattr(timing.time, "sleep", pauses.append)
+    assert t.synced_reading(lambda xs: None, [])[2] > timing.BUSY_MS
+    assert pauses == list(timing.BUSY_PAUSES_S)
+    t, _ = _fake_cuda(monkeypatch, host_step_ms=0.05)
+    pauses.clear()
+    t.synced_reading(lambda xs: None, [])
+    assert pauses == []

@@ -375,7 +375,7 @@ class CandidateSide:
     # -- timing (GPU) ------------------------------------------------------------------------------
     def time(self, cmd: dict[str, Any]) -> tuple[dict[str, Any], list]:
         """Times the candidate; the timed calls' launches and audited outputs go back with the numbers."""
-        from egg_mcp.evaluation.timing import GpuTimer
+        from egg_mcp.evaluation.timing import BUSY_MS, GpuTimer
 
         timer = self.timer or GpuTimer(torch.cuda.current_device())
         seeds = [int(s) for s in cmd["seeds"]]
@@ -407,11 +407,14 @@ class CandidateSide:
             if self.counter.total() == 0:
                 self.finding("no_triton_kernel", "no Triton kernel was launched while the candidate was timed "
                              "(it behaves differently when observed)")
-            host_ms, synced_event_ms = timer.host_synced(lambda xs: model(*xs), make_inputs(0))
+            host_ms, synced_event_ms, busy_ms = timer.synced_reading(lambda xs: model(*xs), make_inputs(0))
             per_call = max(stats.median_ms, synced_event_ms)  # a busy shared GPU slows the synced calls' events too
             if host_ms > 3 * per_call + 1.0:
+                busy = busy_ms > BUSY_MS  # time-sliced with other processes: no conclusion (timing.host_synced)
+                why = (f"not judged, the GPU was busy with other processes (a call of ours waited {busy_ms:.3f} ms "
+                       "too)" if busy else "work escapes the timed stream (side stream or thread)")
                 self.finding("side_stream", f"a synchronised call takes {host_ms:.3f} ms on the host clock but the "
-                             f"timer saw {per_call:.3f} ms: work escapes the timed stream (side stream or thread)")
+                             f"timer saw {per_call:.3f} ms: {why}", severity="review" if busy else "violation")
             elif host_ms > 1.5 * per_call + 0.2:
                 self.finding("side_stream", f"host clock {host_ms:.3f} ms vs timed {per_call:.3f} ms per call "
                              "(launch overhead, or work escaping the timer)", severity="review")
