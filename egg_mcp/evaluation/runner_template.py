@@ -168,6 +168,7 @@ def _become_runner(request: dict[str, Any], channel_fd: int) -> None:
     code = 1
     try:
         os.setsid()
+        _dumpable()  # as an exec'd runner: its own /proc files are its own
         judge = int(request["judge"])
         deadline = time.monotonic() + 10.0
         while os.getppid() != judge and time.monotonic() < deadline:  # the middle process is exiting
@@ -198,6 +199,12 @@ def _become_runner(request: dict[str, Any], channel_fd: int) -> None:
         with contextlib.suppress(Exception):
             os.write(2, f"egg-mcp runner (forked): {type(exc).__name__}: {exc}\n".encode())
     os._exit(code)
+
+
+def _dumpable() -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
 
 
 def _fork_runner(request: dict[str, Any], channel_fd: int, sock: socket.socket) -> int:
@@ -242,6 +249,7 @@ def main(argv: list[str] | None = None, preload: Callable[[], None] = _preload) 
     confinement.die_with_parent()
     if os.getppid() != args.judge:
         os._exit(3)
+    confinement.protect_memory()  # no runner attaches to it or reads its memory (each fork turns dumpable again)
     preload()
     sock = socket.socket(fileno=args.fd)
     while True:
