@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -188,3 +189,19 @@ async def wait_quiet(root: int | None = None, below_cores: float = 0.15, window_
                     "cores_at_end": round(rate, 2), "quiet": calm >= quiet_windows,
                     "cpu_s_while_waiting": {k: round(v, 2) for k, v in sorted(by_role.items(), key=lambda kv: -kv[1])
                                             if v >= 0.01}}
+
+
+def suite_test_cpu(out: Path, quick: bool) -> dict[str, Any]:
+    """The README's pytest command (`-m "not slow"` with --quick) under TreeCPU: CPU seconds by process role and
+    the wall, for the test suite's own cost (what the 10-minute CI bound is spent on)."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadscope", "-p", "no:cacheprovider"] + (
+        ["-m", "not slow"] if quick else [])
+    with TreeCPU(every_s=0.1) as tree:
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    report = tree.report()
+    report["pytest_summary"] = (done.stdout.strip().splitlines() or [""])[-1]
+    report["returncode"] = done.returncode
+    return report

@@ -277,6 +277,13 @@ def suite_lanes_gpu(out: Path, quick: bool) -> dict[str, Any]:
     return result
 
 
+def suite_test_cpu(out: Path, quick: bool) -> dict[str, Any]:
+    """CPU: the README's pytest command under a /proc sampler: CPU seconds by process role and the wall (~10 min)."""
+    from benchmarks.proc_cpu import suite_test_cpu as run
+
+    return run(out, quick)
+
+
 SUITES: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
     "lanes": suite_lanes,
     "lanes_gpu": suite_lanes_gpu,
@@ -293,6 +300,7 @@ SUITES: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
     "verdicts": _script("verdicts", ["verdicts.py"], 590),
     "verify_latency_light": suite_verify_latency_light,
     "verify_sizes": suite_verify_sizes,
+    "test_cpu": suite_test_cpu,
 }
 
 
