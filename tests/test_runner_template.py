@@ -35,6 +35,8 @@ JUDGE = textwrap.dedent('''
         runner_process._templates[0].proc.wait()
     t0 = time.monotonic()
     r = runner_process.RunnerProcess("interp", wd)
+    if case == "template_dies_first":  # while it imports: the runner asked of it is never forked
+        os.kill(runner_process._templates[0].proc.pid, 9)
     r.wait_ready()
     out["ready_s"] = time.monotonic() - t0
     out["kind"] = type(r.proc).__name__
@@ -77,5 +79,12 @@ def test_a_judge_that_is_no_subreaper_execs_its_runners():
 @pytest.mark.skipif(sys.platform != "linux", reason="the template needs Linux (prctl, /proc)")
 def test_a_dead_template_gives_way_to_exec():
     out = _judge("template_killed")
+    assert out["kind"] == "Popen" and not out["template_alive_after"]
+    assert out["returncode"] == -9
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the template needs Linux (prctl, /proc)")
+def test_a_runner_the_dead_template_never_forked_is_execd_instead():
+    out = _judge("template_dies_first")
     assert out["kind"] == "Popen" and not out["template_alive_after"]
     assert out["returncode"] == -9

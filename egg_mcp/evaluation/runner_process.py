@@ -53,9 +53,21 @@ class RunnerProcess:
         """`wrapper`: a tool (compute-sanitizer) the runner runs under; `output`: a file in the judge's dir
         for the stdout/stderr of the wrapper and the runner (the tool's messages), instead of the worker's."""
         self.mode = mode
-        # An ordinary temp dir (/tmp/tmpk3j2x9ab), not a dir under the judge's (whose path names the workspace's
-        # scratch, worker and runner dirs): the runner's cwd, HOME, TMPDIR and caches are inside it.
         self.private = _private_dir(workdir)
+        self._start(mode, workdir, wrapper, extra_env, output)
+        self.ready = False
+        self.warmup: dict[str, Any] = {}
+        self.death_wait_s = 5.0  # how long a dead channel waits for the process to exit (a wrapper: longer)
+        self.started_at = time.monotonic()
+        self.bounds: bounds_mod.Bounds | None = None  # watched while a job waits on the runner (watch())
+        self._next_check = self._next_scratch_check = 0.0
+        self.over: ErrorReport | None = None
+        self.peak = (0, 0)  # the most resident memory and tasks the watchdog saw (judge_info: runner_peak)
+        self._restart = (mode, workdir, extra_env)  # an exec'd start, when the template failed to fork this one
+
+    def _start(self, mode: str, workdir: Path, wrapper: list[str] | None, extra_env: dict[str, str] | None,
+               output: Path | None, exec_only: bool = False) -> None:
+        """Start the process: a fork of the judge's template (interpreter runners) or an exec'd Python."""
         ours, theirs = socket.socketpair()
         env = confinement.runner_env(environment_copy(), self.private, interpreter=(mode == "interp"))
         env.update(extra_env or {})
@@ -68,7 +80,8 @@ class RunnerProcess:
                 "--judge", "0" if (wrapper or prefix) else str(os.getpid())] + (["--tool", wrapper[0]] if wrapper
                                                                                  else []) + (
             ["--allowlisted"] if allowlisted else []) + (["--protect", protect] if protect else [])
-        template = _template(workdir) if mode == "interp" and not wrapper and output is None else None
+        template = (_template(workdir) if mode == "interp" and not (wrapper or output or exec_only)
+                    else None)
         sink = open(output, "ab") if output is not None else None  # noqa: SIM115 - closed below, the child keeps it
         try:
             if template is not None:  # a fork of the judge's template: its imports are done (runner_template.py)
@@ -85,14 +98,6 @@ class RunnerProcess:
             if sink is not None:
                 sink.close()
         self.sock = ours
-        self.ready = False
-        self.warmup: dict[str, Any] = {}
-        self.death_wait_s = 5.0  # how long a dead channel waits for the process to exit (a wrapper: longer)
-        self.started_at = time.monotonic()
-        self.bounds: bounds_mod.Bounds | None = None  # watched while a job waits on the runner (watch())
-        self._next_check = self._next_scratch_check = 0.0
-        self.over: ErrorReport | None = None
-        self.peak = (0, 0)  # the most resident memory and tasks the watchdog saw (judge_info: runner_peak)
 
     # -- resource bounds ---------------------------------------------------------------------------
     def peak_text(self) -> str:
@@ -165,6 +170,11 @@ class RunnerProcess:
 
     def wait_ready(self) -> None:
         if not self.ready:
+            if isinstance(self.proc, runner_template.Forked) and self.proc.pid < 0:  # the template died first
+                with contextlib.suppress(OSError):
+                    self.sock.close()
+                mode, workdir, extra_env = self._restart
+                self._start(mode, workdir, None, extra_env, None, exec_only=True)
             message, _ = self.recv()
             if message.get("type") != "ready":
                 raise wire.WireError(f"the runner's first message was {message.get('type')!r}, not 'ready'")
