@@ -19,7 +19,7 @@ def test_warm_up_without_a_gpu_reports_failure_and_does_not_raise():
 
 def _fake_runner(message: dict) -> RunnerProcess:
     runner = RunnerProcess.__new__(RunnerProcess)
-    runner.ready, runner.warmup = False, {}
+    runner.ready, runner.warmup, runner.proc = False, {}, None  # an exec'd runner's handle is never re-started
     runner.recv = lambda *args, **kwargs: (message, [])
     return runner
 
