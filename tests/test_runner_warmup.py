@@ -19,7 +19,8 @@ def test_warm_up_without_a_gpu_reports_failure_and_does_not_raise():
 
 def _fake_runner(message: dict) -> RunnerProcess:
     runner = RunnerProcess.__new__(RunnerProcess)
-    runner.ready, runner.warmup, runner.proc = False, {}, None  # an exec'd runner's handle is never re-started
+    runner.ready, runner.warmup = False, {}
+    setattr(runner, "proc", None)  # no process: wait_ready only asks whether it is a fork to start again
     runner.recv = lambda *args, **kwargs: (message, [])
     return runner
 
