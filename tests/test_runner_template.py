@@ -88,3 +88,22 @@ def test_a_runner_the_dead_template_never_forked_is_execd_instead():
     out = _judge("template_dies_first")
     assert out["kind"] == "Popen" and not out["template_alive_after"]
     assert out["returncode"] == -9
+
+
+def test_a_newer_runners_pid_is_read_past_the_older_ones_answers():
+    """The template answers in the order it was asked; asking a newer handle first must not take the older
+    one's answer for it (nor call it dead)."""
+    import socket
+
+    from egg_mcp.evaluation import runner_template, wire
+
+    ours, theirs = socket.socketpair()
+    template = runner_template.Template.__new__(runner_template.Template)
+    template.sock, template.pending, template.broken = ours, [], ""
+    older, newer = runner_template.Forked(template), runner_template.Forked(template)
+    template.pending += [older, newer]
+    wire.send(theirs, {"type": "forked", "pid": 101})
+    wire.send(theirs, {"type": "forked", "pid": 202})
+    assert newer.pid == 202 and older.pid == 101 and not template.pending
+    ours.close()
+    theirs.close()

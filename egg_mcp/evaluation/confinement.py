@@ -26,6 +26,7 @@ except Exception:  # noqa: BLE001
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
 PR_SET_NO_NEW_PRIVS = 38
 
 _ALLOWED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME",
@@ -164,10 +165,20 @@ def become_subreaper() -> bool:
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
-def protect_memory() -> bool:
+def is_subreaper() -> bool:
+    """Whether become_subreaper() holds for this process (prctl PR_GET_CHILD_SUBREAPER)."""
+    libc = _libc()
+    if libc is None or not sys.platform.startswith("linux"):
+        return False
+    flag = ctypes.c_int(0)
+    return libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value == 1
+
+
+def protect_memory(protect: bool = True) -> bool:
     """Non-dumpable: /proc/<pid>/{mem,environ,fd,maps} of this process become root-owned, so a
-    same-user runner can neither read its memory and environment nor use its file descriptors."""
-    return _prctl(PR_SET_DUMPABLE, 0)
+    same-user runner can neither read its memory and environment nor use its file descriptors.
+    `protect=False`: dumpable again (a fork of a protected process that becomes a runner)."""
+    return _prctl(PR_SET_DUMPABLE, 0 if protect else 1)
 
 
 def die_with_parent() -> bool:

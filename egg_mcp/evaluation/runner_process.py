@@ -272,7 +272,7 @@ def _template(workdir: Path) -> runner_template.Template | None:
     template broke, or this judge is no subreaper (a forked runner would not be its child)."""
     if _templates:
         return _templates[0] if _templates[0].alive() else None
-    if not runner_template.is_subreaper():
+    if not confinement.is_subreaper():
         return None
     private = _private_dir(workdir)
     env = confinement.runner_env(environment_copy(), private, interpreter=True)

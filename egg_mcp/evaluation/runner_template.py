@@ -43,19 +43,6 @@ _MAX_FD = 1 << 16
 
 
 # -- the judge's side ------------------------------------------------------------------------------------------
-def is_subreaper() -> bool:
-    """Whether orphans of this process's descendants come to it (prctl PR_GET_CHILD_SUBREAPER): a runner forked
-    by the template then becomes the judge's child."""
-    import ctypes
-
-    flag = ctypes.c_int(0)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(37, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value == 1
-    except (OSError, AttributeError):
-        return False
-
-
 class Forked:
     """The judge's handle on a runner the template forked: Popen's pid, poll, wait and returncode, for a child that
     was re-parented to the judge. The pid is known once the template answered (`resolve`)."""
@@ -67,11 +54,10 @@ class Forked:
 
     @property
     def pid(self) -> int:
+        """The runner's pid; -1 when the template died before forking it."""
         if self._pid is None:
-            self._template.resolve()
-        if self._pid is None:  # the template died before forking it
-            return -1
-        return self._pid
+            self._template.resolve(self)
+        return -1 if self._pid is None else self._pid
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -102,7 +88,6 @@ class Template:
     """The judge's template process for interpreter runners, and the runners it was asked for, oldest first."""
 
     def __init__(self, private: Path, env: dict[str, str]):
-        self.private = private
         ours, theirs = socket.socketpair()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "egg_mcp.evaluation.runner_template", "--fd", str(theirs.fileno()),
@@ -129,17 +114,18 @@ class Template:
         self.pending.append(handle)
         return handle
 
-    def resolve(self) -> None:
-        """Read the template's answers until the oldest pending handle has its pid (or the template is gone)."""
-        while self.pending:
-            handle = self.pending[0]
+    def resolve(self, handle: Forked) -> None:
+        """Read the template's answers, which come in the order of the asks, until `handle` has its pid (-1 for
+        every pending one when the template is gone)."""
+        while handle in self.pending:
+            oldest = self.pending[0]
             try:
                 ready = select.select([self.sock], [], [], REPLY_TIMEOUT_S)[0]
                 if not ready:
                     raise TimeoutError(f"no answer within {REPLY_TIMEOUT_S:.0f} s")
                 message, _ = wire.recv(self.sock, max_blob_bytes=0, timeout_s=10.0)
                 pid = message.get("pid")
-                handle._pid = pid if isinstance(pid, int) and pid > 0 else -1
+                oldest._pid = pid if isinstance(pid, int) and pid > 0 else -1
             except (OSError, wire.WireError, TimeoutError) as exc:
                 self.broken = f"the runner template failed: {type(exc).__name__}: {exc}"
                 for left in self.pending:
@@ -148,8 +134,6 @@ class Template:
                 self.close()
                 return
             self.pending.pop(0)
-            if handle._pid is not None:
-                return
 
     def close(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -168,7 +152,7 @@ def _become_runner(request: dict[str, Any], channel_fd: int) -> None:
     code = 1
     try:
         os.setsid()
-        _dumpable()  # as an exec'd runner: its own /proc files are its own
+        confinement.protect_memory(False)  # dumpable, as an exec'd runner: its own /proc files are its own
         judge = int(request["judge"])
         deadline = time.monotonic() + 10.0
         while os.getppid() != judge and time.monotonic() < deadline:  # the middle process is exiting
@@ -199,12 +183,6 @@ def _become_runner(request: dict[str, Any], channel_fd: int) -> None:
         with contextlib.suppress(Exception):
             os.write(2, f"egg-mcp runner (forked): {type(exc).__name__}: {exc}\n".encode())
     os._exit(code)
-
-
-def _dumpable() -> None:
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
 
 
 def _fork_runner(request: dict[str, Any], channel_fd: int, sock: socket.socket) -> int:
