@@ -96,7 +96,7 @@ def test_a_call_of_ours_beside_each_synced_call_tells_a_time_sliced_gpu_from_esc
 def test_a_busy_reading_is_taken_again_after_each_pause(monkeypatch):
     t, _ = _fake_cuda(monkeypatch, host_step_ms=2.5)
     pauses: list = []
-    monkeypatch.setattr(timing.time, "sleep", pauses.append)
+    monkeypatch.setattr(timing, "_sleep", pauses.append)
     assert t.synced_reading(lambda xs: None, [])[2] > timing.BUSY_MS
     assert pauses == list(timing.BUSY_PAUSES_S)
     t, _ = _fake_cuda(monkeypatch, host_step_ms=0.05)

@@ -69,13 +69,14 @@ asked at any clock."""
 MAX_ROTATION_SETS = 64
 ROTATION_BUDGET_BYTES = 4 << 30
 
-# Trusted references, taken before any candidate code is imported.
 BUSY_MS = 0.3
 """When our own synchronised call waits this long beyond its events, the GPU is busy with other processes' work
 (time-sliced): a call's host-over-events excess then says nothing about side streams. Unshared, the wait is the
 synchronisation's own cost, tens of microseconds."""
 BUSY_PAUSES_S = (0.2, 0.5)
 """Pauses before the synchronised reading is taken again while the GPU is busy."""
+
+# Trusted references, taken before any candidate code is imported.
 _perf_counter = time.perf_counter
 _sleep = time.sleep
 _Event = torch.cuda.Event
@@ -392,7 +393,10 @@ class GpuTimer:
                 _synchronize()
                 t0 = _perf_counter()
                 start.record()
-                self._flush() if ours else fn(inputs)
+                if ours:
+                    self._flush()
+                else:
+                    fn(inputs)
                 end.record()
                 _synchronize()
                 host_ms, event_ms = (_perf_counter() - t0) * 1e3, start.elapsed_time(end)
@@ -409,7 +413,7 @@ class GpuTimer:
         for pause in BUSY_PAUSES_S:
             if reading[2] <= BUSY_MS:
                 break
-            time.sleep(pause)
+            _sleep(pause)
             reading = self.host_synced(fn, inputs)
         return reading
 
