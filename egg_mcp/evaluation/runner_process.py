@@ -54,7 +54,8 @@ class RunnerProcess:
         for the stdout/stderr of the wrapper and the runner (the tool's messages), instead of the worker's."""
         self.mode = mode
         self.private = _private_dir(workdir)
-        self._start(mode, workdir, wrapper, extra_env, output)
+        self._workdir, self._extra_env = workdir, extra_env  # for an exec'd start if the template fails to fork it
+        self._start(wrapper, output)
         self.ready = False
         self.warmup: dict[str, Any] = {}
         self.death_wait_s = 5.0  # how long a dead channel waits for the process to exit (a wrapper: longer)
@@ -63,14 +64,13 @@ class RunnerProcess:
         self._next_check = self._next_scratch_check = 0.0
         self.over: ErrorReport | None = None
         self.peak = (0, 0)  # the most resident memory and tasks the watchdog saw (judge_info: runner_peak)
-        self._restart = (mode, workdir, extra_env)  # an exec'd start, when the template failed to fork this one
 
-    def _start(self, mode: str, workdir: Path, wrapper: list[str] | None, extra_env: dict[str, str] | None,
-               output: Path | None, exec_only: bool = False) -> None:
+    def _start(self, wrapper: list[str] | None, output: Path | None, exec_only: bool = False) -> None:
         """Start the process: a fork of the judge's template (interpreter runners) or an exec'd Python."""
+        mode = self.mode
         ours, theirs = socket.socketpair()
         env = confinement.runner_env(environment_copy(), self.private, interpreter=(mode == "interp"))
-        env.update(extra_env or {})
+        env.update(self._extra_env or {})
         allowlisted = confinement.take_env_marker(env)  # said in argv: the environment names no sandbox
         prefix = confinement.spawn_prefix(NAMESPACES_ARG)
         self.namespaced = bool(prefix)
@@ -80,7 +80,7 @@ class RunnerProcess:
                 "--judge", "0" if (wrapper or prefix) else str(os.getpid())] + (["--tool", wrapper[0]] if wrapper
                                                                                  else []) + (
             ["--allowlisted"] if allowlisted else []) + (["--protect", protect] if protect else [])
-        template = (_template(workdir) if mode == "interp" and not (wrapper or output or exec_only)
+        template = (_template(self._workdir) if mode == "interp" and not (wrapper or output or exec_only)
                     else None)
         sink = open(output, "ab") if output is not None else None  # noqa: SIM115 - closed below, the child keeps it
         try:
@@ -173,8 +173,7 @@ class RunnerProcess:
             if isinstance(self.proc, runner_template.Forked) and self.proc.pid < 0:  # the template died first
                 with contextlib.suppress(OSError):
                     self.sock.close()
-                mode, workdir, extra_env = self._restart
-                self._start(mode, workdir, None, extra_env, None, exec_only=True)
+                self._start(None, None, exec_only=True)
             message, _ = self.recv()
             if message.get("type") != "ready":
                 raise wire.WireError(f"the runner's first message was {message.get('type')!r}, not 'ready'")
