@@ -313,7 +313,9 @@ def run_case(name: str, args, out_dir: Path, deadline: float) -> dict:
     } for r in results]
 
     # propose_tiling for real, cold
-    if time.perf_counter() < deadline - 60:
+    if args.no_search:
+        record["search_error"] = "skipped: --no-search"
+    elif time.perf_counter() < deadline - 60:
         options = EvalOptions(dtype=dtype, tolerance=tol, size_overrides=overrides)
         try:
             proposal = asyncio.run(propose_tiling(LocalEvaluator(device, args.timing_trials), reference_source=source,
@@ -410,6 +412,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=14)
     parser.add_argument("--timing-trials", type=int, default=None,
                         help="timed runs per config (default: adaptive, as verify); fewer for a quick pass")
+    parser.add_argument("--no-search", action="store_true",
+                        help="measure and replay only: skip the cold propose_tiling run per case (saves ~15 s a case)")
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter, tiny shapes, few configs (plumbing)")
     args = parser.parse_args()
     names = [c for c in args.cases.split(",") if c]
