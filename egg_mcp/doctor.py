@@ -118,7 +118,7 @@ def hardware_lines(names: list[str], uuids: list[str], workspace) -> list[tuple[
         how = (f"calibrated {spec.measured_at}" if spec.source == "measured"
                else "datasheet leads only: run `egg-mcp calibrate` to measure this GPU")
         out.append((OK, f"GPU {i} (NVML)", f"{name}: {how}"))
-        for key in ("dram", "fp32", "tf32x3", "tf32", "bf16", "fp8"):
+        for key in ("dram", "fp32", "tf32x3", "fp16x3", "bf16x3", "tf32", "bf16", "fp8"):
             out.append((OK, f"  ceiling {key}", ceiling(spec, key).label()))
     return out
 

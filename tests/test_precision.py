@@ -61,7 +61,9 @@ def test_strict_fp32_admits_3xtf32_not_tf32_and_names_it_fastest():
     assert errors["tf32"].k == [768]
     ladder = precision_ladder(list(errors.values()), "float32", 1e-4, 1e-4, H200)
     ok = {r.path for r in ladder.admissible()}
-    assert ok == {"fp32", "tf32x3"} and ladder.fastest == "tf32x3"
+    # the compensated fp16 split (fp16x3) keeps ~3xTF32's error here and runs at fp16 / 3, above TF32 / 3
+    assert {"fp32", "tf32x3", "fp16x3"} <= ok and not ok & {"tf32", "bf16", "fp16", "fp8"}
+    assert ladder.fastest == "fp16x3"
     rung = next(r for r in ladder.rungs if r.path == "tf32x3")
     assert rung.rate.value == H200.peak_flops["tf32x3"] and rung.rate.source == "derived"
     assert "tf32x3: PASSES" in "\n".join(ladder.lines()) and "emulation" in ladder.method
@@ -85,13 +87,13 @@ def test_rates_say_measured_here_after_calibration_and_no_gpu_without_one():
     rung = next(r for r in ladder.rungs if r.path == "tf32x3")
     assert rung.rate.source == "measured" and "measured here" in rung.line()
     none = precision_ladder(errors, "float32", 1e-4, 1e-4, None)
-    assert none.fastest == "tf32x3" and all(r.rate.detail == NO_GPU for r in none.rungs) and none.note
+    assert none.fastest == "fp16x3" and all(r.rate.detail == NO_GPU for r in none.rungs) and none.note
 
 
 def test_without_measured_errors_only_the_policy_rule_applies():
     assert admissible_compute_type("float32", None, [], H200) == "fp32"
     errors = measure_path_errors([ADDMM], "float32")
-    assert admissible_compute_type("float32", None, errors, H200) == "tf32x3"
+    assert admissible_compute_type("float32", None, errors, H200) == "fp16x3"
 
 
 def test_a_path_this_gpu_does_not_price_falls_back_to_an_admissible_one_it_does(monkeypatch):
@@ -140,6 +142,6 @@ def test_after_calibration_floors_use_upper_bounds_of_each_path():
     assert spec.peak_flops["tf32x3"] == pytest.approx(414.2e12 / 3)
     assert "51.1 TFLOP/s" in spec.provenance["fp32"] and "35.5 TFLOP/s" in spec.provenance["tf32x3"]
     ladder = precision_ladder(measure_path_errors([ADDMM], "float32"), "float32", 1e-4, 1e-4, spec)
-    assert ladder.fastest == "tf32x3"
+    assert ladder.fastest == "fp16x3"  # fp16 not measured: its datasheet lead / 3 (263) is above TF32 / 3
     rung = next(r for r in ladder.rungs if r.path == "tf32x3")
     assert rung.rate.source == "derived" and rung.rate.value == pytest.approx(138.07e12, rel=1e-3)

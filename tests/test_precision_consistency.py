@@ -34,7 +34,7 @@ def test_start_task_and_generate_seeds_name_the_same_path(tmp_path):
     start, seeds = _briefs(tmp_path, "gemm_bias_relu")
     path = re.search(r"fastest admissible compute path for dots is (\w+)", seeds).group(1)
     line = next(line for line in start.splitlines() if "Precision" in line)
-    said = {"tf32x3": "3xTF32", "fp32": '"ieee"', "tf32": "TF32"}[path]
+    said = {"tf32x3": "3xTF32", "fp32": '"ieee"', "tf32": "TF32", "fp16x3": "fp16x3", "bf16x3": "bf16x3"}[path]
     assert said in line, (path, line)
     if path != "fp32":
         assert '"ieee"' not in line, line

@@ -128,10 +128,10 @@ def test_the_seed_brief_states_each_paths_share_at_the_output():
     notes = "\n".join(brief.precision_notes)
     assert "Precision ladder (judged at the output: the whole forward on the CPU at the problem's sizes" \
            in notes and "share = |err| / (atol + rtol*|truth|) per output element" in notes
-    for path in ("fp32", "tf32x3", "tf32", "bf16", "fp16", "fp8"):
+    for path in ("fp32", "tf32x3", "fp16x3", "bf16x3", "tf32", "bf16", "fp16", "fp8"):
         line = next(n for n in brief.precision_notes if n.strip().startswith(f"{path}:"))
         assert " at the output (share max " in line and ", p99 " in line and "limit 25%" in line, line
-    assert "tf32: fails at the output" in notes and "fastest admissible compute path for dots is tf32x3" in notes
+    assert "tf32: fails at the output" in notes and "fastest admissible compute path for dots is fp16x3" in notes
     assert "- Precision ladder (judged at the output" in brief.brief_markdown
     other = {r.path: r for r in precision_ladder(a.precision_errors, "float32", 1e-3, 1e-3, H200).rungs}
     why = other["tf32"].why
@@ -149,7 +149,7 @@ def test_batch_like_sizes_shrink_first_and_the_reduction_length_stays():
            "problem (K 4096)" in a.precision_method
     assert {e.path: e.k for e in a.precision_errors}["tf32"] == [4096]
     ok = {e.path for e in a.precision_errors if e.max_share(1e-4, 1e-4) <= 1 / SAFETY}
-    assert ok == {"fp32", "tf32x3"}
+    assert ok == {"fp32", "tf32x3", "fp16x3", "bf16x3"}
 
 
 WIDE = '''

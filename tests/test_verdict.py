@@ -28,21 +28,21 @@ def _gemm_analysis():
 
 def test_a_time_between_the_3xtf32_and_ieee_floors_is_neither_below_the_floor_nor_at_the_roof():
     a = _gemm_analysis()
-    assert a.floor.compute_type == "tf32x3"
+    assert a.floor.compute_type == "fp16x3"  # the fastest admissible split path (fp16 / 3 above TF32 / 3)
     ieee_floor = a.floors_ms["fp32"]
     measured = 0.8 * ieee_floor  # faster than IEEE fp32 allows: the old verdict flagged "below the physical floor"
-    assert measured > a.floor.floor_ms / 0.9  # ... but slower than 3xTF32's floor by more than the margin
+    assert measured > a.floor.floor_ms / 0.9  # ... but slower than the split path's floor by more than the margin
     # verify's review flag
-    assert review_findings(measured, reference_ms=None, floor_ms=a.floor.floor_ms, floor_path="tf32x3") == []
+    assert review_findings(measured, reference_ms=None, floor_ms=a.floor.floor_ms, floor_path="fp16x3") == []
     # profile_ncu
     roof = C.roofline(H200, flops=a.flops, min_bytes=a.min_bytes, measured_ms=measured,
                       compute_type=a.floor.compute_type, floor_ms=a.floor.floor_ms)
     assert not roof.near_floor and "below the floor" not in roof.summary and "at the roof" not in roof.summary
-    assert "tf32x3" in roof.summary and roof.floor_ms == a.floor.floor_ms
+    assert "fp16x3" in roof.summary and roof.floor_ms == a.floor.floor_ms
     # the briefs
     facts = BriefFacts.from_analysis(a, best_ms=measured, task_id="t", stage=Stage.TILING)
     text = render_brief(Stage.TILING, "profile", facts)
-    verdict = roofline_verdict(measured, a.floor.floor_ms, "tf32x3")
+    verdict = roofline_verdict(measured, a.floor.floor_ms, "fp16x3")
     assert verdict.status == "headroom" and verdict.text in text and verdict.text in roof.summary
 
 

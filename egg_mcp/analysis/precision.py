@@ -17,8 +17,9 @@ KernelBench's (activations ~ N(0,1), weights ~ U(+-1/sqrt(K)), attention probabi
 rows); each path rounds its inputs the way Triton's lowering feeds the tensor cores (TF32: the fp32 bits
 go to mma.tf32 as they are and the hardware drops the low 13 mantissa bits, i.e. truncation toward zero;
 3xTF32, Triton's F32DotTC pass: hi = cvt.rna.tf32(a) (round to nearest, ties away), lo = a - hi, the
-three tf32 products lo*hi + hi*lo + hi*hi with lo truncated by the hardware; bf16/fp16/fp8-e4m3: casts,
-fp8 with a per-tensor scale), accumulates in fp32, and is compared with the fp32 product computed in
+three tf32 products lo*hi + hi*lo + hi*hi with lo truncated by the hardware; fp16x3/bf16x3: the same split
+with real fp16/bf16 casts, unscaled, so fp16's range and subnormal lo parts show in the error; bf16/fp16/fp8-e4m3:
+casts, fp8 with a per-tensor scale), accumulates in fp32, and is compared with the fp32 product computed in
 fp64. Truncation is the conservative reading (its error is ~2x round-to-nearest's; on the H200 the
 tensor-core TF32 error at K=768 was 4x the round-to-nearest emulation's, see
 tests/gpu/test_precision_gpu.py); `TF32_ROUNDING` = "rn" gives the round-to-nearest emulation beside it. A path is
@@ -39,16 +40,31 @@ PATHS: dict[str, tuple[str, str]] = {
     # path -> (hardware ceiling key, how to get it in Triton)
     "fp32": ("fp32", 'IEEE fp32 FMA: tl.dot(a, b, input_precision="ieee") (CUDA cores)'),
     "tf32x3": ("tf32x3", 'tl.dot(a, b, input_precision="tf32x3") on fp32 inputs (3 TF32 tensor-core products)'),
+    "fp16x3": ("fp16x3", "a_hi = a.to(tl.float16); a_lo = (a - a_hi.to(tl.float32)).to(tl.float16), same for b; "
+                         "per K step p = tl.dot(a_hi, b_lo); p = tl.dot(a_lo, b_hi, p); p = tl.dot(a_hi, b_hi, p); "
+                         "acc += p (not acc = tl.dot(.., acc): the tensor cores' accumulation truncates, 10-50x the "
+                         "error at K=4096). Range: |x| < 65504; lo < 6.1e-5 is subnormal (loses bits) unless a, b "
+                         "are scaled by 2^k"),
+    "bf16x3": ("bf16x3", "as fp16x3 with tl.bfloat16 (fp32's range, ~16 bits): a_hi = a.to(tl.bfloat16); "
+                         "a_lo = (a - a_hi.to(tl.float32)).to(tl.bfloat16), same for b; p = tl.dot(a_hi, b_lo); "
+                         "p = tl.dot(a_lo, b_hi, p); p = tl.dot(a_hi, b_hi, p); acc += p"),
     "tf32": ("tf32", 'tl.dot(a, b, input_precision="tf32") on fp32 inputs (Triton\'s default)'),
     "bf16": ("bf16", "cast a, b to tl.bfloat16 before tl.dot; accumulate fp32"),
     "fp16": ("fp16", "cast a, b to tl.float16 before tl.dot; accumulate fp32 (only if |values| < 65504: range is not "
                      "emulated)"),
     "fp8": ("fp8", "scale and cast a, b to tl.float8e4nv before tl.dot; accumulate fp32"),
 }
-"""Compute paths, slowest (most exact) first."""
+"""Compute paths, most exact first (by the error each keeps, not by its rate: fp16x3 and bf16x3 run at their
+half type's rate / 3, above 3xTF32's on Hopper). fp16x3 and bf16x3 split each fp32 operand x into hi = half(x) and
+lo = half(x - hi), ~22 (fp16) or ~16 (bf16) significant bits, and drop lo*lo; fp16x3's error grows where
+|x| is small (lo parts underflow to fp16 subnormals below 6.1e-5) or overflows at 65504."""
 
-FP32_TASK_PATHS = ("fp32", "tf32x3", "tf32", "bf16", "fp16", "fp8")
+FP32_TASK_PATHS = ("fp32", "tf32x3", "fp16x3", "bf16x3", "tf32", "bf16", "fp16", "fp8")
 HALF_TASK_PATHS = {"float16": ("fp16", "fp8"), "bfloat16": ("bf16", "fp8")}
+RATE_ORDER = ("fp32", "tf32x3", "bf16x3", "fp16x3", "tf32", "bf16", "fp16", "fp8")
+"""The usual order of rates, slowest first (H100/H200, A100, L40S datasheets: fp32 < 3xTF32 < bf16x3 = fp16x3 <
+TF32 < bf16 = fp16 < fp8; of two equal rates the later is named): how the fastest admissible path is named when
+no rate is known. Not the order of PATHS / FP32_TASK_PATHS, which is by exactness."""
 RTOL_GRID = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
 SAFETY = 4.0
 ROWS = COLS = 32
@@ -227,7 +243,7 @@ def precision_ladder(errors: list[PathError], dtype: str, atol: float, rtol: flo
     fastest = max((r for r in rungs if r.admissible),
                   key=lambda r: (r.rate.value or 0.0, -paths.index(r.path)), default=rungs[0])
     if all(r.rate.value is None for r in rungs):
-        fastest = next((r for r in reversed(rungs) if r.admissible), rungs[0])
+        fastest = max((r for r in rungs if r.admissible), key=lambda r: RATE_ORDER.index(r.path), default=rungs[0])
         note = f"no rates ({rungs[0].rate.detail}): the fastest admissible path is named by the usual order of rates"
     else:
         note = ""
@@ -312,6 +328,13 @@ def _emulate(product: Any, a: Any, b: Any, path: str, rounding: str | None = Non
         ah, bh = _tf32(a), _tf32(b)
         al, bl = feed(a - ah), feed(b - bh)
         return (product(al, bh) + product(ah, bl)) + product(ah, bh)
+    if path in ("fp16x3", "bf16x3"):  # hi = half(a), lo = half(a - hi) (real casts: range, subnormals); lo*lo dropped;
+        # the products summed in fp32, as the recipe's per-step `acc += p` does (tests/gpu/test_precision_split_gpu.py)
+        dt = torch.float16 if path == "fp16x3" else torch.bfloat16
+        ah, bh = a.to(dt), b.to(dt)
+        al, bl = (a - ah.float()).to(dt).float(), (b - bh.float()).to(dt).float()
+        ah, bh = ah.float(), bh.float()
+        return (product(ah, bl) + product(al, bh)) + product(ah, bh)
     if path in ("bf16", "fp16"):
         dt = torch.bfloat16 if path == "bf16" else torch.float16
         return product(a.to(dt).float(), b.to(dt).float())

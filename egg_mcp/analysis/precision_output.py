@@ -24,7 +24,8 @@ from egg_mcp.analysis.error_share import max_and_p99
 from egg_mcp.analysis.precision import SAFETY, PathError, _emulate, task_paths
 
 FLOP_BUDGET = 4e9
-"""Matmul-like FLOPs of one forward at the size the output is measured at (~10 forwards run: fp64 and each path)."""
+"""Matmul-like FLOPs of one forward at the size the output is measured at (~16 forwards' worth run: fp64 and each
+path, the three split paths three products each)."""
 BYTE_BUDGET = 1.5e8
 """Bytes one eager forward reads and writes at that size (activations, parameters; the fp64 copy doubles them)."""
 FRONTIER_MAX = 16
@@ -373,7 +374,8 @@ def measure_output_errors(source: str, dtype: str, overrides: dict[str, Any], at
     calls = ", ".join(f"{n} x{c // len(errors)}" for n, c in seen.items())
     method = (f"judged at the output: the whole forward on the CPU at {where}, in fp64 (the truth) and per path with "
               f"its matmul-like ops ({calls}) from the path's rounded operands (TF32 truncated, 3xTF32 hi rounded + lo "
-              "truncated, bf16/fp16/fp8 casts, fp8 per-tensor scaled; fp32 accumulation), other ops in "
+              "truncated, fp16x3/bf16x3 hi and lo cast unscaled, bf16/fp16/fp8 casts, fp8 per-tensor scaled; fp32 "
+              "accumulation), other ops in "
               f"{dtype}; share = |err| / (atol + rtol*|truth|) per output element; admissible when max share <= "
               f"1/{SAFETY:g} (a {SAFETY:g}x margin for the GPU's accumulation order and the reference's own rounding)")
     return errors, method

@@ -25,12 +25,12 @@ WITHIN = 0.9
 CLOCK_BELOW = 0.98
 """A clock under 98 % of the peak's clock is a reduced clock (NVML steps are 15 MHz)."""
 POWER_NEAR_LIMIT = 0.95
-TENSOR_KEYS = ("mm_tf32", "mm_bf16", "mm_fp16", "mm_fp8", "mm_tf32x3")
+TENSOR_KEYS = ("mm_tf32", "mm_bf16", "mm_fp16", "mm_fp8", "mm_tf32x3", "mm_fp16x3", "mm_bf16x3")
 PIPE_KEYS = (*TENSOR_KEYS, "mm_fp32_ieee")
 """Rows `calibrate --ncu` reads a pipe for: the tensor pipe, and the FMA pipe for cuBLAS's IEEE fp32 GEMM.
-mm_tf32x3 (a plain Triton GEMM) is on the tensor pipe too: its peak is TF32 / 3 (three TF32 products per
-fp32 product), so "rate per clock vs pipe busy" is the same test; a low busy share says the kernel, not
-the chip, sets that row (it is a lower bound of the path)."""
+mm_tf32x3, mm_fp16x3 and mm_bf16x3 (plain Triton GEMMs) are on the tensor pipe too: each peak is its base
+type's rate / 3 (three TF32 / fp16 / bf16 products per fp32 product), so "rate per clock vs pipe busy" is the
+same test; a low busy share says the kernel, not the chip, sets that row (it is a lower bound of the path)."""
 
 
 def clock_cause(load: dict[str, Any], peak_clock_mhz: float) -> str:

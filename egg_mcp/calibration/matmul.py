@@ -1,4 +1,5 @@
-"""Dense matmul ceilings (cuBLAS per compute type, a Triton 3xTF32 GEMM), each with why it sits where it does.
+"""Dense matmul ceilings (cuBLAS per compute type; Triton 3xTF32, fp16x3 and bf16x3 GEMMs), each with why it sits
+where it does.
 
 Per compute type: a short shape sweep (the fastest shape is the ceiling: a too-small GEMM leaves the
 tensor cores in its wave tail, and cuBLAS picks a different kernel per shape), then a ~0.5 s sustained
@@ -18,7 +19,7 @@ from egg_mcp.calibration.sampler import sustained_burst
 SIZES = (4096, 8192, 16384)
 QUICK_SIZES = (2048, 4096)
 FIXED_SIZE, QUICK_FIXED_SIZE = 8192, 4096
-"""IEEE fp32 (~21 ms at 8192) and the Triton 3xTF32 GEMM (~31 ms) are not swept: 16384 would cost 8x."""
+"""IEEE fp32 (~21 ms at 8192) and the Triton split GEMMs (3xTF32 ~31 ms) are not swept: 16384 would cost 8x."""
 BURST_S, QUICK_BURST_S = 0.5, 0.15
 
 
@@ -109,10 +110,14 @@ def _operands(size: int, device: str):
 
 def gemm_maker(key: str, device: str = "cuda") -> Callable[[int], tuple[Callable[[], Any], float, str]]:
     """make(size) -> (fn, FLOPs, label) for calibration GEMM `key` (mm_fp32_ieee, mm_tf32, mm_bf16, mm_fp16,
-    mm_fp8, mm_tf32x3): the one GEMM both the measurement and `calibrate --ncu` (ncu_gemm.py) run."""
+    mm_fp8, mm_tf32x3, mm_fp16x3, mm_bf16x3): the one GEMM both the measurement and `calibrate --ncu`
+    (ncu_gemm.py) run. The split paths (fp16x3, bf16x3) are one Triton kernel (`_gemm_split_x3`, the half type a
+    constexpr), so each is measured, not only derived from its base type's rate."""
     import torch
     import triton
+    import triton.language as tl
 
+    from egg_mcp.calibration.probe_kernels import _gemm_split_x3 as gemm_split_x3
     from egg_mcp.calibration.probe_kernels import _gemm_tf32x3 as gemm_tf32x3
 
     def make(size: int):
@@ -143,13 +148,19 @@ def gemm_maker(key: str, device: str = "cuda") -> Callable[[int], tuple[Callable
             return ((lambda: torch._scaled_mm(  # pyright: ignore[reportPrivateImportUsage]  # private, no public form
                 a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)),
                     flops, f"torch._scaled_mm e4m3 {size}^3, bf16 out")
-        c = torch.empty_like(a)  # mm_tf32x3
+        c = torch.empty_like(a)  # mm_tf32x3, mm_fp16x3, mm_bf16x3
         grid = (triton.cdiv(size, 128) * triton.cdiv(size, 128),)
+        half = {"mm_fp16x3": tl.float16, "mm_bf16x3": tl.bfloat16}.get(key)
 
         def tf32x3():  # (Triton types kernel[grid] as the kernel's own signature, without the launch options)
             return gemm_tf32x3[grid](a, b, c, size, size, size, BM=128, BN=128, BK=32, GROUP=8,
                                      num_warps=8, num_stages=3)  # pyright: ignore[reportCallIssue]
-        tf32x3()
+
+        def split_x3():
+            return gemm_split_x3[grid](a, b, c, size, size, size, BM=128, BN=128, BK=32, GROUP=8, HALF=half,
+                                       num_warps=8, num_stages=3)  # pyright: ignore[reportCallIssue]
+        fn = tf32x3 if half is None else split_x3
+        fn()
         previous = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = False
         try:
@@ -158,7 +169,9 @@ def gemm_maker(key: str, device: str = "cuda") -> Callable[[int], tuple[Callable
             torch.backends.cuda.matmul.allow_tf32 = previous
         err = float((c - ref).abs().max() / ref.abs().max())
         del ref
-        return tf32x3, flops, (f"Triton tl.dot(input_precision='tf32x3') GEMM {size}^3, 128x128x32 tiles, 8 warps, "
+        what = ("tl.dot(input_precision='tf32x3')" if half is None else
+                f"{key[3:]} split (hi/lo {half} casts in registers, 3 tl.dot per K step)")
+        return fn, flops, (f"Triton {what} GEMM {size}^3, 128x128x32 tiles, 8 warps, "
                            f"3 stages (max error vs IEEE fp32 {err:.2g} of max |C|)")
     return make
 
@@ -196,8 +209,9 @@ def matmul_probes(timer, runs: int, cap: tuple[int, ...], peaks, skipped: dict, 
     else:
         skipped["mm_fp8"] = f"no fp8 tensor cores on sm_{cap[0]}{cap[1]} (needs sm_89+)"
     if cap >= (8, 0):
-        plan.append(("mm_tf32x3", (fixed,), "a plain Triton GEMM, not a tuned library: a lower bound of the "
-                                            "3xTF32 rate"))
+        for key, words in (("mm_tf32x3", "3xTF32"), ("mm_fp16x3", "fp16x3"), ("mm_bf16x3", "bf16x3")):
+            plan.append((key, (fixed,), f"a plain Triton GEMM, not a tuned library: a lower bound of the {words} "
+                                        "rate"))
     out = []
     for key, key_sizes, note in plan:
         try:

@@ -75,10 +75,12 @@ def device_peaks(facts: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for ceiling, unit in (("mm_tf32", "tf32"), ("mm_bf16", "bf16"), ("mm_fp16", "fp16"), ("mm_fp8", "fp8")):
             if unit in sheet:
                 peaks[ceiling] = {"value": sheet[unit], "source": f"{key} datasheet, dense {unit} tensor core", **at}
-        if "tf32" in sheet:
-            peaks["mm_tf32x3"] = {"value": sheet["tf32"] / 3,
-                                  "source": f"{key} datasheet dense TF32 / 3 (three TF32 products per fp32 product)",
-                                  **at}
+        for ceiling, unit, words in (("mm_tf32x3", "tf32", "TF32"), ("mm_fp16x3", "fp16", "fp16"),
+                                     ("mm_bf16x3", "bf16", "bf16")):
+            if unit in sheet:
+                peaks[ceiling] = {"value": sheet[unit] / 3,
+                                  "source": f"{key} datasheet dense {words} / 3 (three {words} products per fp32 "
+                                            "product)", **at}
         if "dram" in sheet and "dram_copy" not in peaks:
             for ceiling in ("dram_copy", "dram_read"):
                 peaks[ceiling] = {"value": sheet["dram"], "source": f"{key} datasheet memory bandwidth"}

@@ -124,10 +124,16 @@ GPU_TABLE: dict[str, GpuSpec] = {
     ),
 }
 
+SPLIT_PATHS = {"tf32x3": ("tf32", "TF32"), "fp16x3": ("fp16", "fp16"), "bf16x3": ("bf16", "bf16")}
+"""fp32 emulated by three tensor-core products of a hi/lo split (3xTF32, compensated fp16 / bf16): each runs at
+most at its base type's rate / 3 (split key -> (base key, its name in words))."""
+
 for _spec in GPU_TABLE.values():
-    if "tf32" in _spec.peak_flops and "tf32x3" not in _spec.peak_flops:
-        _spec.peak_flops["tf32x3"] = _spec.peak_flops["tf32"] / 3
-        _spec.provenance.setdefault("tf32x3", "derived from the TF32 lead / 3 (three TF32 products per fp32 product)")
+    for _split, (_base, _words) in SPLIT_PATHS.items():
+        if _base in _spec.peak_flops and _split not in _spec.peak_flops:
+            _spec.peak_flops[_split] = _spec.peak_flops[_base] / 3
+            _spec.provenance.setdefault(_split, f"derived from the {_words} lead / 3 (three {_words} products per "
+                                                "fp32 product)")
     _spec.provenance.setdefault("dram", f"datasheet: {_spec.notes or 'vendor datasheet'}")
     for _key in _spec.peak_flops:
         _spec.provenance.setdefault(_key, f"datasheet: {_spec.notes or 'vendor datasheet'}")
@@ -155,7 +161,8 @@ def spec_for(name: str | None) -> GpuSpec | None:
 
 CALIBRATION_KEYS = {
     "dram_copy": "dram", "l2_read": "l2", "fp32_fma": "fp32_fma", "mm_fp32_ieee": "fp32", "mm_tf32x3": "tf32x3",
-    "mm_tf32": "tf32", "mm_bf16": "bf16", "mm_fp16": "fp16", "mm_fp8": "fp8",
+    "mm_fp16x3": "fp16x3", "mm_bf16x3": "bf16x3", "mm_tf32": "tf32", "mm_bf16": "bf16", "mm_fp16": "fp16",
+    "mm_fp8": "fp8",
 }
 """Calibration ceiling key -> GpuSpec ceiling key ('dram' and 'l2' are bandwidths, the rest peak_flops)."""
 
@@ -201,17 +208,26 @@ def _upper_bounds(spec: GpuSpec) -> None:
     (the FMA peak, fp32_fma), and the calibration's 3xTF32 GEMM is a plain Triton kernel (a lower bound)
     while 3xTF32 can run at the TF32 ceiling / 3. Found on the H200
     (benchmarks/results/archive/h200_2026-12-01_0f0ae24-6438ad0/guidance_c708d43.json): a 3xTF32 kernel
-    called "below the floor" of the fp32 path it beat."""
+    called "below the floor" of the fp32 path it beat. The same holds for the fp16x3 and bf16x3 Triton GEMMs
+    (their base type's ceiling / 3); a split path the calibration did not time itself while its base type was
+    measured takes base / 3 even when that is below the datasheet-derived lead (the lead's base was not this GPU)."""
     flops = spec.peak_flops
-    for key, bound, why in (("fp32", flops.get("fp32_fma"), "the FMA peak"),
-                            ("tf32x3", flops["tf32"] / 3 if flops.get("tf32") else None,
-                             "the TF32 ceiling / 3 (three TF32 products per fp32 product)")):
-        if bound and bound > flops.get(key, 0.0):
-            was = flops.get(key)
-            flops[key] = bound
-            spec.provenance[key] = (f"derived from {why} measured on this GPU ({bound / 1e12:.3g} TFLOP/s)"
-                                    + (f", above the {was / 1e12:.3g} TFLOP/s a library/plain kernel reached: "
-                                       f"{spec.provenance.get(key, '')}" if was else ""))
+    measured = {k for k, v in spec.provenance.items() if v.startswith("measured")}
+    bounds: list[tuple[str, str | None, float | None, str]] = [
+        ("fp32", "fp32_fma", flops.get("fp32_fma"), "the FMA peak")]
+    for split, (base, words) in SPLIT_PATHS.items():
+        bounds.append((split, base, flops[base] / 3 if flops.get(base) else None,
+                       f"the {words} ceiling / 3 (three {words} products per fp32 product)"))
+    for key, base, bound, why in bounds:
+        was = flops.get(key)
+        lead = key not in measured and base in measured  # a datasheet-derived lead while its base was measured
+        if not bound or not (bound > (was or 0.0) or (lead and key in SPLIT_PATHS)):
+            continue
+        flops[key] = bound
+        where = "measured on this GPU" if base in measured else "of the datasheet lead"
+        spec.provenance[key] = (f"derived from {why} {where} ({bound / 1e12:.3g} TFLOP/s)"
+                                + (f", above the {was / 1e12:.3g} TFLOP/s a library/plain kernel reached: "
+                                   f"{spec.provenance.get(key, '')}" if was and key in measured else ""))
 
 
 class Ceiling(BaseModel):

@@ -8,8 +8,8 @@ from pydantic import BaseModel, Field
 
 
 class MeasuredCeiling(BaseModel):
-    key: str = Field(description="dram_copy | dram_read | l2_read | fp32_fma | mm_fp32_ieee | mm_tf32x3 | mm_tf32 | "
-                                 "mm_bf16 | mm_fp16 | mm_fp8")
+    key: str = Field(description="dram_copy | dram_read | l2_read | fp32_fma | mm_fp32_ieee | mm_tf32x3 | mm_fp16x3 | "
+                                 "mm_bf16x3 | mm_tf32 | mm_bf16 | mm_fp16 | mm_fp8")
     unit: str
     value: float = Field(description="the best of the timed runs, in `unit`")
     best_ms: float

@@ -27,6 +27,8 @@ LAUNCH_BOUND_NS = 5_000.0
 NEAR_FLOOR = AT_ROOF_FRACTION
 """floor / measured at or above this: the kernel is at the roof (the one rule of `analysis.verdict`)."""
 TENSOR_PATHS = {"tf32x3": 'input_precision="tf32x3"', "tf32": 'input_precision="tf32"',
+                "fp16x3": "fp16 hi/lo operands: three dots a_hi*b_lo, a_lo*b_hi, a_hi*b_hi",
+                "bf16x3": "bf16 hi/lo operands: three dots a_hi*b_lo, a_lo*b_hi, a_hi*b_hi",
                 "bf16": "bf16 operands", "fp16": "fp16 operands", "fp8": "fp8 operands"}
 """Compute paths that run dots on tensor cores, and how a tl.dot asks for each."""
 LOW_BYTES_PER_SECTOR = 20.0
