@@ -60,12 +60,15 @@ def main(argv: list[str] | None = None) -> None:
     confinement.die_with_parent()
     if args.judge and os.getppid() != args.judge:  # the judge died before we could tie our life to it
         os._exit(3)
+    # torch._dynamo in every mode, before any candidate code: imported lazily it rebinds torch functions (before the
+    # snapshot), and its first lazy import comes from inside candidate code (nn.Linear -> torch.empty ->
+    # torch/_compile.py), where the host audit's profiler traced it for > 120 s and called it a dispatch escape
+    import torch._dynamo  # noqa: F401
     if args.mode == "gpu":
         # CUDA must initialise before Landlock: on the H200 host (Linux 6.18, driver 580) a runner confined first
         # fails cudaGetDeviceCount with error 304, while one confined after CUDA init runs Triton kernels
         # (benchmarks/results/archive/h200_2026-12-01_0390956-d1d352b/gpu_tests.log). No candidate code ran yet.
         import torch
-        import torch._dynamo  # noqa: F401  (imported lazily it rebinds torch functions: before the snapshot)
 
         torch.cuda.init()
         torch.empty(1, device="cuda")

@@ -210,6 +210,7 @@ def _fork_runner(request: dict[str, Any], channel_fd: int, sock: socket.socket) 
 def _preload() -> None:
     """What every runner imports before the candidate (runner.py, after its confinement)."""
     import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401  (see runner.main: a forked runner then finds it imported, for free)
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
