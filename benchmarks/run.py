@@ -213,6 +213,14 @@ def suite_tiling_exhaustive(out: Path, quick: bool) -> dict[str, Any]:
     return _script_suite("tiling_bench", out / "tiling_exhaustive", flags, timeout_s=600)
 
 
+def suite_tiling_client(out: Path, quick: bool) -> dict[str, Any]:
+    """propose_tiling on 4 client KernelBench kernels (plain/split-K/persistent GEMM, MinGPT): never slower, ~5 min"""
+    flags = ["--budget-s", "40", "--max-wall-s", "240"] if quick else []
+    record = _script_suite("tiling_client_kernels", out / "tiling_client", flags, timeout_s=540)
+    record["all_checks_pass"] = record["exit_code"] == 0  # 1: a recommendation measured slower, or a kernel failed
+    return record
+
+
 def suite_guidance(out: Path, quick: bool) -> dict[str, Any]:
     """benchmarks/guidance_suite.py: the real server in-process on KernelBench 76 (GEMM+bias+ReLU) and 43 (causal
     attention, batch 32) at fp32 1e-4 with own IEEE and 3xTF32 kernels: seed brief, verdicts, profile sizes,
@@ -269,7 +277,7 @@ def suite_lanes(out: Path, quick: bool) -> dict[str, Any]:
 
 
 def suite_lanes_gpu(out: Path, quick: bool) -> dict[str, Any]:
-    """GPU: the lane path a Ray node runs vs the plain engine: same verdicts, medians within 3 % (< 2 min on an H200)."""
+    """GPU: the lane path a Ray node runs vs the plain engine: same verdicts, medians within 3 % (< 2 min on an H200)"""
     from benchmarks.bench_lanes import lane_path_vs_plain
 
     result = asyncio.run(lane_path_vs_plain(rounds=1 if quick else 2))
@@ -292,6 +300,7 @@ SUITES: dict[str, Callable[[Path, bool], dict[str, Any]]] = {
     "tiling_agreement": suite_tiling_agreement,
     "tiling_search": suite_tiling_search,
     "tiling_exhaustive": suite_tiling_exhaustive,
+    "tiling_client": suite_tiling_client,
     "guidance": suite_guidance,
     "verify": _script("verify", ["bench_verify.py"], 200),
     "ncu_agreement": _script("ncu_agreement", ["bench_ncu_agreement.py"], 240),
