@@ -223,3 +223,17 @@ def test_a_sample_spans_every_column_of_a_large_output(monkeypatch):
         assert leaf["stride"] % 2 == 1  # coprime with 16 and 1024
         columns = {int(v) % 16 for v in flat[0]}
         assert len(columns) == 16
+
+
+def test_the_judges_receive_limit_covers_what_keep_ships_at_every_leaf_size():
+    """A 1024 x 4096 fp32 output (16 MiB, kept whole) once counted as a 4 MiB sample in the judge's limit: 7 kept
+    calls of an honest GEMM went over it and the verify read integrity_violation (runner_protocol) on the H200."""
+    audit = timed_audit.TimedCallAudit(fresh, list(range(100)), random.Random(0))
+    for numel, dtype in ((1 << 20, torch.float32), (1 << 22, torch.float32), ((1 << 22) + 1, torch.float32),
+                         (3 << 22, torch.float16), (5 << 22, torch.float64), (1 << 18, torch.complex128)):
+        leaf = torch.zeros(numel, dtype=dtype)
+        audit.kept.clear()
+        audit.keep(1, leaf, "test")
+        _, flat = audit.wire_values()
+        shipped = sum(v.numel() * v.element_size() for v in flat)
+        assert shipped <= timed_audit.kept_bytes(numel * leaf.element_size()), (numel, dtype, shipped)

@@ -401,7 +401,7 @@ class Judge(Verdicts):
         return stats
 
     def _audit_blob_limit(self) -> int:
-        per_call = sum(min(n, timed_audit.SAMPLE_ELEMENTS * 16) for n in self.output_leaf_bytes) + 4096
+        per_call = sum(timed_audit.kept_bytes(n) for n in self.output_leaf_bytes) + 4096
         return timed_audit.MAX_KEPT * 2 * per_call + (1 << 20)
 
     def _check_timed_calls(self, message: dict[str, Any], blobs: list, stats: TimingStats, seeds: set[int]) -> None:

@@ -40,6 +40,13 @@ GRAPH_SETS = 4
 """Randomly chosen input sets of a graph reading audited after the refill, besides the last set."""
 MAX_KEPT = 12
 
+
+def kept_bytes(leaf_bytes: int) -> int:
+    """The most bytes `keep` ships for one output leaf of this size (the judge's receive limit is built from it):
+    whole up to FULL_LEAF_BYTES, above that a sample of fewer than 2 x SAMPLE_ELEMENTS elements of at most 16 bytes
+    (the stride is at least numel // SAMPLE_ELEMENTS)."""
+    return leaf_bytes if leaf_bytes <= FULL_LEAF_BYTES else min(leaf_bytes, 2 * SAMPLE_ELEMENTS * 16)
+
 _clone = torch.Tensor.clone
 _reshape = torch.Tensor.reshape
 _copy = torch.Tensor.copy_
