@@ -170,3 +170,14 @@ def test_the_calibrations_fp16x3_probe_gemm_computes_the_product_in_the_interpre
     env = dict(os.environ, TRITON_INTERPRET="1", TRITON_CACHE_DIR=str(tmp_path))
     run = subprocess.run([sys.executable, "-c", SPLIT_PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-3000:]
+
+
+def test_ceilings_within_the_rate_tie_name_the_more_exact_path():
+    """The H200's calibration (2026-12-03) measured bf16 788 and fp16 757 TFLOP/s, so bf16x3's ceiling read 4 % above
+    fp16x3's while the fp16x3 kernel ran faster (1.098 vs 1.176 ms on KernelBench 76): within RATE_TIE, the more
+    exact of the two is named; a path clearly faster still wins."""
+    measured = H200.model_copy(deep=True)
+    measured.peak_flops.update(fp16x3=252.5e12, bf16x3=262.6e12, tf32x3=134.8e12, tf32=404.3e12)
+    assert precision_ladder(_errors(**STRICT), "float32", 1e-4, 1e-4, measured).fastest == "fp16x3"
+    measured.peak_flops["bf16x3"] = 300e12
+    assert precision_ladder(_errors(**STRICT), "float32", 1e-4, 1e-4, measured).fastest == "bf16x3"

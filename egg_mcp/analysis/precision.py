@@ -65,6 +65,9 @@ RATE_ORDER = ("fp32", "tf32x3", "bf16x3", "fp16x3", "tf32", "bf16", "fp16", "fp8
 """The usual order of rates, slowest first (H100/H200, A100, L40S datasheets: fp32 < 3xTF32 < bf16x3 = fp16x3 <
 TF32 < bf16 = fp16 < fp8; of two equal rates the later is named): how the fastest admissible path is named when
 no rate is known. Not the order of PATHS / FP32_TASK_PATHS, which is by exactness."""
+RATE_TIE = 0.05
+"""Ceilings closer than this are one rate (cuBLAS bf16 vs fp16 on the H200: 788 vs 757 TFLOP/s, while the fp16x3
+kernel ran faster than the bf16x3 one, 1.098 vs 1.176 ms): of those, the most exact admissible path is named."""
 RTOL_GRID = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
 SAFETY = 4.0
 ROWS = COLS = 32
@@ -240,8 +243,8 @@ def precision_ladder(errors: list[PathError], dtype: str, atol: float, rtol: flo
                           max_abs=e.max_abs if e else None, max_rel=e.max_rel if e else None,
                           share_max=out.max_share(atol, rtol) if out is not None else None,
                           share_p99=out.p99_share if out is not None else None))
-    fastest = max((r for r in rungs if r.admissible),
-                  key=lambda r: (r.rate.value or 0.0, -paths.index(r.path)), default=rungs[0])
+    top = max((r.rate.value or 0.0 for r in rungs if r.admissible), default=0.0)
+    fastest = next((r for r in rungs if r.admissible and (r.rate.value or 0.0) >= top * (1 - RATE_TIE)), rungs[0])
     if all(r.rate.value is None for r in rungs):
         fastest = max((r for r in rungs if r.admissible), key=lambda r: RATE_ORDER.index(r.path), default=rungs[0])
         note = f"no rates ({rungs[0].rate.detail}): the fastest admissible path is named by the usual order of rates"
