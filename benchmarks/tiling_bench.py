@@ -96,18 +96,31 @@ MEASURE_TARGET = "egg_mcp.tiling.measure:measure_configs"
 
 
 class LocalEvaluator:
-    """The real engine for propose_tiling, with the device pinned on each job. Each job's runner starts with its
-    own empty Triton cache inside its sandbox (a cache path from this process is not writable there)."""
+    """The real engine for propose_tiling, as the server's evaluator serves it: the measuring job here, with the
+    device pinned on each job (each job's runner starts with its own empty Triton cache inside its sandbox), and the
+    launch probe and verify's path (`evaluate`: the re-verification of a winner) through one WorkerEvaluator.
+    Without `evaluate` a winner's re-verification fails and nothing is ever recommended."""
 
     def __init__(self, device: str = "cuda", timing_trials: int | None = None):
         self.device = device
         self.timing_trials = timing_trials
+        self._engine = None
 
     def has_gpu(self) -> bool:
         return True
 
+    def engine(self):
+        if self._engine is None:
+            from egg_mcp.evaluation.engine import WorkerEvaluator
+
+            self._engine = WorkerEvaluator(scratch_dir=Path(tempfile.mkdtemp(prefix="egg-tiling-bench-")),
+                                           force_interpreter=self.device == "interpreter", spare_workers=0)
+        return self._engine
+
     async def run_job(self, target, payload, *, timeout_s, uses_gpu, wrapper_argv=None) -> JobOutcome:
-        assert target == MEASURE_TARGET
+        if target != MEASURE_TARGET:
+            return await self.engine().run_job(target, payload, timeout_s=timeout_s, uses_gpu=uses_gpu,
+                                               wrapper_argv=wrapper_argv)
         payload = dict(payload, device=self.device)
         if self.timing_trials:
             payload["timing_trials"] = self.timing_trials
@@ -115,6 +128,15 @@ class LocalEvaluator:
         if error:
             return JobOutcome(ok=False, error=ErrorReport(kind="job", message=error[:2000]), wall_s=wall)
         return JobOutcome(ok=True, result=result, wall_s=wall)
+
+    async def evaluate(self, reference_source, candidate_source, options, progress=None):
+        options = options.model_copy(update={"device": "interpreter" if self.device == "interpreter" else "cuda"})
+        return await self.engine().evaluate(reference_source, candidate_source, options, progress)
+
+    async def aclose(self) -> None:
+        if self._engine is not None:
+            await self._engine.aclose()
+            self._engine = None
 
 
 # ------------------------------------------------------------------------------- autotune worker
@@ -318,10 +340,15 @@ def run_case(name: str, args, out_dir: Path, deadline: float) -> dict:
     elif time.perf_counter() < deadline - 60:
         options = EvalOptions(dtype=dtype, tolerance=tol, size_overrides=overrides)
         try:
-            proposal = asyncio.run(propose_tiling(LocalEvaluator(device, args.timing_trials), reference_source=source,
-                                                  candidate_source=source, options=options, gpu=gpu, dims=dims,
-                                                  kind=kind, max_trials=3 if args.smoke else 8,
-                                                  time_budget_s=120.0))
+            async def search(evaluator: LocalEvaluator):
+                try:
+                    return await propose_tiling(evaluator, reference_source=source, candidate_source=source,
+                                                options=options, gpu=gpu, dims=dims, kind=kind,
+                                                max_trials=3 if args.smoke else 8, time_budget_s=120.0)
+                finally:
+                    await evaluator.aclose()
+
+            proposal = asyncio.run(search(LocalEvaluator(device, args.timing_trials)))
             rec = proposal.recommended.values if proposal.recommended else None
             record["search_wall_s"] = proposal.wall_s
             record["search_trials"] = proposal.trials_used

@@ -8,7 +8,7 @@ For each client kernel of benchmarks/problems/kernelbench/ with a TUNING_SPACE (
 GEMM + bias + ReLU of level2/76, the MinGPT attention of level3/43 at batch_size 32), propose_tiling runs for real
 as the server runs it: the launch probe first (each kernel's own dims, its time spent from the budget), then the
 search (the current config measured first, up to --max-trials in all, --budget-s for the whole call) through the
-real engine (tiling_bench.LocalEvaluator for the measuring job, a WorkerEvaluator for the probe and for verify's
+real engine (tiling_bench.LocalEvaluator: the measuring job, and a WorkerEvaluator for the probe and for verify's
 path, which re-verifies a winner), ranked for GPU_TABLE["H200"] (the datasheet leads, as tiling_bench; no
 calibration is stored on a fresh machine). The reference is the KernelBench file, the candidate the client file.
 Recorded per kernel: the current config and its measured median, the recommendation (or "keep current") and its
@@ -24,8 +24,7 @@ Writes OUT_DIR/tiling_client_kernels.json and .md (rewritten after every kernel)
 --smoke: the CPU interpreter at tiny sizes, max_trials 2, short budgets (the plumbing; interpreter wall times are
 not GPU times, so the independent job runs but does not count; ~6 min on 2 CPU cores).
 Runtime on the H200: ~5-6 min (4 budgets of 60 s, each kernel's share of --max-wall-s; verify's re-run of a winner
-can pass its share of the budget; ~15 s per independent timing). tiling_bench.LocalEvaluator alone has no `evaluate`:
-through it a winner's re-verification fails (AttributeError) and nothing is ever recommended, hence ClientEvaluator.
+can pass its share of the budget; ~15 s per independent timing).
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ import difflib
 import json
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -44,7 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.tiling_bench import MEASURE_TARGET, LocalEvaluator, run_measure_job  # noqa: E402
+from benchmarks.tiling_bench import LocalEvaluator, run_measure_job  # noqa: E402
 from egg_mcp.contract import EvalOptions, default_tolerance  # noqa: E402
 from egg_mcp.hardware import GPU_TABLE  # noqa: E402
 from egg_mcp.problems.loader import module_int_constants  # noqa: E402
@@ -83,39 +81,6 @@ re-verification there times out at verify's 120 s twice per winner. The smoke ke
 CONFIRM_S = 25.0  # kept back per kernel for the independent timing of a recommendation
 MIN_BUDGET_S = 20.0
 GPU_SPEC = "H200"
-
-
-class ClientEvaluator(LocalEvaluator):
-    """tiling_bench.LocalEvaluator (the measuring job, its device pinned) plus what else propose_tiling asks of an
-    evaluator as the server's does: the launch probe (a CPU job) and verify's path (`evaluate`, the re-verification
-    of a winner), both through one WorkerEvaluator of the real engine."""
-
-    def __init__(self, device: str, timing_trials: int | None = None):
-        super().__init__(device, timing_trials)
-        self._engine = None
-
-    def engine(self):
-        if self._engine is None:
-            from egg_mcp.evaluation.engine import WorkerEvaluator
-
-            self._engine = WorkerEvaluator(scratch_dir=Path(tempfile.mkdtemp(prefix="egg-tiling-client-")),
-                                           force_interpreter=self.device == "interpreter", spare_workers=0)
-        return self._engine
-
-    async def run_job(self, target, payload, *, timeout_s, uses_gpu, wrapper_argv=None):
-        if target == MEASURE_TARGET:
-            return await super().run_job(target, payload, timeout_s=timeout_s, uses_gpu=uses_gpu)
-        return await self.engine().run_job(target, payload, timeout_s=timeout_s, uses_gpu=uses_gpu,
-                                           wrapper_argv=wrapper_argv)
-
-    async def evaluate(self, reference_source, candidate_source, options, progress=None):
-        options = options.model_copy(update={"device": "interpreter" if self.device == "interpreter" else "cuda"})
-        return await self.engine().evaluate(reference_source, candidate_source, options, progress)
-
-    async def aclose(self) -> None:
-        if self._engine is not None:
-            await self._engine.aclose()
-            self._engine = None
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -205,7 +170,7 @@ def _measured(proposal, values: dict[str, int] | None) -> dict[str, Any] | None:
     return None if row is None else {"ms": row.measured_ms, "correct": row.correct, "error": row.error}
 
 
-async def _propose(ev: ClientEvaluator, reference: str, candidate: str, overrides: dict, dims: dict, kind: str,
+async def _propose(ev: LocalEvaluator, reference: str, candidate: str, overrides: dict, dims: dict, kind: str,
                    args, budget_s: float):
     options = EvalOptions(dtype="float32", tolerance=default_tolerance("float32"), size_overrides=overrides,
                           compile_timeout_s=args.verify_timeout_s)
@@ -238,7 +203,7 @@ def run_kernel(name: str, args, budget_s: float, confirm_s: float) -> dict[str, 
     current = current_config(space)
     t0 = time.perf_counter()
     try:
-        proposal, launches = asyncio.run(_propose(ClientEvaluator(args.device, args.timing_trials), reference,
+        proposal, launches = asyncio.run(_propose(LocalEvaluator(args.device, args.timing_trials), reference,
                                                   candidate, overrides, dims, kind, args, budget_s))
     except Exception as exc:  # noqa: BLE001 - a tool failure is the finding: recorded with its traceback
         import traceback
