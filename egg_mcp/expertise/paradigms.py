@@ -139,7 +139,7 @@ _GEMM = (
        "of tl.dot into an fp32 accumulator; bias/activation/scale applied to the accumulator before the store",
        "the default for large M, N: one output write, epilogue free",
        "tile count < SM count (small M*N) leaves SMs idle; fp32 inputs at strict "
-       "tolerance need input_precision='tf32x3' (tensor cores, ~fp32 error) or 'ieee' (TF32 by default fails)",
+       "tolerance need a path the ladder admits: 'tf32x3', an fp16/bf16 split or 'ieee' (TF32 by default fails)",
        "pid_m, pid_n from GROUP_M swizzle; acc += tl.dot(a, b, input_precision=PREC); "
        "BM=BN=128, BK=32-64, num_warps=4-8, num_stages=3-4"),
     _p("gemm", "split_k", "split-K with a reduction pass",
