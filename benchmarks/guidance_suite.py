@@ -258,6 +258,18 @@ async def run_problem(client, name: str, quick: bool, smoke: bool = False, deadl
     return record if "error" in record else await tune_problem(client, record, quick, deadline)
 
 
+async def wait_for_calibration(service, out: dict[str, Any]) -> None:
+    """Wait (up to CALIBRATION_WAIT_S) for the server's first-use calibration, so that the ladder's rates read
+    "measured here"; records the wait and the GPU spec's name and source in `out`."""
+    t0 = time.perf_counter()
+    while (service.evaluator.has_gpu() and time.perf_counter() - t0 < CALIBRATION_WAIT_S
+           and (service.gpu is None or service.gpu.source != "measured")):
+        await asyncio.sleep(1.0)
+    out["calibration_wait_s"] = round(time.perf_counter() - t0, 1)
+    out["gpu"] = service.gpu.name if service.gpu else None
+    out["gpu_source"] = service.gpu.source if service.gpu else None
+
+
 async def run_all(workspace: Path, quick: bool, smoke: bool = False, max_wall_s: float = MAX_WALL_S
                   ) -> dict[str, Any]:
     from mcp import Client
@@ -270,13 +282,7 @@ async def run_all(workspace: Path, quick: bool, smoke: bool = False, max_wall_s:
     out: dict[str, Any] = {"problems": []}
     async with Client(server) as client:
         deadline = time.monotonic() + max_wall_s
-        t0 = time.perf_counter()  # the ladder's rates read "measured here" once the first-use calibration is in
-        while (service.evaluator.has_gpu() and time.perf_counter() - t0 < CALIBRATION_WAIT_S
-               and (service.gpu is None or service.gpu.source != "measured")):
-            await asyncio.sleep(1.0)
-        out["calibration_wait_s"] = round(time.perf_counter() - t0, 1)
-        out["gpu"] = service.gpu.name if service.gpu else None
-        out["gpu_source"] = service.gpu.source if service.gpu else None
+        await wait_for_calibration(service, out)
         # the checks of every problem first, then the tiling runs sharing what is left of the budget, so that a
         # slow first problem does not leave the second without its rank correlation
         for name in PROBLEMS:

@@ -34,7 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.guidance_suite import CALIBRATION_WAIT_S, Steps, floor_texts, verdict_problems  # noqa: E402
+from benchmarks.guidance_suite import Steps, floor_texts, verdict_problems, wait_for_calibration  # noqa: E402
 
 PROBLEMS_DIR = REPO / "benchmarks" / "problems"
 PATH_CODES = {"fp32": 0, "tf32x3": 1, "tf32": 2, "fp16x3": 3, "bf16x3": 4, "bf16": 5, "fp16": 6}
@@ -267,13 +267,7 @@ async def run_all(workspace: Path, smoke: bool, names: list[str], max_wall_s: fl
     out: dict[str, Any] = {"problems": []}
     async with Client(server) as client:
         deadline = time.monotonic() + max_wall_s
-        t0 = time.perf_counter()  # the ladder's rates read "measured here" once the first-use calibration is in
-        while (service.evaluator.has_gpu() and time.perf_counter() - t0 < CALIBRATION_WAIT_S
-               and (service.gpu is None or service.gpu.source != "measured")):
-            await asyncio.sleep(1.0)
-        out["calibration_wait_s"] = round(time.perf_counter() - t0, 1)
-        out["gpu"] = service.gpu.name if service.gpu else None
-        out["gpu_source"] = service.gpu.source if service.gpu else None
+        await wait_for_calibration(service, out)
         out["ceilings"] = dict(service.gpu.provenance) if service.gpu else None
         out["peak_flops"] = dict(service.gpu.peak_flops) if service.gpu else None
         for name in names:
