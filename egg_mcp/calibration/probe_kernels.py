@@ -34,19 +34,22 @@ def _l2_reread(x_ptr, out_ptr, n_blocks, PASSES: tl.constexpr, BLOCK: tl.constex
 
 
 @triton.jit
+def _grouped_tile(M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP: tl.constexpr):
+    """This program's rows and columns of C, its tiles taken GROUP rows of tiles at a time (L2 reuse)."""
+    pid = tl.program_id(0)
+    n_n = tl.cdiv(N, BN)
+    first_m = pid // (GROUP * n_n) * GROUP
+    size_m = min(tl.cdiv(M, BM) - first_m, GROUP)
+    pid_m = first_m + (pid % size_m)
+    pid_n = (pid % (GROUP * n_n)) // size_m
+    return pid_m * BM + tl.arange(0, BM), pid_n * BN + tl.arange(0, BN)
+
+
+@triton.jit
 def _gemm_tf32x3(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                  GROUP: tl.constexpr):
     """Plain tiled GEMM C = A @ B (row-major fp32) with 3xTF32 dots (tensor cores, ~fp32 accuracy)."""
-    pid = tl.program_id(0)
-    n_m = tl.cdiv(M, BM)
-    n_n = tl.cdiv(N, BN)
-    group = pid // (GROUP * n_n)
-    first_m = group * GROUP
-    size_m = min(n_m - first_m, GROUP)
-    pid_m = first_m + (pid % size_m)
-    pid_n = (pid % (GROUP * n_n)) // size_m
-    rm = pid_m * BM + tl.arange(0, BM)
-    rn = pid_n * BN + tl.arange(0, BN)
+    rm, rn = _grouped_tile(M, N, BM, BN, GROUP)
     rk = tl.arange(0, BK)
     acc = tl.zeros([BM, BN], dtype=tl.float32)
     for k in range(0, K, BK):
@@ -65,16 +68,7 @@ def _gemm_split_x3(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.conste
     that an IEEE fp32 add puts into acc. Chaining acc itself through the three tl.dot (acc = tl.dot(.., acc)), ~7 %
     faster, had 10-50x the error at K=4096-8192 on the H200 (the tensor cores' accumulation truncates, so its error
     grows with K; tests/gpu/test_precision_split_gpu.py)."""
-    pid = tl.program_id(0)
-    n_m = tl.cdiv(M, BM)
-    n_n = tl.cdiv(N, BN)
-    group = pid // (GROUP * n_n)
-    first_m = group * GROUP
-    size_m = min(n_m - first_m, GROUP)
-    pid_m = first_m + (pid % size_m)
-    pid_n = (pid % (GROUP * n_n)) // size_m
-    rm = pid_m * BM + tl.arange(0, BM)
-    rn = pid_n * BN + tl.arange(0, BN)
+    rm, rn = _grouped_tile(M, N, BM, BN, GROUP)
     rk = tl.arange(0, BK)
     acc = tl.zeros([BM, BN], dtype=tl.float32)
     for k in range(0, K, BK):
