@@ -379,7 +379,8 @@ def run_case(name: str, args, out_dir: Path, deadline: float) -> dict:
     return record
 
 
-def _fmt(x, spec=".3f"):
+def fmt(x, spec=".3f"):
+    """A table cell: a number in `spec`, a dash for None, anything else as text."""
     return "—" if x is None else format(x, spec) if isinstance(x, (int, float)) else str(x)
 
 
@@ -398,8 +399,8 @@ def write_report(out_dir: Path, records: list[dict], started: float, args) -> No
     lines = [
         "# propose_tiling vs exhaustive measurement (H200)", "",
         f"cases measured: {len(done)}/{len(records)}; within 8 trials >= 95% of best: "
-        f"{_fmt(summary['frac_search8_ge_0.95'], '.0%')}; within 16 >= 98%: {_fmt(summary['frac_search16_ge_0.98'], '.0%')}; "
-        f"plain top-8 of the model >= 95%: {_fmt(summary['frac_top8_ge_0.95'], '.0%')}; "
+        f"{fmt(summary['frac_search8_ge_0.95'], '.0%')}; within 16 >= 98%: {fmt(summary['frac_search16_ge_0.98'], '.0%')}; "
+        f"plain top-8 of the model >= 95%: {fmt(summary['frac_top8_ge_0.95'], '.0%')}; "
         f"feasibility model = compiler on every config: {summary['feasibility_agrees_on_all_cases']}; "
         f"run wall {summary['wall_s']:.0f} s", "",
         "| case | space | feasible | pruned | best ms (exhaustive) | best's predicted rank | search 8 | search 16 | "
@@ -419,8 +420,8 @@ def write_report(out_dir: Path, records: list[dict], started: float, args) -> No
             f"{r['exhaustive_best_predicted_rank']} | {r['search8_ratio']:.3f} | {r['search16_ratio']:.3f} | "
             f"{r['top8_ratio']:.3f} | {r['top16_ratio']:.3f} | {r['median_config_ratio']:.3f} | "
             f"{a['smem_agree']}/{a['smem_checked']} | {a['spill_agree']}/{a['spill_checked']} | "
-            f"{_fmt(r.get('search_wall_s'), '.1f')} | {_fmt(at.get('wall_s'), '.1f')} | "
-            f"{_fmt(r.get('autotune_over_search_wall'), '.1f')} | {_fmt(at.get('ratio_vs_exhaustive'))} |")
+            f"{fmt(r.get('search_wall_s'), '.1f')} | {fmt(at.get('wall_s'), '.1f')} | "
+            f"{fmt(r.get('autotune_over_search_wall'), '.1f')} | {fmt(at.get('ratio_vs_exhaustive'))} |")
     lines += ["", "Ratios are exhaustive best time / best time found (1.000 = found the best). 'search k' replays "
               "the adaptive search (model ranking, then neighbours of the best measured) on the exhaustive timings; "
               "'top-k' is the model's plain top k; 'median cfg' is what a typical config of the space gets."]
