@@ -83,3 +83,36 @@ def _gemm_split_x3(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.conste
         part = tl.dot(a_hi, b_hi, part)
         acc += part
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+@triton.jit
+def _noop(x_ptr, n):
+    """Stores nothing (n is never negative): what a launch costs with no work in it."""
+    if n < 0:
+        tl.store(x_ptr, 0.0)
+
+
+@triton.jit
+def _one_store(out_ptr):
+    """Each program stores one value: a large grid of them costs little but their dispatch."""
+    pid = tl.program_id(0)
+    tl.store(out_ptr + pid, pid.to(tl.float32))
+
+
+@triton.jit
+def _row_stream(x_ptr, out_ptr, row_len, BLOCK: tl.constexpr):
+    """One program per row sums it in BLOCK steps (the looping row programs the tiling model prices)."""
+    pid = tl.program_id(0).to(tl.int64)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, row_len, BLOCK):
+        acc += tl.load(x_ptr + pid * row_len + start + tl.arange(0, BLOCK))
+    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def _chase(next_ptr, out_ptr, steps):
+    """Follows a chain of dependent loads (each address is the value the last load returned)."""
+    i = tl.load(next_ptr)
+    for _ in range(steps):
+        i = tl.load(next_ptr + i)
+    tl.store(out_ptr, i)

@@ -21,6 +21,7 @@ from egg_mcp.calibration.fma import fma_probe, fp32_fma_peak, sample_clock
 from egg_mcp.calibration.matmul import best_ms as _best_ms
 from egg_mcp.calibration.matmul import entry as _entry
 from egg_mcp.calibration.matmul import matmul_probes
+from egg_mcp.calibration.model_constants import constant_probes
 from egg_mcp.calibration.peaks import FP32_LANES_PER_SM, device_peaks
 from egg_mcp.calibration.probe_kernels import _gemm_tf32x3, _l2_reread, _read_reduce  # noqa: F401 - tests reach them here
 from egg_mcp.calibration.sampler import nvml_reader
@@ -172,8 +173,13 @@ def run_probes(payload: dict) -> dict:
     matmuls = matmul_probes(timer, runs, cap, peaks, skipped, quick=quick, read=read)
     ceilings += matmuls
     relabel(ceilings)
+    constants: list[dict[str, Any]] = []
+    try:
+        constants = constant_probes(timer, facts, runs, quick)
+    except Exception as exc:  # noqa: BLE001 - the ceilings stand without them; the tiling model says it lacks them
+        skipped["model_constants"] = f"{type(exc).__name__}: {exc}"[:300]
     return {
-        "device": facts, "ceilings": ceilings, "skipped": skipped,
+        "device": facts, "ceilings": ceilings, "constants": constants, "skipped": skipped,
         "timer": "egg_mcp.evaluation.timing.GpuTimer (CUDA events, L2 read-flushed before each run)",
         "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "wall_s": time.perf_counter() - started, "quick": quick,

@@ -159,6 +159,9 @@ def describe(calibration: Calibration) -> list[str]:
                                           f"{t.get('pipe', 'tensor')} pipe {t.get('busy_pct'):.1f} % busy (elapsed; "
                                           f"{t.get('busy_active_pct') or 0:.1f} % of active cycles) at "
                                           f"{t.get('clock_mhz') or 0:.0f} MHz, kernel {t.get('kernel')}"))
+    for m in calibration.constants:
+        value = f"{m.value / 1e9:.2f} GB/s" if m.unit.startswith("bytes/s") else f"{m.value * 1e9:.0f} ns"
+        lines.append(f"{m.key:<20}{value:>12}  tiling model constant ({m.unit}): {m.method}")
     for key, why in calibration.skipped.items():
         lines.append(f"{key:<14}{'not measured':>16}  {why}")
     return lines

@@ -55,6 +55,9 @@ class GpuSpec(BaseModel):
         default_factory=dict,
         description="per ceiling ('dram', 'l2', a peak_flops key): 'measured ...', 'datasheet ...' or 'derived ...'")
     measured_at: str | None = Field(default=None, description="when the calibration these ceilings come from ran")
+    model_constants: dict[str, float] = Field(
+        default_factory=dict, description="the tiling model's time constants measured here by calibrate (key -> "
+                                          "seconds or bytes/s; where each came from: provenance[key])")
 
     def ridge_point(self, compute: str = "fp32") -> float:
         """FLOP per byte above which a kernel is compute-bound on this GPU."""
@@ -193,6 +196,9 @@ def apply_calibration(spec: GpuSpec | None, calibration: Calibration) -> GpuSpec
         else:
             spec.peak_flops[key] = c.value
         spec.provenance[key] = f"measured on this GPU at {calibration.measured_at}: {c.method}"
+    for m in calibration.constants:
+        spec.model_constants[m.key] = m.value
+        spec.provenance[m.key] = f"measured on this GPU at {calibration.measured_at}: {m.method}"
     _upper_bounds(spec)
     spec.source = "measured"
     spec.uuid = d.uuid

@@ -53,6 +53,16 @@ class MeasuredCeiling(BaseModel):
     layouts: list[dict[str, Any]] = Field(default_factory=list, description="every grid the probe tried")
 
 
+class MeasuredConstant(BaseModel):
+    """One of the tiling model's time constants, measured on this GPU (calibration/model_constants.py)."""
+
+    key: str = Field(description="launch_overhead_s | program_dispatch_s | warp_stream_bps | dram_latency_s")
+    unit: str
+    value: float = Field(description="from median times of the probe's runs")
+    method: str
+    times_ms: list[float] = Field(default_factory=list, description="the probe's median times it is computed from")
+
+
 class DeviceFacts(BaseModel):
     name: str
     uuid: str | None = None
@@ -78,6 +88,7 @@ class DeviceFacts(BaseModel):
 class Calibration(BaseModel):
     device: DeviceFacts
     ceilings: list[MeasuredCeiling]
+    constants: list[MeasuredConstant] = Field(default_factory=list, description="the tiling model's time constants")
     skipped: dict[str, str] = Field(default_factory=dict, description="probes not run, and why")
     timer: str = ""
     measured_at: str

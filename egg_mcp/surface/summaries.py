@@ -196,6 +196,8 @@ def propose_tiling(r) -> str:
                      f"{p.rank_correlation_n} configs")
     if p.note:
         lines.append(f"note: {_clip(p.note, 300)}")
+    if p.model_constants and not p.measured:  # the predictions below stand on them
+        lines.append(_clip(p.model_constants, 220))
     for c in p.ranked[:3]:
         lines.append(f"#{c.rank} {c.config.values}: predicted {_ms(c.predicted_ms)}, measured {_ms(c.measured_ms)}"
                      + (f", {_clip(c.error, 80)}" if c.error else ""))

@@ -71,14 +71,12 @@ def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, di
               est: ConfigEstimate) -> list[tuple[str, str]]:
     from egg_mcp.tiling.costs import (
         DTYPE_BYTES,
-        GEMM_TILE_FIXED_S,
-        L2_OVER_DRAM,
-        LAUNCH_OVERHEAD_S,
         MAX_REGS,
         _ctas_per_sm,
         _persistent,
         compute_type,
         resident,
+        time_scale,
     )
 
     fired: list[tuple[str, str]] = []
@@ -126,14 +124,15 @@ def attention(values: dict[str, int], k, space: CandidateSpace, gpu: GpuSpec, di
     t_softmax = bm * bn * (1 / (SFU_PER_SM_PER_CLK * clock) + SOFTMAX_OPS / (128 * clock))
     t_cuda = t_split + t_softmax
     t_chain = max(t_tensor, t_cuda, (t_tensor + t_cuda) / held)  # other programs fill the idle unit
-    l2_sm = L2_OVER_DRAM * gpu.dram_bytes_per_s / gpu.sm_count
+    scale = time_scale(gpu)
+    l2_sm = scale.l2_over_dram * gpu.dram_bytes_per_s / gpu.sm_count
     t_load = 2 * bn * d * nbytes / l2_sm
     pipeline = {1: 0.6, 2: 0.85}.get((stages - 1) * held + 1, 1.0)
     t_step = max(t_chain, t_load) / pipeline
     total_steps = bh * sum(steps)
     per_sm = max(total_steps / gpu.sm_count, max(steps))
-    t_sm = per_sm * t_step + math.ceil(programs / gpu.sm_count) * GEMM_TILE_FIXED_S / held
-    est.predicted_ms = (t_sm + LAUNCH_OVERHEAD_S) * 1e3
+    t_sm = per_sm * t_step + math.ceil(programs / gpu.sm_count) * scale.gemm_tile_fixed_s / held
+    est.predicted_ms = (t_sm + scale.launch_overhead_s) * 1e3
     est.intensity = 4 * bm * bn * d / (2 * bn * d * nbytes)
     _bound_notes(est, t_tensor, t_softmax, t_cuda, c)
     return fired

@@ -4,6 +4,7 @@ all price with these, so none of them imports another)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from egg_mcp.hardware import GpuSpec
 from egg_mcp.tiling.space import persistent_programs
@@ -12,8 +13,10 @@ from egg_mcp.tiling.tiling_types import CandidateSpace, ConfigEstimate
 KB = 1024
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
-# Model constants (assumptions, not measurements; the benchmark checks the ranking they produce).
-LAUNCH_OVERHEAD_S = 3e-6  # measured: ~3 us per launch on the H200 (do_bench at ~5 us kernels)
+# Model constants. Those in seconds or bytes/s set a GPU's time scale: `time_scale(gpu)` takes them from `calibrate` on
+# the GPU at hand (calibration/model_constants.py), or scales the latencies fitted on the H200 by its SM clock, and
+# says which. The dimensionless ones (exponents, ratios, register fits) are the model's shape.
+LAUNCH_OVERHEAD_S = 3e-6  # the H200's: ~3 us per launch (do_bench at ~5 us kernels)
 L2_OVER_DRAM = 2.5  # L2 bandwidth / DRAM bandwidth (Hopper-class parts: ~2.5-3x)
 DRAM_LATENCY_S = 1.0e-6
 """Loaded DRAM round trip charged once per program that covers its row in one block (an assumption, not measured
@@ -23,9 +26,10 @@ charged per trip it predicted rowsum_a's small-block loops 2x slower than they r
 SM_MAX_SHARE = 4.0  # one SM can pull at most this multiple of its fair share of DRAM bandwidth
 ACC_SPILL_REGS = 256  # accumulator registers per thread at which every H200 config spilled
 MAX_REGS = 255
-GEMM_TILE_FIXED_S = 1.0e-6  # pipeline fill + epilogue latency per output tile
-PROGRAM_FIXED_S = 0.5e-6  # launch of one program (CTA) + index math
-REDUCTION_STEP_S = 0.1e-6  # one cross-warp reduction level (shared memory + barrier)
+GEMM_TILE_FIXED_S = 1.0e-6  # pipeline fill + epilogue latency per output tile (at FIT_CLOCK_MHZ)
+PROGRAM_FIXED_S = 0.5e-6  # launch of one program (CTA) + index math (at FIT_CLOCK_MHZ)
+REDUCTION_STEP_S = 0.1e-6  # one cross-warp reduction level (shared memory + barrier) (at FIT_CLOCK_MHZ)
+FIT_CLOCK_MHZ = 1980  # the H200's max SM clock, where the three latencies above were chosen: they scale as cycles
 WARP_STREAM_BPS = 2.78e9
 """DRAM bytes per second one resident warp streams in a loop over a row (rowsum_a, fp32 8192x8192 on the H200:
 the median over its 33 unspilled configs with <= 16 resident warps per SM of per-SM bytes / measured time /
@@ -211,3 +215,53 @@ def resident(c: int, launched: int, sm_count: int) -> int:
     """Programs an SM holds at once: as many as fit (c), but no more than the grid gives it; a persistent grid of
     one program per SM holds one, however many would fit."""
     return max(1, min(c, math.ceil(launched / sm_count)))
+
+
+MEASURED_KEYS = ("launch_overhead_s", "program_dispatch_s", "warp_stream_bps", "dram_latency_s")
+"""The constants `calibrate` measures (calibration/model_constants.py), as GpuSpec.model_constants keys."""
+
+
+@dataclass(frozen=True)
+class TimeScale:
+    """A GPU's time constants as the cost model uses them, and where they came from."""
+
+    launch_overhead_s: float
+    program_dispatch_s: float
+    warp_stream_bps: float
+    dram_latency_s: float
+    gemm_tile_fixed_s: float
+    program_fixed_s: float
+    reduction_step_s: float
+    l2_over_dram: float
+    borrowed: tuple[str, ...] = ()  # keys of MEASURED_KEYS this GPU's calibration did not give: the H200's fit
+
+
+def time_scale(gpu: GpuSpec) -> TimeScale:
+    """Measured on this GPU where `calibrate` measured them, else the H200 fit (named in `borrowed`); latencies
+    chosen in cycles scale by this GPU's SM clock; L2 / DRAM is the measured ratio where both were measured."""
+    fit = {"launch_overhead_s": LAUNCH_OVERHEAD_S, "program_dispatch_s": PROGRAM_DISPATCH_S,
+           "warp_stream_bps": WARP_STREAM_BPS, "dram_latency_s": DRAM_LATENCY_S}
+    got = {k: v for k, v in gpu.model_constants.items() if k in fit and v > 0}
+    cycles = FIT_CLOCK_MHZ / (gpu.sm_clock_mhz or FIT_CLOCK_MHZ)
+    return TimeScale(**{**fit, **got}, gemm_tile_fixed_s=GEMM_TILE_FIXED_S * cycles,
+                     program_fixed_s=PROGRAM_FIXED_S * cycles, reduction_step_s=REDUCTION_STEP_S * cycles,
+                     l2_over_dram=_l2_over_dram(gpu), borrowed=tuple(k for k in fit if k not in got))
+
+
+def _l2_over_dram(gpu: GpuSpec) -> float:
+    measured = [gpu.provenance.get(k, "").startswith("measured") for k in ("l2", "dram")]
+    if all(measured) and gpu.l2_bytes_per_s and gpu.dram_bytes_per_s:
+        return gpu.l2_bytes_per_s / gpu.dram_bytes_per_s
+    return L2_OVER_DRAM
+
+
+def time_scale_note(gpu: GpuSpec) -> str:
+    """One line for the proposal: whose time constants priced the ranking."""
+    scale = time_scale(gpu)
+    if not scale.borrowed:
+        return (f"cost model time constants measured on this GPU by calibrate ({gpu.measured_at or 'date unknown'}): "
+                f"launch {scale.launch_overhead_s * 1e6:.1f} us, dispatch {scale.program_dispatch_s * 1e9:.0f} ns per "
+                f"program, {scale.warp_stream_bps / 1e9:.2f} GB/s per streaming warp, DRAM latency "
+                f"{scale.dram_latency_s * 1e9:.0f} ns")
+    return (f"cost model time constants {', '.join(scale.borrowed)}: the H200's fit, not measured on {gpu.name}; "
+            "run egg-mcp calibrate to measure them (the ranking's time scale may be off, its measurements are not)")

@@ -27,10 +27,7 @@ from egg_mcp.hardware import GpuSpec
 from egg_mcp.tiling.costs import (
     ACC_SPILL_REGS,
     DTYPE_BYTES,
-    GEMM_TILE_FIXED_S,
     KB,
-    L2_OVER_DRAM,
-    LAUNCH_OVERHEAD_S,
     MAX_REGS,
     SMEM_BYTES_PER_CLK,
     _ctas_per_sm,
@@ -42,6 +39,7 @@ from egg_mcp.tiling.costs import (
     dot_step_parts,
     resident,
     rows_redone,
+    time_scale,
 )
 from egg_mcp.tiling.dims import next_pow2
 from egg_mcp.tiling.tiling_types import CandidateSpace, ConfigEstimate, KernelCall, TilingConfig, TunableParam
@@ -141,7 +139,8 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
     if fired:
         return fired
 
-    l2_sm = L2_OVER_DRAM * gpu.dram_bytes_per_s / gpu.sm_count
+    scale = time_scale(gpu)
+    l2_sm = scale.l2_over_dram * gpu.dram_bytes_per_s / gpu.sm_count
     eff = 1.0
     hopper = gpu.arch == "sm_90"
     if hopper and (w < 4 or bm < 64):
@@ -164,7 +163,7 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
                          "K step; use 4 warps or a larger BLOCK_M")
     t_math = (t_tensor + t_split + t_convert) / eff
     t_load = (bm + bn) * bk * nbytes / l2_sm
-    t_tile = GEMM_TILE_FIXED_S / held + k_iters * max(t_math, t_load)
+    t_tile = scale.gemm_tile_fixed_s / held + k_iters * max(t_math, t_load)
     t_compute = math.ceil(tiles / gpu.sm_count) * t_tile
     dram = (M * K + K * N) * nbytes + M * N * nbytes
     if (M * K + K * N) * nbytes > gpu.l2_bytes / 2 and k.group <= 1 and tm > 1:
@@ -172,7 +171,7 @@ def _gemm(values: dict[str, int], k: _Knobs, space: CandidateSpace, gpu: GpuSpec
     if k.split > 1:
         dram += 2 * M * N * 4 * k.split
     t_dram = dram / gpu.dram_bytes_per_s
-    est.predicted_ms = (max(t_compute, t_dram) + LAUNCH_OVERHEAD_S) * 1e3
+    est.predicted_ms = (max(t_compute, t_dram) + scale.launch_overhead_s) * 1e3
     if t_load > t_math:
         est.notes.append(f"L2-bound tile: operand loads {t_load * 1e9:.0f} ns > math {t_math * 1e9:.0f} ns per K step")
     if launched < gpu.sm_count:

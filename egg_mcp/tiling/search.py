@@ -9,6 +9,7 @@ from typing import Any
 
 from egg_mcp.contract import EvalOptions
 from egg_mcp.hardware import GpuSpec, gpu_status, spec_for
+from egg_mcp.tiling.costs import time_scale_note
 from egg_mcp.tiling.dims import check_kind, normalize_dims
 from egg_mcp.tiling.kernel_calls import kernel_calls, spearman
 from egg_mcp.tiling.measure_call import measure as measure_job
@@ -169,7 +170,7 @@ def _proposal(space, kind: str, canonical: dict[str, int], gpu: GpuSpec, dtype: 
         kind=kind, dims=canonical, gpu=gpu.name, dtype=dtype, parameters=space.params, space_size=total,
         enumerated=len(estimates), truncated=truncated, feasible_count=len(feasible),
         pruned_count=len(estimates) - len(feasible), pruned=_pruned_groups(estimates), warnings=warnings,
-        excluded=dict(space.excluded),
+        excluded=dict(space.excluded), model_constants=time_scale_note(gpu),
         kernels=[KernelSummary(kernel=c.kernel, kind=c.kind, dims=c.dims, dims_from=c.dims_from, precision=c.precision,
                                parameters={k: v for k, v in c.params.items() if (p := space.param(v)) is not None
                                            and p.applicable and len(p.choices) > 1})

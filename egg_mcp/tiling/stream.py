@@ -193,7 +193,7 @@ def _occupancy_and_grid(t: _Tile, values: dict[str, int], space: CandidateSpace,
 
 def _traffic(t: _Tile, gpu: GpuSpec, kind: str) -> tuple[float, float, float, int]:
     """Bytes one program moves: (reads, reads + writes, the broadcast operand's once-per-SM bytes, passes)."""
-    from egg_mcp.tiling.costs import L2_OVER_DRAM
+    from egg_mcp.tiling.costs import time_scale
 
     nbytes, br, bc, n_rows, n_cols = t.nbytes, t.br, t.bc, t.n_rows, t.n_cols
     # bytes one program moves: reads (a second pass over a row re-reads it, from L2 when it fits) + writes
@@ -211,7 +211,7 @@ def _traffic(t: _Tile, gpu: GpuSpec, kind: str) -> tuple[float, float, float, in
         # (from L2) and every later program hits L1. Charged at DRAM cost per program, it priced biasgelu_a's
         # BLOCK_M=1 tiles ~15 % slow (113-118 us predicted, 99-104 measured on the H200)
         if n_cols * nbytes <= gpu.smem_per_sm_bytes / 2:
-            broadcast_once = n_cols * nbytes / L2_OVER_DRAM
+            broadcast_once = n_cols * nbytes / time_scale(gpu).l2_over_dram
         else:
             reads += bc * nbytes
     return reads, reads + writes, broadcast_once, passes
@@ -246,18 +246,15 @@ def _price(t: _Tile, space: CandidateSpace, gpu: GpuSpec, kind: str, est: Config
     program dispatch, stretched by a partial last wave; notes say which bound it is."""
     from egg_mcp.tiling.costs import (
         _REDUCTIONS,
-        DRAM_LATENCY_S,
-        LAUNCH_OVERHEAD_S,
         OVERLAP_P,
-        PROGRAM_DISPATCH_S,
-        PROGRAM_FIXED_S,
-        REDUCTION_STEP_S,
         SM_MAX_SHARE,
         STREAM_KNEE_P,
         WARP_ILP,
-        WARP_STREAM_BPS,
         resident,
+        time_scale,
     )
+
+    scale = time_scale(gpu)
 
     w, c, iters, programs, launched = t.w, t.ctas, t.iters, t.programs, t.launched
     reads, program_bytes, broadcast_once, passes = _traffic(t, gpu, kind)
@@ -273,21 +270,21 @@ def _price(t: _Tile, space: CandidateSpace, gpu: GpuSpec, kind: str, est: Config
     sector = min(1.0, t.bc * t.nbytes / 32)
     per_sm_programs = programs / active
     t_bandwidth = (per_sm_programs * program_bytes + broadcast_once) / (share * sector)
-    chain = iters * passes * DRAM_LATENCY_S + PROGRAM_FIXED_S + _REDUCTIONS[kind] * REDUCTION_STEP_S * math.log2(
-        max(w, 1) * 2) * (iters * passes if kind == "softmax" and iters > 1 else 1)
+    chain = iters * passes * scale.dram_latency_s + scale.program_fixed_s + _REDUCTIONS[kind] * (
+        scale.reduction_step_s * math.log2(max(w, 1) * 2) * (iters * passes if kind == "softmax" and iters > 1 else 1))
     held = resident(c, launched, active)  # a persistent grid's SM holds its own programs, not all that fit
     rounds = math.ceil(math.ceil(per_sm_programs) / held)
     resident_warps = min(held, per_sm_programs) * w
     if iters > 1:
         # a loop over the row: its loads are not a serial chain (LLVM unrolls short bodies x4 and every resident
         # warp has its trip's loads in flight, benchmarks/tiling_compile_study.py), but each resident warp
-        # streams at ~WARP_STREAM_BPS, so few resident warps cannot reach the SM's bandwidth share. Loads only:
-        # a store does not hold its warp (the rate was measured on a sum, whose traffic is all loads). A warp with
-        # more registers keeps more loads in flight (costs.WARP_ILP)
+        # streams at ~warp_stream_bps (calibrate's, or costs.WARP_STREAM_BPS), so few resident warps cannot reach
+        # the SM's bandwidth share. Loads only: a store does not hold its warp (the rate was measured on a sum, whose
+        # traffic is all loads). A warp with more registers keeps more loads in flight (costs.WARP_ILP)
         ilp_regs, ilp_exp, ilp_cap = WARP_ILP
-        warp_bps = WARP_STREAM_BPS * min(ilp_cap, max(1.0, t.occ_regs / ilp_regs)) ** ilp_exp
+        warp_bps = scale.warp_stream_bps * min(ilp_cap, max(1.0, t.occ_regs / ilp_regs)) ** ilp_exp
         t_latency = (per_sm_programs * reads / (resident_warps * warp_bps)
-                     + rounds * (chain - iters * passes * DRAM_LATENCY_S))
+                     + rounds * (chain - iters * passes * scale.dram_latency_s))
     else:
         t_latency = rounds * chain
     t_issue = _issue_time(t, space, gpu, kind, passes, active)
@@ -298,15 +295,15 @@ def _price(t: _Tile, space: CandidateSpace, gpu: GpuSpec, kind: str, est: Config
     t_sm = sum(x ** OVERLAP_P for x in (*memory, t_issue)) ** (1 / OVERLAP_P) * (1 + 0.1 * est.tail_waste)
     # an SM starts programs at a bounded rate whatever they do: a hard floor, not blended in the smooth max (the
     # dispatcher runs beside the programs; blended, it moved softmax_b's one-row configs by ~1 %)
-    t_dispatch = programs / gpu.sm_count * PROGRAM_DISPATCH_S
+    t_dispatch = programs / gpu.sm_count * scale.program_dispatch_s
     if t_dispatch > t_sm:
         est.notes.append(f"dispatch-bound: {programs} programs of {t.br * t.bc} elements; an SM starts one every "
-                         f"~{PROGRAM_DISPATCH_S * 1e9:.0f} ns: larger blocks help")
+                         f"~{scale.program_dispatch_s * 1e9:.0f} ns: larger blocks help")
     t_sm = max(t_sm, t_dispatch)
     w_exact = est.waves
     if w_exact > 1:
         t_sm *= 1 + 0.3 * (math.ceil(w_exact) - w_exact) / math.ceil(w_exact)
-    est.predicted_ms = (t_sm + LAUNCH_OVERHEAD_S) * 1e3
+    est.predicted_ms = (t_sm + scale.launch_overhead_s) * 1e3
     if t_latency > t_bandwidth and iters > 1:
         est.notes.append(f"warp-limited: {resident_warps:.0f} resident warps per SM stream "
                          f"~{resident_warps * warp_bps / 1e9:.0f} GB/s, below the SM's DRAM share: more "

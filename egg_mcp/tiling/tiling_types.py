@@ -211,4 +211,6 @@ class TilingProposal(BaseModel):
         "(re-verifying the winner), total, left (budget - total)")
     reverified: Reverification | None = Field(default=None, description="the winner re-run through verify")
     excluded: dict[str, str] = Field(default_factory=dict, description="values found but never rewritten, and why")
+    model_constants: str = Field(default="", description="whose time constants priced the ranking: measured on this "
+                                                         "GPU by calibrate, or the H200's fit")
     warnings: list[str] = Field(default_factory=list)
