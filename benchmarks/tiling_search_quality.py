@@ -1,12 +1,15 @@
 """Does the tiling cost model earn its lines? Three ways to pick 8 configs to measure, scored offline on exhaustive
 H200 measurements (every config of a case compiled and timed; `benchmarks/tiling_bench.py` records them per config).
 
-    python3 benchmarks/tiling_search_quality.py OUT.json [EXHAUSTIVE.json ...]
+    python3 benchmarks/tiling_search_quality.py OUT.json [EXHAUSTIVE.json ...] [--calibration CALIBRATE.json]
 
 Per case, the search's share of the exhaustive best (best time / best found within 8 measured configs; 1.000 = found
 the best) for:
   * model:   the current cost model (`egg_mcp.tiling.model.estimate_all`) ranks, then `plan.simulate_search` walks
-             around the best measured (what propose_tiling does);
+             around the best measured (what propose_tiling does), with the H200 datasheet leads and the constants
+             fitted on it; with `--calibration FILE` also `model_calibrated`: the same with that `calibrate` record's
+             ceilings and time constants (what a calibrated GPU's propose_tiling uses). Both also report the rank
+             correlation over every measured config and the share of the model's first pick (top1);
   * simple:  the same walk over a ranking by a simple model: occupancy and waves, compulsory DRAM traffic at the
              DRAM ceiling, GEMM tile re-reads and flops at their ceilings, latency hiding by bytes in flight (three
              ceilings that `calibrate` measures, one latency constant);
@@ -29,7 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.tiling_bench import CASES, KERNELS  # noqa: E402
-from egg_mcp.hardware import GPU_TABLE, GpuSpec  # noqa: E402
+from egg_mcp.hardware import GPU_TABLE, GpuSpec, apply_calibration  # noqa: E402
+from egg_mcp.hardware.calibration_record import Calibration  # noqa: E402
+from egg_mcp.tiling.kernel_calls import spearman  # noqa: E402
 from egg_mcp.tiling.dims import normalize_dims  # noqa: E402
 from egg_mcp.tiling.model import estimate_all  # noqa: E402
 from egg_mcp.tiling.plan import config_key, simulate_search  # noqa: E402
@@ -44,7 +49,7 @@ DEFAULT_FILES = [  # oldest first: a later file's case replaces an earlier one's
 ]
 TRIALS = 8
 ORDERS = 400
-LATENCY_S = 1.0e-6  # DRAM round trip under load, order of magnitude (the one constant calibrate does not give)
+LATENCY_S = 1.0e-6  # DRAM round trip under load, order of magnitude (calibrate's dram_latency_s is unloaded: 0.35 us on the H200)
 
 
 def load_cases(files: list[Path]) -> dict[str, dict]:
@@ -118,7 +123,17 @@ def plain_random_share(times: list[float | None], best: float, k: int) -> float:
     return total
 
 
-def score_case(case: dict, gpu: GpuSpec) -> dict:
+def model_scores(estimates, choices: dict, oracle: dict, best: float) -> dict:
+    """The model's search share, its rank correlation over the measured configs and its first pick's share."""
+    feasible = sorted((e for e in estimates if e.feasible), key=lambda e: e.predicted_ms)
+    picks = simulate_search([(e.config.values, e.predicted_ms) for e in feasible], choices, oracle, TRIALS)
+    pairs = [(e.predicted_ms, t) for e in feasible if (t := oracle.get(config_key(e.config.values)))]
+    first = next(t for _, t in pairs)
+    return {"share": share(picks, oracle, best), "rho": spearman([p for p, _ in pairs], [t for _, t in pairs]),
+            "top1": best / first, "picks": picks}
+
+
+def score_case(case: dict, gpu: GpuSpec, calibrated: GpuSpec | None = None) -> dict:
     file, kind, dtype, _, dims = CASES[case["case"]]
     canonical = normalize_dims(kind, dims)
     space = extract_space((KERNELS / f"{file}.py").read_text(), kind=kind, dims=canonical)
@@ -130,8 +145,13 @@ def score_case(case: dict, gpu: GpuSpec) -> dict:
 
     estimates = estimate_all(configs, space, gpu=gpu, dims=canonical, kind=kind, dtype=dtype)
     kept = [e.config.values for e in estimates if e.feasible]
-    model = simulate_search([(e.config.values, e.predicted_ms) for e in estimates if e.feasible], choices, oracle,
-                            TRIALS)
+    model = model_scores(estimates, choices, oracle, best)
+    extra = {}
+    if calibrated is not None:
+        cal = model_scores(estimate_all(configs, space, gpu=calibrated, dims=canonical, kind=kind, dtype=dtype),
+                           choices, oracle, best)
+        extra = {"model_calibrated": cal["share"], "model_calibrated_rho": cal["rho"],
+                 "model_calibrated_top1": cal["top1"], "model_calibrated_picks": cal["picks"]}
 
     simple_ranked = sorted(((c, p) for c in configs if (p := simple_ms(c, space, canonical, kind, dtype, gpu))),
                            key=lambda cp: cp[1])
@@ -148,10 +168,11 @@ def score_case(case: dict, gpu: GpuSpec) -> dict:
         "case": case["case"], "kind": kind, "dtype": dtype, "dims": canonical, "file": case["file"],
         "configs": len(configs), "measured_ok": len(measured), "kept_by_model_rules": len(kept),
         "simple_fits": len(simple_ranked), "best_ms": best,
-        "model": share(model, oracle, best), "simple": share(simple, oracle, best),
+        "model": model["share"], "model_rho": model["rho"], "model_top1": model["top1"], **extra,
+        "simple": share(simple, oracle, best),
         "random_walk": sum(walks) / len(walks), "random_walk_p10": sorted(walks)[len(walks) // 10],
         "random_plain": plain_random_share([oracle.get(config_key(c)) for c in configs], best, TRIALS),
-        "model_picks": model, "simple_picks": simple,
+        "model_picks": model["picks"], "simple_picks": simple,
     }
 
 
@@ -159,13 +180,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out")
     parser.add_argument("files", nargs="*", type=Path)
+    parser.add_argument("--calibration", type=Path, help="a calibrate record of the exhaustive runs' GPU model")
     args = parser.parse_args()
     gpu = GPU_TABLE["H200"]  # the exhaustive runs' GPU (datasheet leads; the model's own target in tiling_bench)
-    rows = [score_case(c, gpu) for c in load_cases(args.files or DEFAULT_FILES).values()]
-    keys = ("model", "simple", "random_walk", "random_plain")
+    calibrated = (apply_calibration(gpu, Calibration.model_validate_json(args.calibration.read_text()))
+                  if args.calibration else None)
+    rows = [score_case(c, gpu, calibrated) for c in load_cases(args.files or DEFAULT_FILES).values()]
+    keys = ("model", "model_rho", "model_top1", "simple", "random_walk", "random_plain")
+    if calibrated is not None:
+        keys += ("model_calibrated", "model_calibrated_rho", "model_calibrated_top1")
     mean = {k: sum(r[k] for r in rows) / len(rows) for k in keys}
     worst = {k: min(r[k] for r in rows) for k in keys}
     Path(args.out).write_text(json.dumps({"trials": TRIALS, "orders": ORDERS, "gpu_spec": gpu.name,
+                                          "calibration": str(args.calibration) if args.calibration else None,
                                           "mean": mean, "worst": worst, "cases": rows}, indent=1))
     print(f"| case | configs | ok | model | simple | random walk (p10) | random 8 |\n|{'---|' * 7}")
     for r in rows:
@@ -175,6 +202,11 @@ def main() -> int:
           f"{mean['random_plain']:.3f} |")
     print(f"| worst | | | {worst['model']:.3f} | {worst['simple']:.3f} | {worst['random_walk']:.3f} | "
           f"{worst['random_plain']:.3f} |")
+    label = {"model": "fit", "model_calibrated": "calibrated"}
+    for key in ("model", "model_calibrated") if calibrated is not None else ("model",):
+        print(f"model constants {label[key]}: share mean {mean[key]:.3f} worst {worst[key]:.3f}; rank correlation "
+              f"mean {mean[key + '_rho']:.3f} worst {worst[key + '_rho']:.3f}; first pick mean "
+              f"{mean[key + '_top1']:.3f} worst {worst[key + '_top1']:.3f}")
     return 0
 
 

@@ -263,5 +263,6 @@ def time_scale_note(gpu: GpuSpec) -> str:
                 f"launch {scale.launch_overhead_s * 1e6:.1f} us, dispatch {scale.program_dispatch_s * 1e9:.0f} ns per "
                 f"program, {scale.warp_stream_bps / 1e9:.2f} GB/s per streaming warp, DRAM latency "
                 f"{scale.dram_latency_s * 1e9:.0f} ns")
-    return (f"cost model time constants {', '.join(scale.borrowed)}: the H200's fit, not measured on {gpu.name}; "
+    return (f"cost model time constants {', '.join(scale.borrowed)}: fitted on one H200, not measured on this "
+            f"{gpu.name}; "
             "run egg-mcp calibrate to measure them (the ranking's time scale may be off, its measurements are not)")
