@@ -327,10 +327,6 @@ def estimate_all(configs: list[dict[str, int]], space: CandidateSpace, *, gpu: G
     return feasible + [e for e in estimates if not e.feasible]
 
 
-def param_by_role(space: CandidateSpace, role: str) -> TunableParam | None:
-    return next((p for p in space.params if p.role == role), None)
-
-
 def infer_kind(space: CandidateSpace) -> str:
     """Best guess of the candidate's kind when no launch probe told its kernels apart (the caller's hint wins):
     the heaviest of its kernels' own kinds (`kernels.kernel_kind`, the one classifier), an attention kernel
