@@ -36,6 +36,7 @@ def _calibration(name="NVIDIA H200", uuid=UUID) -> dict:
                    "driver": "570.1", "torch": "2.x", "triton": "3.x", "sm_clock_max_mhz": 1980},
         "ceilings": [ceil("dram_copy", "bytes/s", 4.1e12), ceil("mm_fp32_ieee", "FLOP/s", 49e12),
                      ceil("mm_tf32x3", "FLOP/s", 160e12), ceil("mm_bf16", "FLOP/s", 700e12)],
+        "constants": [{"key": "warp_stream_bps", "unit": "bytes/s per warp", "value": 3.8e9, "method": "probe"}],
         "measured_at": "2026-12-01T05:30:00+00:00",
     }
 
@@ -150,6 +151,21 @@ def test_calibrate_runs_one_gpu_job_and_stores_it(tmp_path):
     assert any("dram_copy" in line and "4.10 TB/s" in line for line in describe(cal))
     again = asyncio.run(ensure_calibrated(ev, tmp_path, UUID))  # pyright: ignore[reportArgumentType]  # a fake Evaluator; stored: no second job
     assert again.measured_at == cal.measured_at and len(ev.calls) == 1
+
+
+def test_a_stored_calibration_without_the_tiling_constants_is_measured_again_once(tmp_path):
+    old = {k: v for k, v in _calibration().items() if k != "constants"}
+    store.save(tmp_path, Calibration.model_validate(old))
+    ev = _JobEvaluator(True, _calibration())
+    fresh = asyncio.run(ensure_calibrated(ev, tmp_path, UUID))  # pyright: ignore[reportArgumentType]  # a fake Evaluator
+    assert len(ev.calls) == 1 and fresh is not None and fresh.constants
+    asyncio.run(ensure_calibrated(ev, tmp_path, UUID))  # pyright: ignore[reportArgumentType]  # a fake Evaluator
+    assert len(ev.calls) == 1  # stored with its constants now: no second job
+    skipped = dict(old, skipped={"model_constants": "RuntimeError: probe failed"})
+    store.save(tmp_path, Calibration.model_validate(skipped))
+    kept = asyncio.run(ensure_calibrated(ev, tmp_path, UUID))  # pyright: ignore[reportArgumentType]  # a fake Evaluator
+    assert len(ev.calls) == 1 and kept is not None and not kept.constants  # tried and failed: not re-run each start
+    assert asyncio.run(ensure_calibrated(_JobEvaluator(False), tmp_path, UUID)) is not None  # pyright: ignore[reportArgumentType]
 
 
 def test_calibrate_without_gpu_says_so():

@@ -64,9 +64,12 @@ async def _with_ncu_readings(evaluator: Evaluator, record: dict, timeout_s: floa
 
 
 async def ensure_calibrated(evaluator: Evaluator, workspace_root: Path, uuid: str | None) -> Calibration | None:
-    """The stored calibration of GPU `uuid`, measuring it first when there is none (first GPU use)."""
+    """The stored calibration of GPU `uuid`, measuring it first when there is none (first GPU use), or when the stored
+    one predates the tiling model's time constants (no constants, and no reason they were skipped): without them the
+    model would price this GPU with the H200's."""
     existing = store.load(workspace_root, uuid)
-    if existing is not None or not evaluator.has_gpu():
+    stale = existing is not None and not existing.constants and "model_constants" not in existing.skipped
+    if (existing is not None and not stale) or not evaluator.has_gpu():
         return existing
     return await calibrate(evaluator, workspace_root)
 
