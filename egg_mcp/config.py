@@ -35,6 +35,10 @@ LOG_LEVEL_VAR = "EGG_MCP_LOG_LEVEL"
 TOKEN_VAR = "EGG_MCP_TOKEN"
 JUDGE_VAR = "EGG_MCP_JUDGE"
 """How verify runs: a persistent judge pool or one worker per job (evaluation.engine.judge_mode_from)."""
+SPARE_WORKERS_VAR = "EGG_MCP_SPARE_WORKERS"
+"""Pre-started spare workers per mode of the server's engines (cluster.lanes.build_engine; unset: the engine's default,
+1). The test suite sets 0: its servers live for a few jobs, so a spare (a judge with its runner template, ~8 CPU-s
+on the interpreter) is mostly killed unused at the end."""
 NCU_VAR = "EGG_MCP_NCU"
 COMPUTE_SANITIZER_VAR = "EGG_MCP_COMPUTE_SANITIZER"
 UNSAFE_VAR = "EGG_MCP_UNSAFE_SANDBOX_FLOOR"
@@ -87,6 +91,12 @@ def token_setting() -> str | None:
 
 def judge_setting() -> str | None:
     return os.environ.get(JUDGE_VAR)
+
+
+def spare_workers_setting() -> int | None:
+    """$EGG_MCP_SPARE_WORKERS as a count of spares (None when unset or not a whole number >= 0)."""
+    value = os.environ.get(SPARE_WORKERS_VAR, "").strip()
+    return int(value) if value.isdigit() else None
 
 
 def watched_server_pid() -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from egg_mcp.config import EXTRA_JOB_TARGETS_VAR
+from egg_mcp.config import EXTRA_JOB_TARGETS_VAR, SPARE_WORKERS_VAR
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -15,6 +15,11 @@ FIXTURES = REPO / "tests" / "fixtures"
 os.environ[EXTRA_JOB_TARGETS_VAR] = "tests.doubles"
 """The workers this process starts (and those of servers started with its environment) may run the job targets in
 tests/doubles: test doubles never ship, so the product allows none."""
+os.environ.setdefault(SPARE_WORKERS_VAR, "0")
+"""The servers this process builds (and those started with its environment) pre-start no spare worker: a test's
+server serves a few jobs, and each spare judge (with its runner template, ~8 CPU-s on the interpreter) was mostly
+killed unused at its end (tests/test_mcp_workflow.py + tests/test_client.py: 110 -> 93 CPU-s). Spares themselves
+are tested on engines that set spare_workers (tests/test_evaluation_engine.py)."""
 
 
 def _sandbox_opt_in() -> str | None:

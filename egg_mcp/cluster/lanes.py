@@ -341,7 +341,13 @@ class LanePool:
 
 def build_engine(scratch_dir: Path | str, **options: Any) -> Any:
     """One `WorkerEvaluator` (keywords as its constructor's: force_interpreter, device, spare_workers, max_cpu_jobs,
-    protect, sandbox_required, bounds_floor, ...). Imported lazily: the engine is heavy and optional here."""
+    protect, sandbox_required, bounds_floor, ...). Imported lazily: the engine is heavy and optional here. Without
+    an explicit spare_workers, $EGG_MCP_SPARE_WORKERS (config.spare_workers_setting) sets it when given."""
+    from egg_mcp.config import spare_workers_setting
     from egg_mcp.evaluation.engine import WorkerEvaluator
+
+    spares = spare_workers_setting()
+    if spares is not None:
+        options.setdefault("spare_workers", spares)
 
     return WorkerEvaluator(scratch_dir=scratch_dir, **options)
