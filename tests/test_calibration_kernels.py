@@ -7,6 +7,8 @@ import textwrap
 
 import pytest
 
+from tests.interpreter_snippet import run_snippet
+
 PROBE = textwrap.dedent("""
     import torch, triton
     from egg_mcp.calibration import probes as p
@@ -48,9 +50,7 @@ PROBE = textwrap.dedent("""
 
 
 def test_probe_kernels_in_the_interpreter(tmp_path):
-    env = dict(os.environ, TRITON_INTERPRET="1", TRITON_CACHE_DIR=str(tmp_path))
-    run = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-3000:]
+    run_snippet(PROBE, tmp_path)
 
 
 def test_clock_sampling_and_clock_adjusted_peak():

@@ -163,13 +163,9 @@ print("ok")
 
 def test_the_calibrations_fp16x3_probe_gemm_computes_the_product_in_the_interpreter(tmp_path):
     """(The interpreter has no bf16: the bf16x3 row is checked on the GPU, tests/gpu/test_precision_split_gpu.py.)"""
-    import os
-    import subprocess
-    import sys
+    from tests.interpreter_snippet import run_snippet
 
-    env = dict(os.environ, TRITON_INTERPRET="1", TRITON_CACHE_DIR=str(tmp_path))
-    run = subprocess.run([sys.executable, "-c", SPLIT_PROBE], env=env, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-3000:]
+    run_snippet(SPLIT_PROBE, tmp_path, timeout=120)
 
 
 def test_ceilings_within_the_rate_tie_name_the_more_exact_path():

@@ -3,9 +3,6 @@ never silently from the H200 they were fitted on: the model prices with the meas
 latencies by the GPU's clock, and a proposal says whose constants it used. Offline (CPU) but the last test, which
 runs the probes' kernels in the Triton interpreter with a fake clock."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -16,6 +13,7 @@ from egg_mcp.tiling import costs
 from egg_mcp.tiling.costs import MEASURED_KEYS, time_scale, time_scale_note
 from egg_mcp.tiling.model import estimate_all
 from egg_mcp.tiling.space import enumerate_configs, extract_space
+from tests.interpreter_snippet import run_snippet
 
 H200 = GPU_TABLE["H200"]
 WHEN = "2026-12-03T12:00:00+00:00"
@@ -129,6 +127,4 @@ PROBES = textwrap.dedent("""
 
 
 def test_the_constant_probes_kernels_compute_and_their_arithmetic_in_the_interpreter(tmp_path):
-    env = dict(os.environ, TRITON_INTERPRET="1", TRITON_CACHE_DIR=str(tmp_path))
-    run = subprocess.run([sys.executable, "-c", PROBES], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-3000:]
+    run_snippet(PROBES, tmp_path)
