@@ -217,8 +217,11 @@ def resident(c: int, launched: int, sm_count: int) -> int:
     return max(1, min(c, math.ceil(launched / sm_count)))
 
 
-MEASURED_KEYS = ("launch_overhead_s", "program_dispatch_s", "warp_stream_bps", "dram_latency_s")
-"""The constants `calibrate` measures (calibration/model_constants.py), as GpuSpec.model_constants keys."""
+H200_FIT = {"launch_overhead_s": LAUNCH_OVERHEAD_S, "program_dispatch_s": PROGRAM_DISPATCH_S,
+            "warp_stream_bps": WARP_STREAM_BPS, "dram_latency_s": DRAM_LATENCY_S}
+"""The constants `calibrate` measures (calibration/model_constants.py), by GpuSpec.model_constants key, as fitted on
+the H200: what a GPU without its own measurement is priced with (and told so)."""
+MEASURED_KEYS = tuple(H200_FIT)
 
 
 @dataclass(frozen=True)
@@ -239,13 +242,11 @@ class TimeScale:
 def time_scale(gpu: GpuSpec) -> TimeScale:
     """Measured on this GPU where `calibrate` measured them, else the H200 fit (named in `borrowed`); latencies
     chosen in cycles scale by this GPU's SM clock; L2 / DRAM is the measured ratio where both were measured."""
-    fit = {"launch_overhead_s": LAUNCH_OVERHEAD_S, "program_dispatch_s": PROGRAM_DISPATCH_S,
-           "warp_stream_bps": WARP_STREAM_BPS, "dram_latency_s": DRAM_LATENCY_S}
-    got = {k: v for k, v in gpu.model_constants.items() if k in fit and v > 0}
+    got = {k: v for k, v in gpu.model_constants.items() if k in H200_FIT and v > 0}
     cycles = FIT_CLOCK_MHZ / (gpu.sm_clock_mhz or FIT_CLOCK_MHZ)
-    return TimeScale(**{**fit, **got}, gemm_tile_fixed_s=GEMM_TILE_FIXED_S * cycles,
+    return TimeScale(**{**H200_FIT, **got}, gemm_tile_fixed_s=GEMM_TILE_FIXED_S * cycles,
                      program_fixed_s=PROGRAM_FIXED_S * cycles, reduction_step_s=REDUCTION_STEP_S * cycles,
-                     l2_over_dram=_l2_over_dram(gpu), borrowed=tuple(k for k in fit if k not in got))
+                     l2_over_dram=_l2_over_dram(gpu), borrowed=tuple(k for k in H200_FIT if k not in got))
 
 
 def _l2_over_dram(gpu: GpuSpec) -> float:
