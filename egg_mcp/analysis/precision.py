@@ -46,8 +46,9 @@ PATHS: dict[str, tuple[str, str]] = {
                          "error at K=4096). Range: |x| < 65504; lo < 6.1e-5 is subnormal (loses bits) unless a, b "
                          "are scaled by 2^k"),
     "bf16x3": ("bf16x3", "as fp16x3 with tl.bfloat16 (fp32's range, ~16 bits): a_hi = a.to(tl.bfloat16); "
-                         "a_lo = (a - a_hi.to(tl.float32)).to(tl.bfloat16), same for b; p = tl.dot(a_hi, b_lo); "
-                         "p = tl.dot(a_lo, b_hi, p); p = tl.dot(a_hi, b_hi, p); acc += p"),
+                         "a_lo = (a - a_hi.to(tl.float32)).to(tl.bfloat16), same for b; per K step "
+                         "p = tl.dot(a_hi, b_lo); p = tl.dot(a_lo, b_hi, p); p = tl.dot(a_hi, b_hi, p); acc += p "
+                         "(not acc = tl.dot(.., acc): the tensor cores' accumulation truncates)"),
     "tf32": ("tf32", 'tl.dot(a, b, input_precision="tf32") on fp32 inputs (Triton\'s default)'),
     "bf16": ("bf16", "cast a, b to tl.bfloat16 before tl.dot; accumulate fp32"),
     "fp16": ("fp16", "cast a, b to tl.float16 before tl.dot; accumulate fp32 (only if |values| < 65504: range is not "

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from egg_mcp.analysis.analysis_types import ReferenceAnalysis, RooflineFloor
+from egg_mcp.analysis.precision import PATHS
 from egg_mcp.analysis.roofline import compute_type_for, fmt_bytes, fmt_ms, fmt_tol, summary_now
 from egg_mcp.analysis.verdict import roofline_verdict
 from egg_mcp.contract import TolerancePolicy
@@ -172,14 +173,9 @@ def precision_line(dtype: str | None, tol: TolerancePolicy | str | None, path: s
     if compute == "tf32x3":
         return ('fp32 at a strict tolerance: 3xTF32 passes (' + source + '): tl.dot(..., input_precision="tf32x3") '
                 "runs on tensor cores at several times the IEEE rate; accumulate in fp32; plain TF32 fails")
-    if compute in ("fp16x3", "bf16x3"):
-        half = "tl.float16" if compute == "fp16x3" else "tl.bfloat16"
-        caveat = "; fp16 range: |x| < 65504, lo < 6.1e-5 subnormal unless a, b are scaled by 2^k" \
-            if compute == "fp16x3" else ""
-        return (f"fp32 at a strict tolerance: the {compute} split passes ({source}): a_hi = a.to({half}); "
-                f"a_lo = (a - a_hi.to(tl.float32)).to({half}), same for b; per K step p = tl.dot(a_hi, b_lo); "
-                "p = tl.dot(a_lo, b_hi, p); p = tl.dot(a_hi, b_hi, p); acc += p (a fresh fp32 part per step: "
-                f"acc chained through tl.dot loses bits){caveat}; plain TF32 fails")
+    if compute in ("fp16x3", "bf16x3"):  # the recipe as the ladder gives it (precision.PATHS), one text for both
+        return (f"fp32 at a strict tolerance: the {compute} split passes ({source}): {PATHS[compute][1]}; "
+                "plain TF32 fails")
     if compute == "fp32":
         return ('fp32 at a strict tolerance: tl.dot(..., input_precision="ieee") (' + source + '); accumulate in fp32')
     if compute == "tf32":
