@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from egg_mcp.hardware import SPLIT_PATHS
+
 FP32_LANES_PER_SM = {"8.0": 64}
 """FP32 FMA lanes per SM: 128 on sm_86 and later (Ada, Hopper, Blackwell), 64 on A100 (sm_80)."""
 
@@ -75,12 +77,11 @@ def device_peaks(facts: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for ceiling, unit in (("mm_tf32", "tf32"), ("mm_bf16", "bf16"), ("mm_fp16", "fp16"), ("mm_fp8", "fp8")):
             if unit in sheet:
                 peaks[ceiling] = {"value": sheet[unit], "source": f"{key} datasheet, dense {unit} tensor core", **at}
-        for ceiling, unit, words in (("mm_tf32x3", "tf32", "TF32"), ("mm_fp16x3", "fp16", "fp16"),
-                                     ("mm_bf16x3", "bf16", "bf16")):
+        for split, (unit, words) in SPLIT_PATHS.items():
             if unit in sheet:
-                peaks[ceiling] = {"value": sheet[unit] / 3,
-                                  "source": f"{key} datasheet dense {words} / 3 (three {words} products per fp32 "
-                                            "product)", **at}
+                peaks[f"mm_{split}"] = {"value": sheet[unit] / 3,
+                                        "source": f"{key} datasheet dense {words} / 3 (three {words} products per "
+                                                  "fp32 product)", **at}
         if "dram" in sheet and "dram_copy" not in peaks:
             for ceiling in ("dram_copy", "dram_read"):
                 peaks[ceiling] = {"value": sheet["dram"], "source": f"{key} datasheet memory bandwidth"}
